@@ -1,0 +1,143 @@
+// Command underlay is a Docker network plugin that gives containers
+// macvlan and ipvlan interfaces on the host's network.
+//
+//	underlay serve [--socket PATH] [--state PATH] [--log-level debug|info|warn|error]
+//	               [--docker-host unix://PATH] [--scope local|global]
+//	underlay version
+//
+// The environment variables LOG_LEVEL, SCOPE, STATE and DOCKER_HOST set the
+// same as the flags (the managed plugin's `docker plugin set`); flags win.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  underlay serve [--socket PATH] [--state PATH] [--log-level debug|info|warn|error]
+                 [--docker-host unix://PATH] [--scope local|global]
+  underlay version
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "version", "--version":
+		fmt.Fprintln(stdout, "underlay", versionString())
+		return 0
+	case "serve":
+		cfg, err := parseServe(args[1:], os.Getenv, stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "underlay:", err)
+			return 2
+		}
+		if err := serve(cfg, stderr); err != nil {
+			fmt.Fprintln(stderr, "underlay:", err)
+			return 1
+		}
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "underlay: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return "dev-" + rev
+}
+
+// serveConfig is the resolved configuration of `underlay serve`.
+type serveConfig struct {
+	Socket     string
+	State      string
+	LogLevel   string
+	DockerHost string
+	Scope      string
+}
+
+// parseServe reads the serve flags over defaults taken from the
+// environment.
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	envOr := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	var c serveConfig
+	fs := flag.NewFlagSet("underlay serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Socket, "socket", "/run/docker/plugins/underlay.sock", "unix socket to serve the plugin API on")
+	fs.StringVar(&c.State, "state", envOr("STATE", "/var/lib/underlay/underlay.db"), "state file (env STATE)")
+	fs.StringVar(&c.LogLevel, "log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
+	fs.StringVar(&c.DockerHost, "docker-host", envOr("DOCKER_HOST", "unix:///var/run/docker.sock"), "Docker API asked whether conflicting networks still exist (env DOCKER_HOST)")
+	fs.StringVar(&c.Scope, "scope", envOr("SCOPE", "local"), "driver scope: local or global (env SCOPE)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q\n%s", fs.Arg(0), usage)
+	}
+	c.LogLevel = strings.ToLower(c.LogLevel)
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return c, fmt.Errorf("--log-level %q is not valid: use debug, info, warn or error", c.LogLevel)
+	}
+	if c.Scope != "local" && c.Scope != "global" {
+		return c, fmt.Errorf("--scope %q is not valid: use local or global", c.Scope)
+	}
+	if !strings.HasPrefix(c.DockerHost, "unix://") && !strings.HasPrefix(c.DockerHost, "tcp://") {
+		return c, fmt.Errorf("--docker-host %q is not valid: use unix:///path/to/docker.sock", c.DockerHost)
+	}
+	if c.Socket == "" || c.State == "" {
+		return c, errors.New("--socket and --state must not be empty")
+	}
+	return c, nil
+}

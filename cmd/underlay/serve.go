@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/docker/go-connections/sockets"
+	"github.com/underlay-net/underlay/driver"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// serve runs the daemon until SIGTERM or SIGINT: open the state, reconcile
+// it with the kernel, then (and only then) serve the socket. On a signal it
+// finishes in-flight requests, closes the state file and removes the
+// socket.
+func serve(c serveConfig, stderr io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log.Info("starting underlay", "version", versionString(), "socket", c.Socket, "state", c.State,
+		"scope", c.Scope, "docker_host", c.DockerHost)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	db, err := store.Open(c.State, store.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			log.Error("close state file", "error", err)
+		}
+	}()
+	docker, err := driver.NewDockerAPI(c.DockerHost, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	d, err := driver.New(driver.Config{
+		Store: db, Links: netlinkutil.New(), Docker: docker, Scope: c.Scope,
+		Logger: log, CrashPoint: crashHook(log),
+	})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	start := time.Now()
+	if err := d.Restore(ctx); err != nil {
+		return err
+	}
+	log.Info("state restored and reconciled with the kernel", "duration", time.Since(start))
+	d.RunJanitor(5 * time.Second)
+
+	l, err := listen(c.Socket)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(c.Socket)
+	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	log.Info("serving the Docker network plugin API", "socket", c.Socket)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", c.Socket, err)
+	case <-ctx.Done():
+	}
+	log.Info("signal received: finishing in-flight requests")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Error("requests still running at shutdown", "error", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// listen creates the socket, readable and writable by root only. A socket
+// file left by a dead process is replaced; one that answers is not.
+func listen(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create socket directory: %w", err)
+	}
+	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		conn.Close()
+		return nil, fmt.Errorf("socket %s is in use by another process: stop it, or pass another --socket", path)
+	} else if fi, statErr := os.Lstat(path); statErr == nil && fi.Mode()&os.ModeSocket == 0 {
+		return nil, fmt.Errorf("%s exists and is not a socket: remove it or pass another --socket", path)
+	} else if !errors.Is(statErr, os.ErrNotExist) && statErr != nil {
+		return nil, statErr
+	}
+	l, err := sockets.NewUnixSocketWithOpts(path, sockets.WithChmod(0o660))
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return l, nil
+}

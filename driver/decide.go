@@ -1,0 +1,135 @@
+package driver
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+
+	"github.com/underlay-net/underlay/store"
+)
+
+// The CreateNetwork decisions, as pure functions over a snapshot of the
+// state: no kernel, no store, no Docker. network.go acts on what they say.
+
+type verdict int
+
+const (
+	// create: nothing stands in the way.
+	create verdict = iota
+	// reuse: the same ID with the same configuration is already there.
+	reuse
+	// replace: the same ID with another configuration is a stale duplicate
+	// from an older incarnation; remove it, then create.
+	replace
+)
+
+func (v verdict) String() string { return [...]string{"create", "reuse", "replace"}[v] }
+
+// conflict is a network on the same parent that the new one cannot share
+// the parent with.
+type conflict struct {
+	Holder store.Network
+	Reason string
+}
+
+// decision is what CreateNetwork must do.
+type decision struct {
+	Verdict verdict
+	// Conflicts are the holders that block the create; each may still turn
+	// out to be a stale record (Docker no longer knows it).
+	Conflicts []conflict
+}
+
+// decide applies the parent rules. same is the stored network with the
+// requested ID, if any; onParent are the stored networks on the requested
+// parent (same excluded or not, it is skipped).
+func decide(want store.Network, same *store.Network, onParent []store.Network) decision {
+	var d decision
+	if same != nil {
+		if same.Pending == nil && sameConfig(want, *same) {
+			return decision{Verdict: reuse}
+		}
+		d.Verdict = replace
+	}
+	for _, h := range onParent {
+		if h.ID == want.ID {
+			continue
+		}
+		if reason := incompatible(want, h); reason != "" {
+			d.Conflicts = append(d.Conflicts, conflict{Holder: h, Reason: reason})
+		}
+	}
+	return d
+}
+
+// sameConfig reports whether two records describe the same network.
+func sameConfig(a, b store.Network) bool {
+	return a.ID == b.ID && a.Type == b.Type && a.Parent == b.Parent && a.Mode == b.Mode &&
+		a.Flag == b.Flag && a.MTU == b.MTU && a.Internal == b.Internal &&
+		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6)
+}
+
+func samePools(a, b []store.Pool) bool {
+	key := func(p []store.Pool) []store.Pool {
+		c := append([]store.Pool(nil), p...)
+		sort.Slice(c, func(i, j int) bool { return c[i].Subnet < c[j].Subnet })
+		return c
+	}
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	return reflect.DeepEqual(key(a), key(b))
+}
+
+// incompatible says why two networks cannot share one parent link, or ""
+// if they can: the kernel's rules first (decided here so the kernel is never
+// asked to do what it refuses or, worse, silently changes), then addressing.
+func incompatible(want, holder store.Network) string {
+	switch {
+	case want.Type != holder.Type:
+		return fmt.Sprintf("a parent link carries either macvlan or ipvlan links, never both (the kernel answers EBUSY), and it holds %s", holder.Type)
+	case want.Type == typeMacvlan && holder.Mode == "passthru":
+		return "it holds a macvlan passthru network, which takes the parent link exclusively"
+	case want.Type == typeMacvlan && want.Mode == "passthru":
+		return "macvlan passthru takes the parent link exclusively, and the parent already carries a network"
+	case want.Type == typeIpvlan && want.Mode != holder.Mode:
+		return fmt.Sprintf("all ipvlan links on one parent share one mode (the kernel applies the newest link's mode to all of them), and it uses ipvlan_mode=%s, not %s", holder.Mode, want.Mode)
+	case want.Type == typeIpvlan && want.Flag != holder.Flag:
+		return fmt.Sprintf("all ipvlan links on one parent share one flag (the kernel applies the newest link's flag to all of them), and it uses ipvlan_flag=%s, not %s", holder.Flag, want.Flag)
+	}
+	for _, a := range append(append([]store.Pool{}, want.IPv4...), want.IPv6...) {
+		for _, b := range append(append([]store.Pool{}, holder.IPv4...), holder.IPv6...) {
+			if poolsOverlap(a, b) {
+				return fmt.Sprintf("its subnet %s overlaps the subnet %s, so both would hand out the same addresses on one wire", b.Subnet, a.Subnet)
+			}
+		}
+	}
+	return ""
+}
+
+// conflictError is the refusal for the conflicts that remain after stale
+// holders were ruled out.
+func conflictError(want store.Network, cs []conflict) error {
+	c := cs[0]
+	msg := fmt.Sprintf("parent %s is already used by network %s (%s): %s. Use another parent or subnet, or remove the holder with \"docker network rm %s\"",
+		want.Parent, short(c.Holder.ID), describe(c.Holder), c.Reason, short(c.Holder.ID))
+	if len(cs) > 1 {
+		msg += fmt.Sprintf(" (%d more networks on %s conflict too)", len(cs)-1, want.Parent)
+	}
+	return fmt.Errorf("%w: %s", ErrConflict, msg)
+}
+
+// describe summarises a network for messages.
+func describe(n store.Network) string {
+	s := n.Type + " " + n.Mode
+	if n.Type == typeIpvlan {
+		s += "/" + n.Flag
+	}
+	for _, p := range append(append([]store.Pool{}, n.IPv4...), n.IPv6...) {
+		s += " " + p.Subnet
+	}
+	if n.Pending != nil {
+		s += ", still being created"
+	}
+	return s
+}

@@ -1,0 +1,80 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// NetworkChecker asks Docker whether a network still exists. It is called
+// only on the CreateNetwork conflict path: never on the endpoint path,
+// where a call back into dockerd can deadlock it at start.
+type NetworkChecker interface {
+	// NetworkExists reports whether Docker knows the network; an error means
+	// it could not tell.
+	NetworkExists(ctx context.Context, id string) (bool, error)
+}
+
+// DockerAPI is a NetworkChecker over Docker's Engine API.
+type DockerAPI struct {
+	host    string
+	client  *http.Client
+	timeout time.Duration
+}
+
+// NewDockerAPI returns a checker for a Docker host given as
+// unix:///path/docker.sock (or tcp://host:port for a daemon on loopback).
+// Each check gives up after timeout.
+func NewDockerAPI(host string, timeout time.Duration) (*DockerAPI, error) {
+	u, err := url.Parse(host)
+	if err != nil {
+		return nil, fmt.Errorf("docker host %q: %w (use unix:///var/run/docker.sock)", host, err)
+	}
+	tr := &http.Transport{MaxIdleConns: 1, IdleConnTimeout: 30 * time.Second}
+	switch u.Scheme {
+	case "unix":
+		if u.Path == "" {
+			return nil, fmt.Errorf("docker host %q has no socket path: use unix:///var/run/docker.sock", host)
+		}
+		path := u.Path
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}
+	case "tcp", "http":
+		addr := u.Host
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		}
+	default:
+		return nil, fmt.Errorf("docker host %q: scheme %q is not supported: use unix:///path/to/docker.sock", host, u.Scheme)
+	}
+	return &DockerAPI{host: host, client: &http.Client{Transport: tr}, timeout: timeout}, nil
+}
+
+// NetworkExists implements NetworkChecker with GET /networks/{id}.
+func (d *DockerAPI) NetworkExists(ctx context.Context, id string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/networks/"+url.PathEscape(id), nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("ask Docker at %s about network %s: %w", d.host, short(id), err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("ask Docker at %s about network %s: status %d: %s", d.host, short(id), resp.StatusCode, strings.TrimSpace(string(body)))
+}

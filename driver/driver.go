@@ -1,0 +1,137 @@
+// Package driver owns underlay's behaviour as a libnetwork remote
+// NetworkDriver: it parses requests, decides what CreateNetwork must do
+// with the networks already on a parent (reuse, replace, refuse, coexist),
+// drives the kernel through netlinkutil and records everything in store.
+//
+// The decisions are pure functions (decide.go) over a snapshot of the
+// store; the kernel, the store and Docker sit behind narrow interfaces, and
+// one keyed lock mechanism (locks.go) serializes requests per network,
+// endpoint and parent link.
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// ErrConflict is wrapped by the refusal of a network that cannot share its
+// parent with a live network.
+var ErrConflict = errors.New("parent conflict")
+
+// ErrNotFound is wrapped when a request names a network or endpoint
+// underlay does not know.
+var ErrNotFound = errors.New("not found")
+
+// Store is the state as the driver uses it; *store.DB implements it.
+type Store interface {
+	View(func(*store.Tx) error) error
+	Update(func(*store.Tx) error) error
+	Batch(func(*store.Tx) error) error
+}
+
+// Config is what a Driver is made of.
+type Config struct {
+	Store Store
+	Links netlinkutil.Links
+	// Docker is asked whether conflicting holders still exist; nil means
+	// every holder is treated as live.
+	Docker NetworkChecker
+	// Scope is "local" or "global" (GetCapabilities).
+	Scope string
+	// PendingTimeout is how long a network may stay half-created before
+	// it is rolled back; zero means 60 seconds.
+	PendingTimeout time.Duration
+	Logger         *slog.Logger
+	// CrashPoint, when set, is called at every named step (see
+	// CrashPoints) so tests can kill the process there.
+	CrashPoint func(name string)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Driver implements the remote NetworkDriver protocol.
+type Driver struct {
+	store   Store
+	links   netlinkutil.Links
+	docker  NetworkChecker
+	scope   string
+	pending time.Duration
+	log     *slog.Logger
+	crash   func(string)
+	now     func() time.Time
+	locks   *locker
+
+	janitorOnce sync.Once
+	stop        chan struct{}
+	stopped     chan struct{}
+}
+
+// New returns a driver. Call Restore before serving requests.
+func New(c Config) (*Driver, error) {
+	if c.Store == nil || c.Links == nil {
+		return nil, errors.New("driver needs a store and a link layer")
+	}
+	if c.Scope == "" {
+		c.Scope = "local"
+	}
+	if c.Scope != "local" && c.Scope != "global" {
+		return nil, fmt.Errorf("scope %q is not valid: use local or global", c.Scope)
+	}
+	if c.PendingTimeout == 0 {
+		c.PendingTimeout = 60 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return &Driver{
+		store: c.Store, links: c.Links, docker: c.Docker, scope: c.Scope, pending: c.PendingTimeout,
+		log: c.Logger, crash: c.CrashPoint, now: c.Now, locks: newLocker(),
+		stop: make(chan struct{}), stopped: make(chan struct{}),
+	}, nil
+}
+
+// point marks a named crash point.
+func (d *Driver) point(name string) {
+	if d.crash != nil {
+		d.crash(name)
+	}
+}
+
+// CrashPoints lists every named step at which a test may kill the daemon:
+// before and after each kernel change and each store commit.
+func CrashPoints() []string {
+	return []string{
+		"create-network/before-remove-stale", "create-network/after-remove-stale",
+		"create-network/before-reserve", "create-network/after-reserve",
+		"create-network/before-parent-link", "create-network/after-parent-link",
+		"create-network/before-commit", "create-network/after-commit",
+		"create-endpoint/before-commit", "create-endpoint/after-commit",
+		"join/before-link", "join/after-link",
+		"leave/before-link-delete", "leave/after-link-delete",
+		"delete-endpoint/before-link-delete", "delete-endpoint/after-link-delete",
+		"delete-endpoint/before-commit", "delete-endpoint/after-commit",
+		"delete-network/before-link-delete", "delete-network/after-link-delete",
+		"delete-network/before-commit", "delete-network/after-commit",
+		"delete-network/before-parent-delete", "delete-network/after-parent-delete",
+	}
+}
+
+// Close stops the background janitor.
+func (d *Driver) Close() {
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	d.janitorOnce.Do(func() { close(d.stopped) })
+	<-d.stopped
+}

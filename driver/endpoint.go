@@ -1,0 +1,315 @@
+package driver
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+	"golang.org/x/sys/unix"
+)
+
+// Endpoint requests never call Docker: dockerd makes them while starting
+// containers, and a call back into it can deadlock it.
+
+// lockEndpoint takes the network shared and the endpoint exclusively, and
+// returns both records (ep nil when the endpoint is unknown).
+func (d *Driver) lockEndpoint(ctx context.Context, netID, epID string) (unlock func(), n *store.Network, ep *store.Endpoint, err error) {
+	if netID == "" || epID == "" {
+		return nil, nil, nil, invalidf("request without NetworkID or EndpointID")
+	}
+	unlock, err = d.locks.acquire(ctx, shared(networkLock(netID)), exclusive(endpointLock(epID)))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	err = d.store.View(func(tx *store.Tx) error {
+		nv, ok, err := tx.Network(netID)
+		if err != nil || !ok {
+			return err
+		}
+		n = &nv
+		ev, ok, err := tx.Endpoint(netID, epID)
+		if ok {
+			ep = &ev
+		}
+		return err
+	})
+	if err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return unlock, n, ep, nil
+}
+
+// CreateEndpoint records an endpoint and answers only what Docker left
+// empty: a generated MAC for macvlan endpoints without one.
+func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpointRequest) (*network.CreateEndpointResponse, error) {
+	unlock, n, existing, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if n == nil || n.Pending != nil {
+		return nil, notFound("network", req.NetworkID)
+	}
+	iface := req.Interface
+	if iface == nil {
+		iface = &network.EndpointInterface{}
+	}
+	ep := store.Endpoint{NetworkID: n.ID, ID: req.EndpointID}
+	generated := false
+	switch {
+	case iface.MacAddress != "" && n.Type == typeIpvlan:
+		return nil, invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", short(req.EndpointID), iface.MacAddress, n.Parent)
+	case iface.MacAddress != "":
+		mac, err := net.ParseMAC(iface.MacAddress)
+		if err != nil || len(mac) != 6 {
+			return nil, invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, short(req.EndpointID))
+		}
+		if mac[0]&1 == 1 {
+			return nil, invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, short(req.EndpointID))
+		}
+		ep.MAC = mac.String()
+	case n.Type == typeMacvlan:
+		if existing != nil && existing.MAC != "" {
+			ep.MAC = existing.MAC
+		} else {
+			ep.MAC = randomMAC().String()
+		}
+		generated = true
+	}
+	if ep.IPv4, err = endpointAddr(iface.Address, false); err != nil {
+		return nil, err
+	}
+	if ep.IPv6, err = endpointAddr(iface.AddressIPv6, true); err != nil {
+		return nil, err
+	}
+	d.point("create-endpoint/before-commit")
+	if err := d.store.Batch(func(tx *store.Tx) error {
+		ep.Link = endpointLinkName(ep.ID)
+		if other, ok, err := tx.EndpointByLink(ep.Link); err != nil {
+			return err
+		} else if ok && other.ID != ep.ID {
+			ep.Link = altEndpointLinkName(ep.ID)
+		}
+		return tx.PutEndpoint(ep)
+	}); err != nil {
+		if errors.Is(err, store.ErrNoNetwork) {
+			return nil, notFound("network", req.NetworkID)
+		}
+		return nil, fmt.Errorf("record endpoint %s: %w", short(ep.ID), err)
+	}
+	d.point("create-endpoint/after-commit")
+	d.log.Debug("created endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "mac", ep.MAC)
+	if !generated {
+		return &network.CreateEndpointResponse{}, nil
+	}
+	return &network.CreateEndpointResponse{Interface: &network.EndpointInterface{MacAddress: ep.MAC}}, nil
+}
+
+func endpointAddr(s string, want6 bool) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil || p.Addr().Is6() != want6 {
+		family := map[bool]string{false: "IPv4", true: "IPv6"}[want6]
+		return "", invalidf("endpoint address %q is not an %s address in CIDR form (such as %s)", s, family, map[bool]string{false: "198.18.1.10/24", true: "2001:db8::10/64"}[want6])
+	}
+	return p.String(), nil
+}
+
+// randomMAC returns a locally administered unicast MAC.
+func randomMAC() net.HardwareAddr {
+	mac := make(net.HardwareAddr, 6)
+	_, _ = rand.Read(mac)
+	mac[0] = (mac[0] | 0x02) &^ 0x01
+	return mac
+}
+
+// Join creates the endpoint's macvlan or ipvlan link on the parent, in the
+// host namespace; libnetwork moves it into the container.
+func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.JoinResponse, error) {
+	unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if n == nil || n.Pending != nil {
+		return nil, notFound("network", req.NetworkID)
+	}
+	if ep == nil {
+		return nil, notFound("endpoint", req.EndpointID)
+	}
+	spec := netlinkutil.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC}
+	d.point("join/before-link")
+	if err := d.addEndpointLink(ctx, *n, spec); err != nil {
+		return nil, fmt.Errorf("join endpoint %s to network %s: %w", short(ep.ID), short(n.ID), err)
+	}
+	d.point("join/after-link")
+	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
+	return joinResponse(*n, *ep), nil
+}
+
+// addEndpointLink creates the link, replacing a leftover of an earlier
+// attempt and re-creating a parent link underlay owns if it vanished.
+func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netlinkutil.Endpoint) error {
+	err := d.links.AddEndpoint(ctx, spec)
+	if errors.Is(err, unix.EEXIST) {
+		// A link of this name left in the host namespace by an earlier
+		// Join that Docker never saw answered.
+		if err := d.links.Delete(ctx, spec.Name); err != nil {
+			return err
+		}
+		err = d.links.AddEndpoint(ctx, spec)
+	}
+	if !errors.Is(err, netlinkutil.ErrNotFound) {
+		return err
+	}
+	unlockParent, lerr := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+	if lerr != nil {
+		return lerr
+	}
+	defer unlockParent()
+	if perr := d.ensureParent(ctx, n); perr != nil {
+		return fmt.Errorf("%w; and its parent could not be restored: %w", err, perr)
+	}
+	return d.links.AddEndpoint(ctx, spec)
+}
+
+// joinResponse tells libnetwork what to do with the link: its gateways for
+// macvlan and ipvlan l2, connected default routes for ipvlan l3/l3s, none
+// for internal networks.
+func joinResponse(n store.Network, ep store.Endpoint) *network.JoinResponse {
+	resp := &network.JoinResponse{
+		InterfaceName:         network.InterfaceName{SrcName: ep.Link, DstPrefix: "eth"},
+		DisableGatewayService: true,
+	}
+	if n.Internal {
+		return resp
+	}
+	if n.Type == typeIpvlan && n.Mode != "l2" {
+		if ep.IPv4 != "" {
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "0.0.0.0/0", RouteType: 1})
+		}
+		if ep.IPv6 != "" {
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "::/0", RouteType: 1})
+		}
+		return resp
+	}
+	resp.Gateway = gatewayFor(ep.IPv4, n.IPv4)
+	resp.GatewayIPv6 = gatewayFor(ep.IPv6, n.IPv6)
+	return resp
+}
+
+// gatewayFor returns the gateway of the pool holding addr (of the first
+// pool with a gateway when addr is empty).
+func gatewayFor(addr string, pools []store.Pool) string {
+	a, err := netip.ParsePrefix(addr)
+	for _, p := range pools {
+		sub, perr := netip.ParsePrefix(p.Subnet)
+		if perr != nil || p.Gateway == "" {
+			continue
+		}
+		if err != nil || sub.Contains(a.Addr()) {
+			return p.Gateway
+		}
+	}
+	return ""
+}
+
+// Leave deletes the endpoint's link if libnetwork has already moved it back
+// to the host namespace; DeleteEndpoint deletes it otherwise.
+func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
+	unlock, _, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	link := endpointLinkName(req.EndpointID)
+	if ep != nil {
+		link = ep.Link
+	}
+	d.point("leave/before-link-delete")
+	if err := d.deleteEndpointLink(ctx, link, ep); err != nil {
+		return fmt.Errorf("leave endpoint %s: %w", short(req.EndpointID), err)
+	}
+	d.point("leave/after-link-delete")
+	d.log.Debug("left endpoint", "network", req.NetworkID, "endpoint", req.EndpointID, "link", link)
+	return nil
+}
+
+// deleteEndpointLink deletes an endpoint's link from the host namespace.
+// For an unknown endpoint (ep nil) it deletes the link its name would have
+// only if that link is a macvlan/ipvlan no known endpoint owns.
+func (d *Driver) deleteEndpointLink(ctx context.Context, link string, ep *store.Endpoint) error {
+	if ep == nil {
+		l, err := d.links.Get(ctx, link)
+		if err != nil || (l.Kind != typeMacvlan && l.Kind != typeIpvlan) {
+			return nil
+		}
+		var owned bool
+		if err := d.store.View(func(tx *store.Tx) (err error) {
+			_, owned, err = tx.EndpointByLink(link)
+			return err
+		}); err != nil || owned {
+			return err
+		}
+	}
+	return d.links.Delete(ctx, link)
+}
+
+// DeleteEndpoint deletes the endpoint's link and record. An unknown
+// endpoint is not an error, so Docker can always clean up.
+func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpointRequest) error {
+	unlock, _, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	link := endpointLinkName(req.EndpointID)
+	if ep != nil {
+		link = ep.Link
+	}
+	d.point("delete-endpoint/before-link-delete")
+	if err := d.deleteEndpointLink(ctx, link, ep); err != nil {
+		return fmt.Errorf("delete endpoint %s: %w", short(req.EndpointID), err)
+	}
+	d.point("delete-endpoint/after-link-delete")
+	if ep == nil {
+		d.log.Info("delete of unknown endpoint: nothing to do", "network", req.NetworkID, "endpoint", req.EndpointID)
+		return nil
+	}
+	d.point("delete-endpoint/before-commit")
+	if err := d.store.Batch(func(tx *store.Tx) error { return tx.DeleteEndpoint(ep.NetworkID, ep.ID) }); err != nil {
+		return fmt.Errorf("delete endpoint %s: %w", short(ep.ID), err)
+	}
+	d.point("delete-endpoint/after-commit")
+	d.log.Debug("deleted endpoint", "network", ep.NetworkID, "endpoint", ep.ID, "link", link)
+	return nil
+}
+
+// EndpointInfo reports the endpoint's host link, parent and MAC.
+func (d *Driver) EndpointInfo(ctx context.Context, req *network.InfoRequest) (*network.InfoResponse, error) {
+	unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if n == nil {
+		return nil, notFound("network", req.NetworkID)
+	}
+	if ep == nil {
+		return nil, notFound("endpoint", req.EndpointID)
+	}
+	v := map[string]string{"link": ep.Link, "parent": n.Parent, "type": n.Type, "mode": n.Mode}
+	if ep.MAC != "" {
+		v["mac"] = ep.MAC
+	}
+	return &network.InfoResponse{Value: v}, nil
+}

@@ -1,0 +1,57 @@
+package driver
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Link names underlay gives the links it creates. Both are 15 bytes: a
+// three-letter prefix and 12 characters of the Docker ID (hashed when the ID
+// is not hexadecimal), so `docker network ls` short IDs match link names.
+const (
+	endpointPrefix = "ule" // an endpoint's macvlan/ipvlan link in the host namespace
+	dummyPrefix    = "uli" // the dummy parent of an internal network
+	idChars        = 12
+)
+
+// short is the 12-character form of a Docker ID used in messages.
+func short(id string) string {
+	if len(id) > idChars {
+		return id[:idChars]
+	}
+	return id
+}
+
+func idPart(id string) string {
+	if len(id) >= idChars && strings.Trim(id[:idChars], "0123456789abcdef") == "" {
+		return id[:idChars]
+	}
+	return hashed(id)
+}
+
+func hashed(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])[:idChars]
+}
+
+// endpointLinkName is the host link name of an endpoint.
+func endpointLinkName(endpointID string) string { return endpointPrefix + idPart(endpointID) }
+
+// altEndpointLinkName is used when endpointLinkName is taken by another
+// endpoint whose ID shares the first 12 characters.
+func altEndpointLinkName(endpointID string) string { return endpointPrefix + hashed(endpointID) }
+
+// dummyName is the dummy parent link of an internal network.
+func dummyName(networkID string) string { return dummyPrefix + idPart(networkID) }
+
+// isEndpointLinkName reports whether a name has the form of an endpoint link.
+func isEndpointLinkName(name string) bool {
+	return len(name) == len(endpointPrefix)+idChars && strings.HasPrefix(name, endpointPrefix)
+}
+
+// isDummyName reports whether a name has the form of an internal network's
+// dummy parent.
+func isDummyName(name string) bool {
+	return len(name) == len(dummyPrefix)+idChars && strings.HasPrefix(name, dummyPrefix)
+}

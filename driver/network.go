@@ -1,0 +1,323 @@
+package driver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/store"
+)
+
+// CreateNetwork creates a network or, when its ID comes back, reuses or
+// replaces it; see the rules in README.md. It parses the request, locks the
+// network and its parent, decides over a snapshot of the store, rules out
+// stale holders with Docker, reserves the parent durably, creates the
+// parent link if underlay owns it, and commits. On failure nothing of the
+// new network is left behind.
+func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRequest) error {
+	want, err := parseNetwork(req)
+	if err != nil {
+		return err
+	}
+	log := d.log.With("network", want.ID, "parent", want.Parent)
+	unlockNet, err := d.locks.acquire(ctx, exclusive(networkLock(want.ID)))
+	if err != nil {
+		return err
+	}
+	defer unlockNet()
+
+	same, err := d.network(want.ID)
+	if err != nil {
+		return err
+	}
+	parents := []lockReq{exclusive(parentLock(want.Parent))}
+	if same != nil {
+		parents = append(parents, exclusive(parentLock(same.Parent)))
+	}
+	unlockParents, err := d.locks.acquire(ctx, parents...)
+	if err != nil {
+		return err
+	}
+	defer unlockParents()
+
+	var onParent []store.Network
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		onParent, err = tx.NetworksOn(want.Parent)
+		return err
+	}); err != nil {
+		return err
+	}
+	dec := decide(want, same, onParent)
+	log.Debug("create network decision", "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))
+	switch dec.Verdict {
+	case reuse:
+		log.Info("network exists with the same configuration: reusing it")
+		return d.ensureParent(ctx, *same)
+	case replace:
+		log.Warn("replacing stale duplicate of network (same ID, other configuration)",
+			"old_parent", same.Parent, "old", describe(*same), "new", describe(want))
+		d.point("create-network/before-remove-stale")
+		if err := d.removeNetwork(ctx, *same); err != nil {
+			return fmt.Errorf("remove the stale copy of network %s: %w", short(want.ID), err)
+		}
+		d.point("create-network/after-remove-stale")
+	}
+	if len(dec.Conflicts) > 0 {
+		release, err := d.clearStaleHolders(ctx, want, dec.Conflicts)
+		defer release()
+		if err != nil {
+			return err
+		}
+	}
+	return d.createNetwork(ctx, want)
+}
+
+// clearStaleHolders asks Docker about each conflicting holder. If Docker
+// no longer knows every one of them, they are stale records (removed while
+// underlay could not see it) and are removed; otherwise the create is
+// refused and nothing changes. The returned function releases the holders'
+// network locks.
+func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, cs []conflict) (func(), error) {
+	var unlocks []func()
+	release := func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}
+	if d.docker == nil {
+		return release, conflictError(want, cs)
+	}
+	var live []conflict
+	for _, c := range cs {
+		exists, err := d.docker.NetworkExists(ctx, c.Holder.ID)
+		if err != nil {
+			d.log.Warn("could not ask Docker whether the holder still exists; treating it as live",
+				"network", want.ID, "holder", c.Holder.ID, "error", err)
+			exists = true
+		}
+		if exists {
+			live = append(live, c)
+		}
+	}
+	if len(live) > 0 {
+		return release, conflictError(want, live)
+	}
+	// Lower-rank locks may only be tried while a parent lock is held.
+	for _, c := range cs {
+		unlock, ok := d.locks.tryExclusive(networkLock(c.Holder.ID))
+		if !ok {
+			return release, fmt.Errorf("%w: parent %s is held by stale network %s, which another request is using right now: retry in a moment",
+				ErrConflict, want.Parent, short(c.Holder.ID))
+		}
+		unlocks = append(unlocks, unlock)
+	}
+	for _, c := range cs {
+		d.log.Warn("removing stale holder: Docker no longer knows this network", "network", want.ID,
+			"holder", c.Holder.ID, "parent", c.Holder.Parent, "holder_config", describe(c.Holder))
+		if err := d.removeNetwork(ctx, c.Holder); err != nil {
+			return release, fmt.Errorf("remove stale network %s from parent %s: %w", short(c.Holder.ID), c.Holder.Parent, err)
+		}
+	}
+	return release, nil
+}
+
+// createNetwork reserves, builds and commits a new network. The caller
+// holds the network and parent locks and has ruled out conflicts.
+func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err error) {
+	plan, err := d.planParent(ctx, want)
+	if err != nil {
+		return err
+	}
+	want.Pending = &store.Reservation{Token: newToken(), Deadline: d.now().Add(d.pending)}
+	token := want.Pending.Token
+	d.point("create-network/before-reserve")
+	if err := d.store.Update(func(tx *store.Tx) error {
+		if plan != nil {
+			if _, owned, err := tx.ParentLink(plan.Name); err != nil {
+				return err
+			} else if !owned {
+				if err := tx.PutParentLink(*plan); err != nil {
+					return err
+				}
+			}
+		}
+		return tx.PutNetwork(want)
+	}); err != nil {
+		return fmt.Errorf("reserve parent %s for network %s: %w", want.Parent, short(want.ID), err)
+	}
+	d.point("create-network/after-reserve")
+	defer func() {
+		if err != nil {
+			// Roll back with a context of our own: the request's may be
+			// what failed.
+			if rbErr := d.rollback(context.WithoutCancel(ctx), want.ID, token); rbErr != nil {
+				d.log.Error("rollback of failed network left state behind; it is retried at the next start",
+					"network", want.ID, "error", rbErr)
+			}
+		}
+	}()
+	if plan != nil {
+		d.point("create-network/before-parent-link")
+		if err := d.createParentLink(ctx, *plan); err != nil {
+			return fmt.Errorf("create parent %s for network %s: %w", plan.Name, short(want.ID), err)
+		}
+		d.point("create-network/after-parent-link")
+	}
+	d.point("create-network/before-commit")
+	if err := d.store.Update(func(tx *store.Tx) error {
+		cur, ok, err := tx.Network(want.ID)
+		if err != nil {
+			return err
+		}
+		if !ok || cur.Pending == nil || cur.Pending.Token != token {
+			return fmt.Errorf("the reservation of parent %s expired after %s and was rolled back (a kernel call hung): retry", want.Parent, d.pending)
+		}
+		cur.Pending = nil
+		return tx.PutNetwork(cur)
+	}); err != nil {
+		return fmt.Errorf("create network %s: %w", short(want.ID), err)
+	}
+	d.point("create-network/after-commit")
+	want.Pending = nil
+	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "config", describe(want), "parent_created", plan != nil)
+	return nil
+}
+
+// rollback undoes a reservation if it is still the one identified by token
+// (any token when token is ""): it deletes the record and the parent link
+// underlay created for it.
+func (d *Driver) rollback(ctx context.Context, id, token string) error {
+	var parent string
+	if err := d.store.Update(func(tx *store.Tx) error {
+		n, ok, err := tx.Network(id)
+		if err != nil || !ok || n.Pending == nil || (token != "" && n.Pending.Token != token) {
+			return err
+		}
+		parent = n.Parent
+		return tx.DeleteNetwork(id)
+	}); err != nil {
+		return err
+	}
+	if parent == "" {
+		return nil
+	}
+	d.log.Info("rolled back unfinished network", "network", id, "parent", parent)
+	return d.releaseParent(ctx, parent)
+}
+
+// removeNetwork deletes a network's endpoint links, its records, and its
+// parent link if underlay owns it and nothing else uses it. The caller
+// holds the network's lock exclusively and its parent's lock.
+func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
+	var eps []store.Endpoint
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		eps, err = tx.Endpoints(n.ID)
+		return err
+	}); err != nil {
+		return err
+	}
+	d.point("delete-network/before-link-delete")
+	for _, ep := range eps {
+		if err := d.links.Delete(ctx, ep.Link); err != nil {
+			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, short(ep.ID), err)
+		}
+	}
+	d.point("delete-network/after-link-delete")
+	d.point("delete-network/before-commit")
+	if err := d.store.Update(func(tx *store.Tx) error { return tx.DeleteNetwork(n.ID) }); err != nil {
+		return err
+	}
+	d.point("delete-network/after-commit")
+	d.point("delete-network/before-parent-delete")
+	if err := d.releaseParent(ctx, n.Parent); err != nil {
+		return err
+	}
+	d.point("delete-network/after-parent-delete")
+	return nil
+}
+
+// DeleteNetwork removes a network with its endpoints' links and the parent
+// link underlay created for it. An unknown ID is not an error, so Docker
+// can always clean up.
+func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRequest) error {
+	if req.NetworkID == "" {
+		return invalidf("DeleteNetwork without NetworkID")
+	}
+	unlockNet, err := d.locks.acquire(ctx, exclusive(networkLock(req.NetworkID)))
+	if err != nil {
+		return err
+	}
+	defer unlockNet()
+	n, err := d.network(req.NetworkID)
+	if err != nil || n == nil {
+		if n == nil && err == nil {
+			d.log.Info("delete of unknown network: nothing to do", "network", req.NetworkID)
+		}
+		return err
+	}
+	unlockParent, err := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+	if err != nil {
+		return err
+	}
+	defer unlockParent()
+	if err := d.removeNetwork(ctx, *n); err != nil {
+		return fmt.Errorf("delete network %s: %w", short(n.ID), err)
+	}
+	d.log.Info("deleted network", "network", n.ID, "parent", n.Parent)
+	return nil
+}
+
+// network reads one network record; nil when there is none.
+func (d *Driver) network(id string) (*store.Network, error) {
+	var n store.Network
+	var ok bool
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		n, ok, err = tx.Network(id)
+		return err
+	}); err != nil || !ok {
+		return nil, err
+	}
+	return &n, nil
+}
+
+// AllocateNetwork validates the driver options on the swarm manager
+// (global scope) and answers them, so every node's CreateNetwork receives
+// them: answering nothing would lose the parent.
+func (d *Driver) AllocateNetwork(_ context.Context, req *network.AllocateNetworkRequest) (*network.AllocateNetworkResponse, error) {
+	if req.NetworkID == "" {
+		return nil, invalidf("AllocateNetwork without NetworkID")
+	}
+	o, err := parseOptions(req.Options)
+	if err != nil {
+		return nil, err
+	}
+	return &network.AllocateNetworkResponse{Options: o.Given}, nil
+}
+
+// FreeNetwork is the manager's counterpart of AllocateNetwork; underlay
+// holds nothing for it.
+func (d *Driver) FreeNetwork(_ context.Context, req *network.FreeNetworkRequest) error {
+	if req.NetworkID == "" {
+		return invalidf("FreeNetwork without NetworkID")
+	}
+	return nil
+}
+
+// GetCapabilities answers the configured scope; the links reach beyond the
+// host, so connectivity is global, as for Docker's built-in drivers.
+func (d *Driver) GetCapabilities(context.Context) *network.CapabilitiesResponse {
+	return &network.CapabilitiesResponse{Scope: d.scope, ConnectivityScope: "global"}
+}
+
+func newToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// notFound is the error for requests naming an unknown network.
+func notFound(what, id string) error {
+	return fmt.Errorf("%w: %s %s is unknown to underlay (it was not created through underlay, or underlay's state file was replaced): remove and re-create it with docker network rm/create", ErrNotFound, what, short(id))
+}

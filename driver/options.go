@@ -1,0 +1,304 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// ErrInvalid is wrapped by every error about a request's content.
+var ErrInvalid = errors.New("invalid request")
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// Driver option names (com.docker.network.generic), the same as Docker's
+// built-in macvlan and ipvlan drivers.
+const (
+	OptParent      = "parent"
+	OptType        = "type"
+	OptMacvlanMode = "macvlan_mode"
+	OptIpvlanMode  = "ipvlan_mode"
+	OptIpvlanFlag  = "ipvlan_flag"
+	OptMTU         = "mtu"
+)
+
+// Top-level option keys Docker sends with CreateNetwork.
+const (
+	labelGeneric    = "com.docker.network.generic"
+	labelInternal   = "com.docker.network.internal"
+	labelEnableIPv6 = "com.docker.network.enable_ipv6"
+)
+
+// Link types.
+const (
+	typeMacvlan = "macvlan"
+	typeIpvlan  = "ipvlan"
+)
+
+const (
+	minMTU = 68
+	maxMTU = 65535
+)
+
+var (
+	validOptions = []string{OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
+	macvlanModes = []string{"bridge", "private", "vepa", "passthru"}
+	ipvlanModes  = []string{"l2", "l3", "l3s"}
+	ipvlanFlags  = []string{"bridge", "private", "vepa"}
+)
+
+func oneOf(value string, valid []string) bool {
+	for _, v := range valid {
+		if v == value {
+			return true
+		}
+	}
+	return false
+}
+
+// netOptions is the validated driver configuration of a network.
+type netOptions struct {
+	Parent, Type, Mode, Flag string
+	MTU                      int
+	// Given holds the options as the user gave them.
+	Given map[string]string
+}
+
+// parseOptions validates driver options without looking at the kernel.
+func parseOptions(opts map[string]string) (netOptions, error) {
+	var unknown []string
+	for k := range opts {
+		if !oneOf(k, validOptions) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return netOptions{}, invalidf("unknown driver option %q: underlay accepts %s", unknown[0], strings.Join(validOptions, ", "))
+	}
+	o := netOptions{Parent: opts[OptParent], Type: opts[OptType], Given: map[string]string{}}
+	for k, v := range opts {
+		o.Given[k] = v
+	}
+	_, hasMacvlanMode := opts[OptMacvlanMode]
+	_, hasIpvlanMode := opts[OptIpvlanMode]
+	_, hasIpvlanFlag := opts[OptIpvlanFlag]
+	switch o.Type {
+	case "":
+		o.Type = typeMacvlan
+		if hasIpvlanMode || hasIpvlanFlag {
+			o.Type = typeIpvlan
+		}
+	case typeMacvlan, typeIpvlan:
+	default:
+		return netOptions{}, invalidf("type %q is not a link type underlay creates: use type=macvlan or type=ipvlan", o.Type)
+	}
+	if o.Type == typeIpvlan && hasMacvlanMode {
+		return netOptions{}, invalidf("macvlan_mode=%s does not apply to type=ipvlan: drop it, or use ipvlan_mode (%s)", opts[OptMacvlanMode], strings.Join(ipvlanModes, ", "))
+	}
+	if o.Type == typeMacvlan && (hasIpvlanMode || hasIpvlanFlag) {
+		key := OptIpvlanMode
+		if !hasIpvlanMode {
+			key = OptIpvlanFlag
+		}
+		return netOptions{}, invalidf("%s=%s does not apply to type=macvlan: drop it, or use macvlan_mode (%s)", key, opts[key], strings.Join(macvlanModes, ", "))
+	}
+	if o.Type == typeMacvlan {
+		o.Mode = valueOr(opts[OptMacvlanMode], "bridge")
+		if !oneOf(o.Mode, macvlanModes) {
+			return netOptions{}, invalidf("macvlan_mode %q is not valid: use one of %s", o.Mode, strings.Join(macvlanModes, ", "))
+		}
+	} else {
+		o.Mode = valueOr(opts[OptIpvlanMode], "l2")
+		if !oneOf(o.Mode, ipvlanModes) {
+			return netOptions{}, invalidf("ipvlan_mode %q is not valid: use one of %s", o.Mode, strings.Join(ipvlanModes, ", "))
+		}
+		o.Flag = valueOr(opts[OptIpvlanFlag], "bridge")
+		if !oneOf(o.Flag, ipvlanFlags) {
+			return netOptions{}, invalidf("ipvlan_flag %q is not valid: use one of %s", o.Flag, strings.Join(ipvlanFlags, ", "))
+		}
+	}
+	if v, ok := opts[OptMTU]; ok {
+		mtu, err := strconv.Atoi(v)
+		if err != nil || mtu < minMTU || mtu > maxMTU {
+			return netOptions{}, invalidf("mtu %q is not valid: use a whole number from %d to the parent interface's MTU", v, minMTU)
+		}
+		o.MTU = mtu
+	}
+	if err := checkParentName(o.Parent); err != nil {
+		return netOptions{}, err
+	}
+	return o, nil
+}
+
+func valueOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// checkParentName refuses parent names the kernel could never hold.
+func checkParentName(name string) error {
+	switch {
+	case name == "":
+		return nil
+	case len(name) > netlinkutil.MaxNameLen:
+		return invalidf("parent %q is %d bytes long; Linux interface names are at most %d bytes: use the interface's real name", name, len(name), netlinkutil.MaxNameLen)
+	case name == "lo":
+		return invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")
+	case strings.ContainsAny(name, "/: \t\n") || name == "." || name == "..":
+		return invalidf("parent %q is not a valid interface name", name)
+	}
+	return nil
+}
+
+// genericOptions extracts com.docker.network.generic as strings.
+func genericOptions(opts map[string]any) (map[string]string, error) {
+	raw, ok := opts[labelGeneric]
+	if !ok || raw == nil {
+		return map[string]string{}, nil
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, invalidf("%s must be an object of string options, got %T", labelGeneric, raw)
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		s, ok := v.(string)
+		if !ok {
+			return nil, invalidf("driver option %q must be a string, got %v (%T)", k, v, v)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// boolOption reads a top-level boolean label; Docker sends JSON booleans,
+// older tools strings.
+func boolOption(opts map[string]any, key string) (bool, error) {
+	switch v := opts[key].(type) {
+	case nil:
+		return false, nil
+	case bool:
+		return v, nil
+	case string:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, invalidf("option %s=%q is not a boolean", key, v)
+		}
+		return b, nil
+	default:
+		return false, invalidf("option %s must be a boolean, got %v (%T)", key, v, v)
+	}
+}
+
+// parsePools validates IPAM data of one family.
+func parsePools(family string, data []*network.IPAMData, want6 bool) ([]store.Pool, error) {
+	var out []store.Pool
+	for i, d := range data {
+		if d == nil || d.Pool == "" {
+			return nil, invalidf("%s[%d] has no Pool: Docker's IPAM sends the subnet of every pool; check the --subnet of the network", family, i)
+		}
+		prefix, err := netip.ParsePrefix(d.Pool)
+		if err != nil {
+			return nil, invalidf("%s pool %q is not a subnet in CIDR form: %v", family, d.Pool, err)
+		}
+		if prefix.Addr().Is6() != want6 || prefix.Addr().Is4In6() {
+			return nil, invalidf("%s pool %q is not an %s subnet", family, d.Pool, map[bool]string{false: "IPv4", true: "IPv6"}[want6])
+		}
+		p := store.Pool{Subnet: prefix.Masked().String()}
+		if d.Gateway != "" {
+			gw, err := parseAddr(d.Gateway)
+			if err != nil {
+				return nil, invalidf("%s gateway %q of pool %s is not an address: %v", family, d.Gateway, d.Pool, err)
+			}
+			if !prefix.Contains(gw) {
+				return nil, invalidf("%s gateway %s is outside its pool %s: pick a gateway inside the subnet", family, gw, prefix)
+			}
+			p.Gateway = gw.String()
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseAddr accepts an address with or without a prefix length.
+func parseAddr(s string) (netip.Addr, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Addr(), err
+	}
+	return netip.ParseAddr(s)
+}
+
+// parseNetwork turns a CreateNetwork request into the network's record,
+// validating everything that does not need the kernel.
+func parseNetwork(req *network.CreateNetworkRequest) (store.Network, error) {
+	if req.NetworkID == "" {
+		return store.Network{}, invalidf("CreateNetwork without NetworkID")
+	}
+	generic, err := genericOptions(req.Options)
+	if err != nil {
+		return store.Network{}, err
+	}
+	o, err := parseOptions(generic)
+	if err != nil {
+		return store.Network{}, err
+	}
+	internal, err := boolOption(req.Options, labelInternal)
+	if err != nil {
+		return store.Network{}, err
+	}
+	if _, err := boolOption(req.Options, labelEnableIPv6); err != nil {
+		return store.Network{}, err
+	}
+	v4, err := parsePools("IPv4Data", req.IPv4Data, false)
+	if err != nil {
+		return store.Network{}, err
+	}
+	v6, err := parsePools("IPv6Data", req.IPv6Data, true)
+	if err != nil {
+		return store.Network{}, err
+	}
+	if len(v4)+len(v6) == 0 {
+		return store.Network{}, invalidf("network %s has no IPAM data (IPv4Data and IPv6Data are empty): create it with --subnet, or with Docker's default IPAM driver", short(req.NetworkID))
+	}
+	if err := overlapsWithin(append(append([]store.Pool{}, v4...), v6...)); err != nil {
+		return store.Network{}, err
+	}
+	n := store.Network{
+		ID: req.NetworkID, Type: o.Type, Parent: o.Parent, Mode: o.Mode, Flag: o.Flag, MTU: o.MTU,
+		Internal: internal || o.Parent == "", IPv4: v4, IPv6: v6, Options: o.Given,
+	}
+	if o.Parent == "" {
+		n.Parent = dummyName(req.NetworkID)
+	}
+	return n, nil
+}
+
+func overlapsWithin(pools []store.Pool) error {
+	for i := range pools {
+		for j := i + 1; j < len(pools); j++ {
+			if poolsOverlap(pools[i], pools[j]) {
+				return invalidf("pools %s and %s of one network overlap", pools[i].Subnet, pools[j].Subnet)
+			}
+		}
+	}
+	return nil
+}
+
+func poolsOverlap(a, b store.Pool) bool {
+	pa, errA := netip.ParsePrefix(a.Subnet)
+	pb, errB := netip.ParsePrefix(b.Subnet)
+	return errA == nil && errB == nil && pa.Overlaps(pb)
+}

@@ -1,0 +1,288 @@
+// Package nltest provides an in-memory kernel implementing
+// netlinkutil.Links, with the kernel's rules that matter to underlay: unique
+// names of at most 15 bytes, a parent carries macvlan or ipvlan links but
+// never both (EBUSY), macvlan passthru is exclusive, all ipvlan links on one
+// parent share the port mode and flags of the newest one (as the kernel
+// silently does), and deleting a link deletes the links stacked on it.
+package nltest
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel is a fake kernel. The zero value is not usable; call New.
+type Kernel struct {
+	mu    sync.Mutex
+	links map[string]*netlinkutil.Link
+	next  int
+	fault func(op, name string) error
+	calls map[string]int
+}
+
+// New returns a kernel holding only lo.
+func New() *Kernel {
+	k := &Kernel{links: map[string]*netlinkutil.Link{}, next: 1, calls: map[string]int{}}
+	k.put(netlinkutil.Link{Name: "lo", Kind: "device", MTU: 65536})
+	return k
+}
+
+func (k *Kernel) put(l netlinkutil.Link) {
+	l.Index = k.next
+	k.next++
+	k.links[l.Name] = &l
+}
+
+// AddHostLink adds a link as if the administrator had made it (a NIC, a
+// bridge, a veth...), with the given kind and MTU.
+func (k *Kernel) AddHostLink(name, kind string, mtu int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.put(netlinkutil.Link{Name: name, Kind: kind, MTU: mtu})
+}
+
+// SetFault installs a hook called before every operation with the operation
+// ("get", "list", "vlan", "dummy", "endpoint", "delete") and link name; a
+// non-nil error fails the operation. The hook may block to emulate a stuck
+// kernel call. Pass nil to remove it.
+func (k *Kernel) SetFault(f func(op, name string) error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.fault = f
+}
+
+// Calls returns how many times op was called.
+func (k *Kernel) Calls(op string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.calls[op]
+}
+
+// Names returns the names of all links, sorted.
+func (k *Kernel) Names() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for n := range k.links {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Remove deletes a link behind underlay's back (a reboot, an administrator).
+func (k *Kernel) Remove(name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.remove(name)
+}
+
+func (k *Kernel) begin(op, name string) error {
+	k.mu.Lock()
+	k.calls[op]++
+	f := k.fault
+	k.mu.Unlock()
+	if f != nil {
+		return f(op, name)
+	}
+	return nil
+}
+
+func (k *Kernel) byIndex(i int) *netlinkutil.Link {
+	for _, l := range k.links {
+		if l.Index == i {
+			return l
+		}
+	}
+	return nil
+}
+
+func (k *Kernel) children(parent *netlinkutil.Link) []*netlinkutil.Link {
+	var out []*netlinkutil.Link
+	for _, l := range k.links {
+		if l.ParentIndex == parent.Index && l.ParentIndex != 0 {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (k *Kernel) remove(name string) {
+	l, ok := k.links[name]
+	if !ok {
+		return
+	}
+	for _, c := range k.children(l) {
+		k.remove(c.Name)
+	}
+	delete(k.links, name)
+}
+
+func (k *Kernel) checkNew(name string) error {
+	if len(name) > netlinkutil.MaxNameLen || name == "" {
+		return fmt.Errorf("name %q: %w", name, unix.EINVAL)
+	}
+	if _, ok := k.links[name]; ok {
+		return fmt.Errorf("link %s: %w", name, unix.EEXIST)
+	}
+	return nil
+}
+
+// Get implements netlinkutil.Links.
+func (k *Kernel) Get(_ context.Context, name string) (netlinkutil.Link, error) {
+	if err := k.begin("get", name); err != nil {
+		return netlinkutil.Link{}, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l, ok := k.links[name]
+	if !ok {
+		return netlinkutil.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
+	}
+	return *l, nil
+}
+
+// List implements netlinkutil.Links.
+func (k *Kernel) List(_ context.Context) ([]netlinkutil.Link, error) {
+	if err := k.begin("list", ""); err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]netlinkutil.Link, 0, len(k.links))
+	for _, l := range k.links {
+		out = append(out, *l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out, nil
+}
+
+// AddVLAN implements netlinkutil.Links.
+func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int) error {
+	if err := k.begin("vlan", name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.checkNew(name); err != nil {
+		return err
+	}
+	b, ok := k.links[base]
+	if !ok {
+		return fmt.Errorf("base %s: %w", base, unix.ENODEV)
+	}
+	if id < 1 || id > 4094 {
+		return fmt.Errorf("vlan id %d: %w", id, unix.ERANGE)
+	}
+	for _, c := range k.children(b) {
+		if c.Kind == "vlan" && c.VLAN == id {
+			return fmt.Errorf("vlan %d on %s: %w", id, base, unix.EEXIST)
+		}
+	}
+	if mtu == 0 {
+		mtu = b.MTU
+	}
+	k.put(netlinkutil.Link{Name: name, Kind: "vlan", ParentIndex: b.Index, VLAN: id, MTU: mtu})
+	return nil
+}
+
+// AddDummy implements netlinkutil.Links.
+func (k *Kernel) AddDummy(_ context.Context, name string, mtu int) error {
+	if err := k.begin("dummy", name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.checkNew(name); err != nil {
+		return err
+	}
+	if mtu == 0 {
+		mtu = 1500
+	}
+	k.put(netlinkutil.Link{Name: name, Kind: "dummy", MTU: mtu})
+	return nil
+}
+
+// AddEndpoint implements netlinkutil.Links.
+func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
+	if err := k.begin("endpoint", ep.Name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.checkNew(ep.Name); err != nil {
+		return err
+	}
+	p, ok := k.links[ep.Parent]
+	if !ok {
+		return fmt.Errorf("parent %s: %w", ep.Parent, unix.ENODEV)
+	}
+	if ep.MTU > p.MTU {
+		return fmt.Errorf("mtu %d above parent's %d: %w", ep.MTU, p.MTU, unix.EINVAL)
+	}
+	for _, c := range k.children(p) {
+		switch {
+		case (c.Kind == "macvlan" || c.Kind == "ipvlan") && c.Kind != ep.Type:
+			return fmt.Errorf("%s on %s holding %s: %w", ep.Type, ep.Parent, c.Kind, unix.EBUSY)
+		case ep.Type == "macvlan" && c.Kind == "macvlan" && (c.Mode == "passthru" || ep.Mode == "passthru"):
+			return fmt.Errorf("passthru on %s: %w", ep.Parent, unix.EBUSY)
+		}
+	}
+	mtu := ep.MTU
+	if mtu == 0 {
+		mtu = p.MTU
+	}
+	l := netlinkutil.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC}
+	if ep.Type == "ipvlan" {
+		// The port mode and flags belong to the parent: the newest link's
+		// settings silently apply to all of them.
+		for _, c := range k.children(p) {
+			if c.Kind == "ipvlan" {
+				c.Mode, c.Flag = ep.Mode, ep.Flag
+			}
+		}
+	}
+	k.put(l)
+	return nil
+}
+
+// Delete implements netlinkutil.Links.
+func (k *Kernel) Delete(_ context.Context, name string) error {
+	if err := k.begin("delete", name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.remove(name)
+	return nil
+}
+
+// Link returns the named link, or false.
+func (k *Kernel) Link(name string) (netlinkutil.Link, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l, ok := k.links[name]
+	if !ok {
+		return netlinkutil.Link{}, false
+	}
+	return *l, true
+}
+
+// Parent returns the name of a link's lower link, or "".
+func (k *Kernel) Parent(name string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l, ok := k.links[name]
+	if !ok || l.ParentIndex == 0 {
+		return ""
+	}
+	if p := k.byIndex(l.ParentIndex); p != nil {
+		return p.Name
+	}
+	return ""
+}

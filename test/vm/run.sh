@@ -1,0 +1,128 @@
+#!/bin/bash
+# test/vm/run.sh TESTBINARY [ARGS...]
+#
+# Runs a static linux/amd64 test binary (CGO_ENABLED=0 go test -c) as root inside a throwaway
+# QEMU VM that boots Debian's linux-image-cloud-amd64 kernel, which has the modules the host
+# may lack (dummy, 8021q, ipvlan, macvlan, veth). ARGS go to the binary. Inside the VM the
+# binary runs in /work with IN_VM=1 (and CI, if set here). Its stdout+stderr stream to our
+# stdout and we exit with its status, or: 124 timeout, 125 VM died without reporting a status
+# (kernel panic, crash), 3 kernel module missing or failed to load (tests not run), 2 usage
+# or setup error. 3/124/125 also print the tail of the kernel console to stderr.
+#
+# Env: UNDERLAY_BIN      static daemon binary, copied to /bin/underlay and exported as
+#                        UNDERLAY_BIN=/bin/underlay in the VM (optional)
+#      VM_TIMEOUT        seconds before the VM is killed (900)
+#      VM_MEM            guest memory in MiB (1024)
+#      VM_CACHE          kernel + busybox cache (${XDG_CACHE_HOME:-$HOME/.cache}/underlay-vm);
+#                        delete it to pick up a newer kernel
+#      VM_VERBOSE=1      print the whole kernel console to stderr after the run
+#      VM_EXTRA_MODULES  more kernel modules to load (space separated)
+# The first run needs root: it installs qemu-system-x86 and fetches (apt-get download, never
+# installs) the kernel package and busybox-static, unpacked into VM_CACHE.
+set -euo pipefail
+
+die() { local code=$1; shift; echo "vm/run.sh: $*" >&2; exit "$code"; }
+[ $# -ge 1 ] && [ -f "$1" ] || { sed -n '2,/^set -e/{/^set/d;s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
+BIN=$(readlink -f "$1"); shift
+ldd "$BIN" >/dev/null 2>&1 && die 2 "$BIN is dynamically linked; build it with CGO_ENABLED=0"
+if [ -n "${UNDERLAY_BIN:-}" ]; then
+  [ -f "$UNDERLAY_BIN" ] || die 2 "UNDERLAY_BIN=$UNDERLAY_BIN does not exist"
+  ldd "$UNDERLAY_BIN" >/dev/null 2>&1 && die 2 "UNDERLAY_BIN=$UNDERLAY_BIN is dynamically linked"
+fi
+TIMEOUT=${VM_TIMEOUT:-900}; VERBOSE=${VM_VERBOSE:-0}
+CACHE=${VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/underlay-vm}
+MODULES="dummy 8021q ipvlan macvlan veth ${VM_EXTRA_MODULES:-}"
+
+# ---- one-time setup (root): qemu, plus kernel and busybox unpacked into $CACHE/root ----
+updated=
+retry() { "$@" && return; [ -z "$updated" ] || return 1; updated=1; apt-get -q update >&2 && "$@"; }
+fetch() {  # apt-get download checks the files against the signed package lists
+  local k; k=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
+  [ -n "$k" ] && (cd "$CACHE/deb" && apt-get -q -o APT::Sandbox::User=root download "$k" busybox-static >&2); }
+if ! command -v qemu-system-x86_64 >/dev/null || [ ! -e "$CACHE/ok" ]; then
+  [ "$(id -u)" = 0 ] || die 2 "first run needs root (installs qemu-system-x86, fills $CACHE)"
+  export DEBIAN_FRONTEND=noninteractive
+  mkdir -p "$CACHE"; exec 9>"$CACHE/lock"; flock 9
+  command -v qemu-system-x86_64 >/dev/null ||
+    retry apt-get -q install -y --no-install-recommends qemu-system-x86 >&2 || die 2 "cannot install qemu-system-x86"
+  if [ ! -e "$CACHE/ok" ]; then
+    echo "vm/run.sh: fetching kernel and busybox into $CACHE" >&2
+    rm -rf "$CACHE/root" "$CACHE/deb"; mkdir -p "$CACHE/deb"
+    retry fetch || die 2 "cannot download linux-image-cloud-amd64's kernel or busybox-static"
+    for d in "$CACHE"/deb/*.deb; do dpkg-deb -x "$d" "$CACHE/root"; done
+    "$CACHE/root/bin/busybox" depmod -b "$CACHE/root" "$(ls "$CACHE/root/lib/modules")"  # .deb has no modules.dep
+    rm -rf "$CACHE/deb"; touch "$CACHE/ok"
+  fi
+  exec 9>&-
+fi
+KVER=$(ls "$CACHE/root/lib/modules"); KD=$CACHE/root/lib/modules/$KVER; BB=$CACHE/root/bin/busybox
+
+# ---- initramfs: busybox, the modules in load order, the binaries, /init ----
+W=$(mktemp -d "${TMPDIR:-/tmp}/underlay-vm.XXXXXX"); trap 'rm -rf "$W"' EXIT
+R=$W/root; mkdir -p "$R"/{bin,etc,dev,proc,sys,run,tmp,root,work,mod,t}
+cp "$BB" "$R/bin/busybox"; ln -s busybox "$R/bin/sh"
+printf '127.0.0.1 localhost\n::1 localhost\n' >"$R/etc/hosts"
+echo 'root:x:0:0:root:/root:/bin/sh' >"$R/etc/passwd"
+T=/t/${BIN##*/}; cp "$BIN" "$R$T"
+[ -z "${UNDERLAY_BIN:-}" ] || cp "$UNDERLAY_BIN" "$R/bin/underlay"
+declare -A seen=(); LOAD=
+for m in $MODULES; do
+  pat=${m//[-_]/[-_]}   # file names may spell _ as -
+  grep -qE "/$pat\.ko\$" "$KD/modules.builtin" && continue
+  line=$(grep -E "(^|/)$pat\.ko:" "$KD/modules.dep") || die 3 "kernel module $m is not in kernel $KVER"
+  read -ra deps <<<"${line#*:}"; order=()   # all its dependencies; the last loads first
+  for f in "${deps[@]}"; do order=("$f" "${order[@]}"); done
+  for f in "${order[@]}" "${line%%:*}"; do
+    n=$(basename "$f" .ko)
+    [ -z "${seen[$n]:-}" ] || continue; seen[$n]=1
+    cp "$KD/$f" "$R/mod/"; LOAD+=" $n"
+  done
+done
+q() { printf "'%s'" "${1//\'/\'\\\'\'}"; }   # single-quote for /bin/sh
+CMD=$(q "$T"); for a in "$@"; do CMD+=" $(q "$a")"; done
+ENV="IN_VM=1"; [ -z "${CI+set}" ] || ENV+=" CI=$(q "$CI")"
+[ -z "${UNDERLAY_BIN:-}" ] || ENV+=" UNDERLAY_BIN=/bin/underlay"
+MARK="UNDERLAY_VM_$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+cat >"$R/init" <<EOF
+#!/bin/sh
+export PATH=/bin HOME=/root TMPDIR=/tmp $ENV
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+mount -t tmpfs run /run; mount -t tmpfs tmp /tmp; mkdir -p /run/netns
+stty -F /dev/ttyS1 raw -echo
+for m in$LOAD; do
+  p=; [ \$m = dummy ] && p=numdummies=0
+  insmod /mod/\$m.ko \$p >/dev/ttyS1 2>&1 || { echo "$MARK insmod \$m" >/dev/ttyS1; poweroff -f; }
+done
+ip link set lo up
+cd /work && $CMD </dev/null >/dev/ttyS1 2>&1
+echo "$MARK exit \$?" >/dev/ttyS1
+poweroff -f
+EOF
+chmod 755 "$R/init"
+(cd "$R" && find . | "$BB" cpio -o -H newc 2>/dev/null) >"$W/initrd"
+
+# ---- boot: ttyS0 = kernel console (file), ttyS1 = the binary's output (stdout) ----
+ACCEL="-accel tcg -cpu max"; [ -w /dev/kvm ] && ACCEL="-accel kvm -cpu host"
+QUIET=quiet; [ "$VERBOSE" = 1 ] && QUIET=
+set +e
+timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64 $ACCEL -m "${VM_MEM:-1024}" \
+  -nodefaults -no-user-config -display none -no-reboot -nic none \
+  -serial "file:$W/console" -serial stdio -kernel "$CACHE/root/boot/vmlinuz-$KVER" \
+  -initrd "$W/initrd" -append "console=ttyS0 panic=-1 $QUIET" </dev/null |
+  tee "$W/out" | sed -u -e 's/\r$//' -e "/$MARK /{s/$MARK .*//;/^\$/d;}"
+qrc=${PIPESTATUS[0]}
+set -e
+read -r what val < <(tr -d '\r' <"$W/out" | sed -n "s/.*$MARK //p" | tail -n 1) || true
+case ${what:-} in
+  exit) rc=$val ;;
+  insmod) rc=3; echo "vm/run.sh: kernel module $val failed to load in the VM; tests not run" >&2 ;;
+  *) if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then rc=124; echo "vm/run.sh: timed out after ${TIMEOUT}s" >&2
+     else rc=125; echo "vm/run.sh: VM died without reporting an exit status (qemu rc=$qrc)" >&2; fi ;;
+esac
+if [ "$VERBOSE" = 1 ] || [ "$rc" = 3 ] || [ "$rc" = 124 ] || [ "$rc" = 125 ]; then
+  lines=60; [ "$VERBOSE" = 1 ] && lines=+1
+  echo "---- vm/run.sh: kernel console ($KVER) ----" >&2
+  sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\r//g' "$W/console" | tail -n "$lines" >&2
+fi
+exit "$rc"
