@@ -152,7 +152,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err err
 		if err != nil {
 			// Roll back with a context of our own: the request's may be
 			// what failed.
-			if rbErr := d.rollback(context.WithoutCancel(ctx), want.ID, token); rbErr != nil {
+			if rbErr := d.undoCreate(context.WithoutCancel(ctx), want.ID, token, plan); rbErr != nil {
 				d.log.Error("rollback of failed network left state behind; it is retried at the next start",
 					"network", want.ID, "error", rbErr)
 			}
@@ -183,6 +183,24 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err err
 	want.Pending = nil
 	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "config", describe(want), "parent_created", plan != nil)
 	return nil
+}
+
+// undoCreate rolls back a failed create. If the reservation already
+// expired and was rolled back, the parent link this request created after
+// that is owned again here so that releaseParent deletes it.
+func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.ParentLink) error {
+	if err := d.rollback(ctx, id, token); err != nil || plan == nil {
+		return err
+	}
+	if err := d.store.Update(func(tx *store.Tx) error {
+		if _, owned, err := tx.ParentLink(plan.Name); err != nil || owned {
+			return err
+		}
+		return tx.PutParentLink(*plan)
+	}); err != nil {
+		return err
+	}
+	return d.releaseParent(ctx, plan.Name)
 }
 
 // rollback undoes a reservation if it is still the one identified by token

@@ -174,7 +174,7 @@ func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int) erro
 	}
 	b, ok := k.links[base]
 	if !ok {
-		return fmt.Errorf("base %s: %w", base, unix.ENODEV)
+		return fmt.Errorf("create VLAN link %s: base link: %w: %s", name, netlinkutil.ErrNotFound, base)
 	}
 	if id < 1 || id > 4094 {
 		return fmt.Errorf("vlan id %d: %w", id, unix.ERANGE)
@@ -220,7 +220,7 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
 	}
 	p, ok := k.links[ep.Parent]
 	if !ok {
-		return fmt.Errorf("parent %s: %w", ep.Parent, unix.ENODEV)
+		return fmt.Errorf("create %s link %s: parent: %w: %s", ep.Type, ep.Name, netlinkutil.ErrNotFound, ep.Parent)
 	}
 	if ep.MTU > p.MTU {
 		return fmt.Errorf("mtu %d above parent's %d: %w", ep.MTU, p.MTU, unix.EINVAL)

@@ -1,0 +1,164 @@
+package driver
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
+)
+
+func TestCreateEndpointAnswersOnlyWhatDockerLeftEmpty(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	resp, err := f.endpoint(netA, epA, "198.18.1.10/24", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Interface == nil || resp.Interface.Address != "" || resp.Interface.AddressIPv6 != "" {
+		t.Fatalf("answer %+v echoes addresses or has no MAC", resp.Interface)
+	}
+	mac, err := net.ParseMAC(resp.Interface.MacAddress)
+	if err != nil || mac[0]&0x02 == 0 || mac[0]&0x01 != 0 {
+		t.Fatalf("generated MAC %q is not a locally administered unicast MAC", resp.Interface.MacAddress)
+	}
+	// Asked again (Docker retrying), the same MAC comes back.
+	again, err := f.endpoint(netA, epA, "198.18.1.10/24", "")
+	if err != nil || again.Interface.MacAddress != resp.Interface.MacAddress {
+		t.Fatalf("second CreateEndpoint answered %+v, %v; want the same MAC", again.Interface, err)
+	}
+
+	given, err := f.endpoint(netA, epB, "198.18.1.11/24", "02:42:c6:12:01:0b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if given.Interface != nil {
+		t.Fatalf("answered %+v when Docker gave the MAC, want nothing", given.Interface)
+	}
+	link := f.mustEndpoint(netA, epB, "198.18.1.11/24")
+	if l, _ := f.k.Link(link); l.MAC != "02:42:c6:12:01:0b" {
+		t.Fatalf("link MAC %q, want the one Docker gave", l.MAC)
+	}
+}
+
+func TestCreateEndpointRefusals(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", "type": "ipvlan"}})
+	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth1"}, v4: []string{"198.18.2.0/24"}})
+	_, err := f.endpoint(netA, epA, "198.18.1.10/24", "02:42:c6:12:01:0a")
+	wantErr(t, err, ErrInvalid, "02:42:c6:12:01:0a", "ipvlan", "--mac-address")
+	_, err = f.endpoint(netB, epA, "", "01:00:5e:00:00:01")
+	wantErr(t, err, ErrInvalid, "multicast")
+	_, err = f.endpoint(netB, epA, "", "zz")
+	wantErr(t, err, ErrInvalid, `"zz"`)
+	_, err = f.endpoint(netB, epA, "198.18.2.300/24", "")
+	wantErr(t, err, ErrInvalid, "198.18.2.300/24")
+	_, err = f.endpoint(netC, epA, "", "")
+	wantErr(t, err, ErrNotFound, "cccccccccccc")
+	_, err = f.join(netB, epB)
+	wantErr(t, err, ErrNotFound, "ebebebebebeb")
+}
+
+func TestJoinCreatesLinkAndAnswersRoutes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     map[string]string
+		internal bool
+		gw, gw6  string
+		routes   []string
+	}{
+		{name: "macvlan", opts: map[string]string{"parent": "eth1", "mtu": "9000"}, gw: "198.18.1.1", gw6: "2001:db8:1::1"},
+		{name: "macvlan private", opts: map[string]string{"parent": "eth1", "macvlan_mode": "private"}, gw: "198.18.1.1", gw6: "2001:db8:1::1"},
+		{name: "ipvlan l2", opts: map[string]string{"parent": "eth1", "type": "ipvlan"}, gw: "198.18.1.1", gw6: "2001:db8:1::1"},
+		{name: "ipvlan l3", opts: map[string]string{"parent": "eth1", "ipvlan_mode": "l3", "ipvlan_flag": "private"}, routes: []string{"0.0.0.0/0", "::/0"}},
+		{name: "ipvlan l3s", opts: map[string]string{"parent": "eth1", "ipvlan_mode": "l3s", "ipvlan_flag": "vepa"}, routes: []string{"0.0.0.0/0", "::/0"}},
+		{name: "internal", opts: map[string]string{"parent": "eth1"}, internal: true},
+		{name: "internal ipvlan l3", opts: map[string]string{"ipvlan_mode": "l3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.mustCreate(netReq{id: netA, opts: tc.opts, internal: tc.internal, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, v6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
+			if _, err := f.d.CreateEndpoint(context.Background(), &network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA,
+				Interface: &network.EndpointInterface{Address: "198.18.1.10/24", AddressIPv6: "2001:db8:1::10/64"}}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := f.join(netA, epA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.InterfaceName.SrcName != "uleeaeaeaeaeaea" || resp.InterfaceName.DstPrefix != "eth" || !resp.DisableGatewayService {
+				t.Fatalf("join answer %+v", resp)
+			}
+			if resp.Gateway != tc.gw || resp.GatewayIPv6 != tc.gw6 {
+				t.Fatalf("gateways %q %q, want %q %q", resp.Gateway, resp.GatewayIPv6, tc.gw, tc.gw6)
+			}
+			if len(resp.StaticRoutes) != len(tc.routes) {
+				t.Fatalf("routes %+v, want %v", resp.StaticRoutes, tc.routes)
+			}
+			for i, r := range resp.StaticRoutes {
+				if r.Destination != tc.routes[i] || r.RouteType != 1 || r.NextHop != "" {
+					t.Fatalf("route %+v, want connected %s without next hop", r, tc.routes[i])
+				}
+			}
+			n, _ := f.record(netA)
+			l, ok := f.k.Link("uleeaeaeaeaeaea")
+			if !ok || l.Kind != n.Type || l.Mode != n.Mode || l.Flag != n.Flag || f.k.Parent(l.Name) != n.Parent {
+				t.Fatalf("link %+v on %s, want %s %s/%s on %s", l, f.k.Parent(l.Name), n.Type, n.Mode, n.Flag, n.Parent)
+			}
+			if want := n.MTU; want != 0 && l.MTU != want {
+				t.Fatalf("link MTU %d, want %d", l.MTU, want)
+			}
+			// Join again (Docker retrying after a lost answer): one link, no error.
+			if _, err := f.join(netA, epA); err != nil {
+				t.Fatalf("second Join: %v", err)
+			}
+			ctx := context.Background()
+			if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.k.Link("uleeaeaeaeaeaea"); ok {
+				t.Fatal("link survived Leave in the host namespace")
+			}
+			if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: epA}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.d.DeleteNetwork(ctx, &network.DeleteNetworkRequest{NetworkID: netA}); err != nil {
+				t.Fatal(err)
+			}
+			f.wantLinks()
+			f.wantNetworks()
+		})
+	}
+}
+
+func TestJoinRestoresVanishedOwnedParent(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	if _, err := f.endpoint(netA, epA, "198.18.1.10/24", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.k.Remove("eth0.10")
+	if _, err := f.join(netA, epA); err != nil {
+		t.Fatalf("Join with the VLAN gone: %v", err)
+	}
+	f.wantLinks("eth0.10", "uleeaeaeaeaeaea")
+}
+
+func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	// A link with epB's name but no record (the record was lost).
+	stray := endpointLinkName(epB)
+	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge"}); err != nil {
+		t.Fatal(err)
+	}
+	// A host link that merely has the name form is never touched.
+	f.k.AddHostLink(endpointLinkName(epA), "veth", 1500)
+	for _, ep := range []string{epA, epB} {
+		if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.wantLinks(endpointLinkName(epA))
+}

@@ -1,0 +1,265 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil/nltest"
+	"github.com/underlay-net/underlay/store"
+)
+
+// fakeDocker answers NetworkExists from a set of live IDs.
+type fakeDocker struct {
+	mu    sync.Mutex
+	live  map[string]bool
+	err   error
+	calls int
+}
+
+func (f *fakeDocker) NetworkExists(_ context.Context, id string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return false, f.err
+	}
+	return f.live[id], nil
+}
+
+func (f *fakeDocker) setLive(ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.live = map[string]bool{}
+	for _, id := range ids {
+		f.live[id] = true
+	}
+}
+
+type fixture struct {
+	t      *testing.T
+	d      *Driver
+	k      *nltest.Kernel
+	db     *store.DB
+	path   string
+	docker *fakeDocker
+	clock  *fakeClock
+	points []string
+	mu     sync.Mutex
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// newFixture returns a driver over a fake kernel holding eth0 and eth1
+// (MTU 1500) and a real state file in a temp dir.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	k := nltest.New()
+	k.AddHostLink("eth0", "device", 1500)
+	k.AddHostLink("eth1", "device", 9000)
+	f := &fixture{t: t, k: k, path: filepath.Join(t.TempDir(), "underlay.db"), docker: &fakeDocker{live: map[string]bool{}},
+		clock: &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	f.open()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fixture) open() {
+	f.t.Helper()
+	db, err := store.Open(f.path, store.Options{LockTimeout: time.Second})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, CrashPoint: func(p string) {
+		f.mu.Lock()
+		f.points = append(f.points, p)
+		f.mu.Unlock()
+	}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.db, f.d = db, d
+}
+
+func (f *fixture) close() {
+	if f.d != nil {
+		f.d.Close()
+		_ = f.db.Close()
+		f.d, f.db = nil, nil
+	}
+}
+
+// restart closes and reopens the state file and runs Restore, as a new
+// process would.
+func (f *fixture) restart() {
+	f.t.Helper()
+	f.close()
+	f.open()
+	if err := f.d.Restore(context.Background()); err != nil {
+		f.t.Fatalf("Restore: %v", err)
+	}
+}
+
+type netReq struct {
+	id       string
+	opts     map[string]string
+	v4, v6   []string // "subnet[,gateway]"
+	internal bool
+}
+
+func createReq(r netReq) *network.CreateNetworkRequest {
+	generic := map[string]any{}
+	for k, v := range r.opts {
+		generic[k] = v
+	}
+	req := &network.CreateNetworkRequest{NetworkID: r.id, Options: map[string]any{labelGeneric: generic}}
+	if r.internal {
+		req.Options[labelInternal] = true
+	}
+	pools := func(specs []string) []*network.IPAMData {
+		var out []*network.IPAMData
+		for _, s := range specs {
+			sub, gw, _ := strings.Cut(s, ",")
+			out = append(out, &network.IPAMData{AddressSpace: "LocalDefault", Pool: sub, Gateway: gw})
+		}
+		return out
+	}
+	req.IPv4Data = pools(r.v4)
+	if len(r.v6) > 0 {
+		req.Options[labelEnableIPv6] = true
+		req.IPv6Data = pools(r.v6)
+	}
+	return req
+}
+
+func (f *fixture) create(r netReq) error {
+	if r.v4 == nil && r.v6 == nil {
+		r.v4 = []string{"198.18.1.0/24,198.18.1.1/24"}
+	}
+	return f.d.CreateNetwork(context.Background(), createReq(r))
+}
+
+func (f *fixture) mustCreate(r netReq) {
+	f.t.Helper()
+	if err := f.create(r); err != nil {
+		f.t.Fatalf("CreateNetwork %s: %v", r.id, err)
+	}
+}
+
+func (f *fixture) endpoint(netID, epID, addr, mac string) (*network.CreateEndpointResponse, error) {
+	return f.d.CreateEndpoint(context.Background(), &network.CreateEndpointRequest{
+		NetworkID: netID, EndpointID: epID, Interface: &network.EndpointInterface{Address: addr, MacAddress: mac}})
+}
+
+func (f *fixture) join(netID, epID string) (*network.JoinResponse, error) {
+	return f.d.Join(context.Background(), &network.JoinRequest{NetworkID: netID, EndpointID: epID, SandboxKey: "/var/run/docker/netns/x"})
+}
+
+// mustEndpoint creates and joins an endpoint and returns its link name.
+func (f *fixture) mustEndpoint(netID, epID, addr string) string {
+	f.t.Helper()
+	if _, err := f.endpoint(netID, epID, addr, ""); err != nil {
+		f.t.Fatalf("CreateEndpoint: %v", err)
+	}
+	resp, err := f.join(netID, epID)
+	if err != nil {
+		f.t.Fatalf("Join: %v", err)
+	}
+	return resp.InterfaceName.SrcName
+}
+
+// networks returns the stored network IDs, sorted.
+func (f *fixture) networks() []string {
+	f.t.Helper()
+	var ids []string
+	if err := f.db.View(func(tx *store.Tx) error {
+		return tx.ForEachNetwork(func(n store.Network) error { ids = append(ids, n.ID); return nil })
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (f *fixture) record(id string) (store.Network, bool) {
+	f.t.Helper()
+	var n store.Network
+	var ok bool
+	if err := f.db.View(func(tx *store.Tx) (err error) { n, ok, err = tx.Network(id); return err }); err != nil {
+		f.t.Fatal(err)
+	}
+	return n, ok
+}
+
+func (f *fixture) wantLinks(want ...string) {
+	f.t.Helper()
+	want = append(want, "lo", "eth0", "eth1")
+	sort.Strings(want)
+	got := f.k.Names()
+	if len(got) != len(want) {
+		f.t.Fatalf("kernel links = %v, want %v", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			f.t.Fatalf("kernel links = %v, want %v", got, want)
+		}
+	}
+}
+
+func (f *fixture) wantNetworks(want ...string) {
+	f.t.Helper()
+	sort.Strings(want)
+	got := f.networks()
+	if len(got) != len(want) {
+		f.t.Fatalf("stored networks = %v, want %v", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			f.t.Fatalf("stored networks = %v, want %v", got, want)
+		}
+	}
+}
+
+func wantErr(t *testing.T, err, kind error, substrings ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want %v", kind)
+	}
+	if kind != nil && !errors.Is(err, kind) {
+		t.Fatalf("error %q is not %v", err, kind)
+	}
+	for _, s := range substrings {
+		if !strings.Contains(err.Error(), s) {
+			t.Fatalf("error %q does not mention %q", err, s)
+		}
+	}
+}
+
+const (
+	netA = "aaaaaaaaaaaa0000000000000000000000000000000000000000000000000001"
+	netB = "bbbbbbbbbbbb0000000000000000000000000000000000000000000000000002"
+	netC = "cccccccccccc0000000000000000000000000000000000000000000000000003"
+	epA  = "eaeaeaeaeaea0000000000000000000000000000000000000000000000000001"
+	epB  = "ebebebebebeb0000000000000000000000000000000000000000000000000002"
+)

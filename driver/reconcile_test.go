@@ -1,0 +1,151 @@
+package driver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+func TestRestartKeepsEverything(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
+	f.restart()
+	f.wantNetworks(netA)
+	f.wantLinks("eth0.10", link)
+	// Same ID after the restart: reused.
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.wantNetworks(netA)
+	// The endpoint made before is known: DeleteEndpoint removes its link.
+	if err := f.d.DeleteEndpoint(context.Background(), &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: epA}); err != nil {
+		t.Fatal(err)
+	}
+	f.wantLinks("eth0.10")
+}
+
+func TestRestoreAfterReboot(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{id: netB, v4: []string{"198.18.2.0/24"}})
+	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
+	// A reboot: every link underlay made is gone.
+	for _, name := range []string{"eth0.10", "ulibbbbbbbbbbbb", link} {
+		f.k.Remove(name)
+	}
+	f.restart()
+	f.wantLinks("eth0.10", "ulibbbbbbbbbbbb")
+	if l, _ := f.k.Link("eth0.10"); l.VLAN != 10 || f.k.Parent("eth0.10") != "eth0" {
+		t.Fatalf("VLAN re-created as %+v", l)
+	}
+	// The endpoint can join again.
+	if _, err := f.join(netA, epA); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRestoreRemovesStrayLinksOnly(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	known := f.mustEndpoint(netA, epA, "")
+	ctx := context.Background()
+	mk := func(name, typ string) {
+		if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: name, Parent: "eth1", Type: typ, Mode: map[string]string{"macvlan": "bridge", "ipvlan": "l2"}[typ], Flag: "bridge"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("ule0123456789ab", "macvlan") // endpoint link nobody owns
+	mk("mymacvlan", "macvlan")       // the administrator's
+	f.k.AddHostLink("ule999999999999", "veth", 1500)
+	if err := f.k.AddDummy(ctx, "uli0123456789ab", 0); err != nil { // a dummy underlay's form, not owned
+		t.Fatal(err)
+	}
+	f.restart()
+	f.wantLinks(known, "mymacvlan", "ule999999999999")
+}
+
+func TestRestoreRollsBackOrphanedReservation(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.10"}, v4: []string{"198.18.2.0/24"}})
+	// A process died between reserving and committing, after creating the
+	// VLAN it owns (eth0.20) and while sharing eth0.10.
+	if err := f.db.Update(func(tx *store.Tx) error {
+		if err := tx.PutParentLink(store.ParentLink{Name: "eth0.20", Kind: "vlan", Base: "eth0", VLAN: 20}); err != nil {
+			return err
+		}
+		for _, n := range []store.Network{mv(netA, "eth0.20", "bridge", "198.18.1.0/24"), mv(netC, "eth0.10", "bridge", "198.18.3.0/24")} {
+			n.Pending = &store.Reservation{Token: "dead", Deadline: time.Now().Add(time.Hour)}
+			if err := tx.PutNetwork(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.AddVLAN(context.Background(), "eth0.20", "eth0", 20, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.restart()
+	f.wantNetworks(netB)
+	f.wantLinks("eth0.10")
+	// Docker's retry of the create then succeeds.
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.20"}})
+	f.wantLinks("eth0.10", "eth0.20")
+}
+
+func TestRestoreDeletesOwnedParentNoNetworkUses(t *testing.T) {
+	f := newFixture(t)
+	if err := f.db.Update(func(tx *store.Tx) error {
+		return tx.PutParentLink(store.ParentLink{Name: "eth0.30", Kind: "vlan", Base: "eth0", VLAN: 30})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.AddVLAN(context.Background(), "eth0.30", "eth0", 30, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.restart()
+	f.wantLinks()
+	var parents []store.ParentLink
+	_ = f.db.View(func(tx *store.Tx) (err error) { parents, err = tx.ParentLinks(); return err })
+	if len(parents) != 0 {
+		t.Fatalf("parent records left: %+v", parents)
+	}
+}
+
+func TestCrashPointsAreAllReachedAndListed(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustEndpoint(netA, epA, "")
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10", "mtu": "1400"}}) // replace
+	f.mustEndpoint(netA, epA, "")
+	if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: epA}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.DeleteNetwork(ctx, &network.DeleteNetworkRequest{NetworkID: netA}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, p := range f.points {
+		seen[p] = true
+	}
+	listed := map[string]bool{}
+	for _, p := range CrashPoints() {
+		listed[p] = true
+		if !seen[p] {
+			t.Errorf("crash point %s listed but never reached", p)
+		}
+	}
+	for p := range seen {
+		if !listed[p] {
+			t.Errorf("crash point %s reached but not listed in CrashPoints", p)
+		}
+	}
+}
