@@ -1,0 +1,75 @@
+# underlay: build, run, test, package.
+#
+#   sudo make run        build and run the daemon with its default state
+#   sudo make test       the full suite CI runs (installs what it needs as root)
+#   make bench           benchmarks, one table
+#   make plugin          managed plugin underlay:latest (PLUGIN=name:tag)
+
+GO      ?= go
+PLUGIN  ?= underlay:latest
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+BIN     := bin/underlay
+# Bounded fuzzing per target in `make test`; raise it for a longer hunt.
+FUZZTIME ?= 10s
+
+export CGO_ENABLED ?= 0
+
+.PHONY: all build run test test-deps test-go test-vm test-e2e fuzz bench plugin clean
+
+all: build
+
+build: $(BIN)
+
+$(BIN): $(shell find . -name '*.go' -not -path './test/*') go.mod go.sum
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/underlay
+
+# The daemon with its defaults: socket /run/docker/plugins/underlay.sock,
+# state /var/lib/underlay/underlay.db.
+run: build
+	./$(BIN) serve
+
+test: test-deps test-go test-vm test-e2e fuzz
+	@echo "make test: all suites passed"
+
+# Installs the Debian packages the suites need when run as root.
+test-deps:
+	@test/deps.sh
+
+# Unit tests and the host integration suite (the real binary in network
+# namespaces with veth parents), all under the race detector.
+test-go:
+	$(GO) vet ./...
+	$(GO) vet -tags vm,e2e,crashpoints ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
+
+# ipvlan, 802.1Q and dummy parents in a QEMU VM with Debian's cloud kernel.
+test-vm: bin/vm/underlay bin/vm/integration.test
+	UNDERLAY_BIN=bin/vm/underlay test/vm/run.sh bin/vm/integration.test -test.v -test.timeout 25m
+
+bin/vm/underlay: FORCE
+	$(GO) build -tags crashpoints -o $@ ./cmd/underlay
+
+bin/vm/integration.test: FORCE
+	$(GO) test -c -tags vm -o $@ ./test/integration/
+
+# Docker end to end: a dockerd of the suite's own, the managed plugin, swarm.
+test-e2e: build
+	$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
+
+fuzz:
+	test/fuzz.sh $(FUZZTIME)
+
+bench:
+	$(GO) run ./test/bench
+
+# Builds the managed plugin's rootfs without docker build and creates
+# $(PLUGIN) on the engine DOCKER_HOST points at.
+plugin: build
+	plugin/build.sh $(BIN) $(PLUGIN)
+
+clean:
+	rm -rf bin plugin/build
+
+.PHONY: FORCE
+FORCE:

@@ -1,0 +1,83 @@
+package itest
+
+import (
+	"strings"
+
+	"github.com/docker/go-plugins-helpers/network"
+)
+
+// Net describes a CreateNetwork request.
+type Net struct {
+	ID   string
+	Opts map[string]string
+	// V4 and V6 are pools as "subnet" or "subnet,gateway-cidr".
+	V4, V6   []string
+	Internal bool
+}
+
+// Request returns the CreateNetwork request as libnetwork sends it.
+func (n Net) Request() *network.CreateNetworkRequest {
+	generic := map[string]any{}
+	for k, v := range n.Opts {
+		generic[k] = v
+	}
+	req := &network.CreateNetworkRequest{NetworkID: n.ID, Options: map[string]any{"com.docker.network.generic": generic}}
+	if n.Internal {
+		req.Options["com.docker.network.internal"] = true
+	}
+	req.IPv4Data = pools(n.V4)
+	if len(n.V6) > 0 {
+		req.Options["com.docker.network.enable_ipv6"] = true
+		req.IPv6Data = pools(n.V6)
+	}
+	return req
+}
+
+func pools(specs []string) []*network.IPAMData {
+	var out []*network.IPAMData
+	for _, s := range specs {
+		sub, gw, _ := strings.Cut(s, ",")
+		out = append(out, &network.IPAMData{AddressSpace: "LocalDefault", Pool: sub, Gateway: gw})
+	}
+	return out
+}
+
+// CreateNetwork sends the request and returns the protocol error ("" on
+// success).
+func (d *Daemon) CreateNetwork(n Net) string {
+	d.t.Helper()
+	return d.Call("CreateNetwork", n.Request(), nil)
+}
+
+// MustCreateNetwork fails the test unless the network is created.
+func (d *Daemon) MustCreateNetwork(n Net) {
+	d.t.Helper()
+	if msg := d.CreateNetwork(n); msg != "" {
+		d.t.Fatalf("CreateNetwork %s: %s", n.ID, msg)
+	}
+}
+
+// DeleteNetwork deletes a network and fails the test on an error.
+func (d *Daemon) DeleteNetwork(id string) {
+	d.t.Helper()
+	d.MustCall("DeleteNetwork", network.DeleteNetworkRequest{NetworkID: id}, nil)
+}
+
+// Endpoint creates and joins an endpoint; it returns the CreateEndpoint
+// and Join answers.
+func (d *Daemon) Endpoint(netID, epID, addr, addr6, mac string) (network.CreateEndpointResponse, network.JoinResponse) {
+	d.t.Helper()
+	var ce network.CreateEndpointResponse
+	d.MustCall("CreateEndpoint", network.CreateEndpointRequest{NetworkID: netID, EndpointID: epID,
+		Interface: &network.EndpointInterface{Address: addr, AddressIPv6: addr6, MacAddress: mac}}, &ce)
+	var j network.JoinResponse
+	d.MustCall("Join", network.JoinRequest{NetworkID: netID, EndpointID: epID, SandboxKey: "/var/run/docker/netns/test"}, &j)
+	return ce, j
+}
+
+// RemoveEndpoint leaves and deletes an endpoint.
+func (d *Daemon) RemoveEndpoint(netID, epID string) {
+	d.t.Helper()
+	d.MustCall("Leave", network.LeaveRequest{NetworkID: netID, EndpointID: epID}, nil)
+	d.MustCall("DeleteEndpoint", network.DeleteEndpointRequest{NetworkID: netID, EndpointID: epID}, nil)
+}

@@ -1,0 +1,45 @@
+// Package integration runs the real underlay binary inside fresh network
+// namespaces, drives its socket with the remote driver protocol and checks
+// the kernel's links with netlink. Files tagged vm need ipvlan, 8021q and
+// dummy and run in the project's test VM (test/vm/run.sh).
+package integration
+
+import (
+	"testing"
+
+	"github.com/underlay-net/underlay/internal/itest"
+)
+
+func TestMain(m *testing.M) { itest.Main(m) }
+
+// IDs as Docker makes them: 64 hexadecimal characters.
+const (
+	netA = "aaaaaaaaaaaa0000000000000000000000000000000000000000000000000001"
+	netB = "bbbbbbbbbbbb0000000000000000000000000000000000000000000000000002"
+	netC = "cccccccccccc0000000000000000000000000000000000000000000000000003"
+	epA  = "eaeaeaeaeaea0000000000000000000000000000000000000000000000000001"
+	epB  = "ebebebebebeb0000000000000000000000000000000000000000000000000002"
+	epC  = "ecececececec0000000000000000000000000000000000000000000000000003"
+)
+
+// linkA, linkB, linkC are the host link names of epA, epB, epC.
+const (
+	linkA = "uleeaeaeaeaeaea"
+	linkB = "uleebebebebebeb"
+	linkC = "uleecececececec"
+)
+
+// setup returns a namespace with veth parents vp0 (MTU 1500) and vp1
+// (MTU 9000) and an underlay serving in it.
+func setup(t *testing.T, o itest.DaemonOptions) (*itest.Netns, *itest.Daemon) {
+	t.Helper()
+	ns := itest.NewNetns(t)
+	ns.AddVeth("vp0", "vp0-peer", 1500)
+	ns.AddVeth("vp1", "vp1-peer", 9000)
+	return ns, itest.StartDaemon(t, ns, o)
+}
+
+// base are the links setup makes.
+var base = []string{"lo", "vp0", "vp0-peer", "vp1", "vp1-peer"}
+
+func with(names ...string) []string { return append(append([]string{}, base...), names...) }
