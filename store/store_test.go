@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"syscall"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -302,7 +302,6 @@ func mustView(t *testing.T, db *DB, fn func(*Tx) error) {
 		t.Fatal(err)
 	}
 }
-
 
 // TestCrashBetweenReserveAndCommit kills a process (SIGKILL, no Close)
 // after it committed a reservation and before the network was complete:

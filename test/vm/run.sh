@@ -17,6 +17,7 @@
 #                        delete it to pick up a newer kernel
 #      VM_VERBOSE=1      print the whole kernel console to stderr after the run
 #      VM_EXTRA_MODULES  more kernel modules to load (space separated)
+#      VM_KVM=1          use KVM instead of software emulation (off: nested KVM can be broken)
 # The first run needs root: it installs qemu-system-x86 and fetches (apt-get download, never
 # installs) the kernel package and busybox-static, unpacked into VM_CACHE.
 set -euo pipefail
@@ -103,7 +104,7 @@ chmod 755 "$R/init"
 (cd "$R" && find . | "$BB" cpio -o -H newc 2>/dev/null) >"$W/initrd"
 
 # ---- boot: ttyS0 = kernel console (file), ttyS1 = the binary's output (stdout) ----
-ACCEL="-accel tcg -cpu max"; [ -w /dev/kvm ] && ACCEL="-accel kvm -cpu host"
+ACCEL="-accel tcg -cpu max"; [ "${VM_KVM:-0}" = 1 ] && ACCEL="-accel kvm -cpu host"
 QUIET=quiet; [ "$VERBOSE" = 1 ] && QUIET=
 set +e
 timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64 $ACCEL -m "${VM_MEM:-1024}" \
