@@ -43,7 +43,7 @@ func (f *fakeDocker) setLive(ids ...string) {
 }
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	d      *Driver
 	k      *nltest.Kernel
 	db     *store.DB
@@ -73,7 +73,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // newFixture returns a driver over a fake kernel holding eth0 and eth1
 // (MTU 1500) and a real state file in a temp dir.
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	k := nltest.New()
 	k.AddHostLink("eth0", "device", 1500)
