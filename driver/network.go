@@ -130,17 +130,28 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err err
 	if err != nil {
 		return err
 	}
+	if plan == nil {
+		// The parent exists: nothing changes in the kernel, so one atomic
+		// write under the locks creates the network.
+		d.point("create-network/before-commit")
+		if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutNetwork(want) }); err != nil {
+			return fmt.Errorf("create network %s: %w", short(want.ID), err)
+		}
+		d.point("create-network/after-commit")
+		d.log.Info("created network", "network", want.ID, "parent", want.Parent, "config", describe(want), "parent_created", false)
+		return nil
+	}
+	// A parent link must be created: claim the parent durably first, so a
+	// crash or a hung kernel call is rolled back with what it made.
 	want.Pending = &store.Reservation{Token: newToken(), Deadline: d.now().Add(d.pending)}
 	token := want.Pending.Token
 	d.point("create-network/before-reserve")
-	if err := d.store.Update(func(tx *store.Tx) error {
-		if plan != nil {
-			if _, owned, err := tx.ParentLink(plan.Name); err != nil {
+	if err := d.store.Batch(func(tx *store.Tx) error {
+		if _, owned, err := tx.ParentLink(plan.Name); err != nil {
+			return err
+		} else if !owned {
+			if err := tx.PutParentLink(*plan); err != nil {
 				return err
-			} else if !owned {
-				if err := tx.PutParentLink(*plan); err != nil {
-					return err
-				}
 			}
 		}
 		return tx.PutNetwork(want)
@@ -158,15 +169,13 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err err
 			}
 		}
 	}()
-	if plan != nil {
-		d.point("create-network/before-parent-link")
-		if err := d.createParentLink(ctx, *plan); err != nil {
-			return fmt.Errorf("create parent %s for network %s: %w", plan.Name, short(want.ID), err)
-		}
-		d.point("create-network/after-parent-link")
+	d.point("create-network/before-parent-link")
+	if err := d.createParentLink(ctx, *plan); err != nil {
+		return fmt.Errorf("create parent %s for network %s: %w", plan.Name, short(want.ID), err)
 	}
+	d.point("create-network/after-parent-link")
 	d.point("create-network/before-commit")
-	if err := d.store.Update(func(tx *store.Tx) error {
+	if err := d.store.Batch(func(tx *store.Tx) error {
 		cur, ok, err := tx.Network(want.ID)
 		if err != nil {
 			return err
@@ -181,7 +190,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err err
 	}
 	d.point("create-network/after-commit")
 	want.Pending = nil
-	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "config", describe(want), "parent_created", plan != nil)
+	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "config", describe(want), "parent_created", true)
 	return nil
 }
 
@@ -244,7 +253,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/after-link-delete")
 	d.point("delete-network/before-commit")
-	if err := d.store.Update(func(tx *store.Tx) error { return tx.DeleteNetwork(n.ID) }); err != nil {
+	if err := d.store.Batch(func(tx *store.Tx) error { return tx.DeleteNetwork(n.ID) }); err != nil {
 		return err
 	}
 	d.point("delete-network/after-commit")
