@@ -60,8 +60,10 @@ test-e2e: build
 fuzz:
 	test/fuzz.sh $(FUZZTIME)
 
-bench:
-	$(GO) run ./test/bench
+# Benchmarks (not tests): driver vs floor, scale, Docker built-in vs
+# underlay. Prints one table. BENCH=driver,scale,docker picks sections.
+bench: build
+	UNDERLAY_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -tags bench -count=1 -run '^TestBench$$' -v -timeout 60m ./test/bench/
 
 # Builds the managed plugin's rootfs without docker build and creates
 # $(PLUGIN) on the engine DOCKER_HOST points at.

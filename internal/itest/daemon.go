@@ -114,6 +114,11 @@ func (d *Daemon) StartNoWait() error {
 
 // WaitReady waits until /Plugin.Activate answers.
 func (d *Daemon) WaitReady(timeout time.Duration) error {
+	return d.WaitReadyPoll(timeout, 20*time.Millisecond)
+}
+
+// WaitReadyPoll is WaitReady polling every interval.
+func (d *Daemon) WaitReadyPoll(timeout, interval time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
@@ -125,7 +130,7 @@ func (d *Daemon) WaitReady(timeout time.Duration) error {
 		if code, _, err := d.Post("/Plugin.Activate", nil); err == nil && code == 200 {
 			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(interval)
 	}
 	return fmt.Errorf("underlay did not serve %s within %s", d.Socket, timeout)
 }

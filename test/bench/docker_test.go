@@ -1,0 +1,7 @@
+//go:build bench
+
+package bench
+
+import "testing"
+
+func benchDocker(t *testing.T, tb *table) {}
