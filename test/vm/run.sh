@@ -13,8 +13,7 @@
 #                        UNDERLAY_BIN=/bin/underlay in the VM (optional)
 #      VM_TIMEOUT        seconds before the VM is killed (900)
 #      VM_MEM            guest memory in MiB (1024)
-#      VM_CACHE          kernel + busybox cache (${XDG_CACHE_HOME:-$HOME/.cache}/underlay-vm);
-#                        delete it to pick up a newer kernel
+#      VM_CACHE          kernel+busybox cache (${XDG_CACHE_HOME:-$HOME/.cache}/underlay-vm; rm for a newer kernel)
 #      VM_VERBOSE=1      print the whole kernel console to stderr after the run
 #      VM_EXTRA_MODULES  more kernel modules to load (space separated)
 #      VM_KVM=1          use KVM instead of software emulation (off: nested KVM can be broken)
@@ -23,13 +22,12 @@
 set -euo pipefail
 
 die() { local code=$1; shift; echo "vm/run.sh: $*" >&2; exit "$code"; }
-[ $# -ge 1 ] && [ -f "$1" ] || { sed -n '2,/^set -e/{/^set/d;s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,/^set -e/{/^set/d;s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
+for b in "$1" ${UNDERLAY_BIN:+"$UNDERLAY_BIN"}; do
+  [ -f "$b" ] || die 2 "$b: no such file"
+  ! ldd "$b" >/dev/null 2>&1 || die 2 "$b is dynamically linked; build it with CGO_ENABLED=0"
+done
 BIN=$(readlink -f "$1"); shift
-ldd "$BIN" >/dev/null 2>&1 && die 2 "$BIN is dynamically linked; build it with CGO_ENABLED=0"
-if [ -n "${UNDERLAY_BIN:-}" ]; then
-  [ -f "$UNDERLAY_BIN" ] || die 2 "UNDERLAY_BIN=$UNDERLAY_BIN does not exist"
-  ldd "$UNDERLAY_BIN" >/dev/null 2>&1 && die 2 "UNDERLAY_BIN=$UNDERLAY_BIN is dynamically linked"
-fi
 TIMEOUT=${VM_TIMEOUT:-900}; VERBOSE=${VM_VERBOSE:-0}
 CACHE=${VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/underlay-vm}
 MODULES="dummy 8021q ipvlan macvlan veth ${VM_EXTRA_MODULES:-}"
@@ -60,6 +58,7 @@ KVER=$(ls "$CACHE/root/lib/modules"); KD=$CACHE/root/lib/modules/$KVER; BB=$CACH
 
 # ---- initramfs: busybox, the modules in load order, the binaries, /init ----
 W=$(mktemp -d "${TMPDIR:-/tmp}/underlay-vm.XXXXXX"); trap 'rm -rf "$W"' EXIT
+trap 'echo "vm/run.sh: interrupted" >&2; exit 130' INT TERM
 R=$W/root; mkdir -p "$R"/{bin,etc,dev,proc,sys,run,tmp,root,work,mod,t}
 cp "$BB" "$R/bin/busybox"; ln -s busybox "$R/bin/sh"
 printf '127.0.0.1 localhost\n::1 localhost\n' >"$R/etc/hosts"
@@ -125,5 +124,6 @@ if [ "$VERBOSE" = 1 ] || [ "$rc" = 3 ] || [ "$rc" = 124 ] || [ "$rc" = 125 ]; th
   lines=60; [ "$VERBOSE" = 1 ] && lines=+1
   echo "---- vm/run.sh: kernel console ($KVER) ----" >&2
   sed -e 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\r//g' "$W/console" | tail -n "$lines" >&2
+  [ "$rc" != 125 ] || [ -s "$W/console" ] || echo "(empty: the VM stopped before the kernel printed anything; too little VM_MEM?)" >&2
 fi
 exit "$rc"
