@@ -207,16 +207,17 @@ func joinResponse(n store.Network, ep store.Endpoint) *network.JoinResponse {
 	return resp
 }
 
-// gatewayFor returns the gateway of the pool holding addr (of the first
-// pool with a gateway when addr is empty).
+// gatewayFor returns the gateway of the pool holding addr; none when the
+// endpoint has no address of that family (a default route through a
+// gateway it cannot reach would fail the container).
 func gatewayFor(addr string, pools []store.Pool) string {
 	a, err := netip.ParsePrefix(addr)
+	if err != nil {
+		return ""
+	}
 	for _, p := range pools {
 		sub, perr := netip.ParsePrefix(p.Subnet)
-		if perr != nil || p.Gateway == "" {
-			continue
-		}
-		if err != nil || sub.Contains(a.Addr()) {
+		if perr == nil && p.Gateway != "" && sub.Contains(a.Addr()) {
 			return p.Gateway
 		}
 	}

@@ -392,3 +392,42 @@ func TestAllocateNetworkAnswersValidatedOptions(t *testing.T) {
 		t.Fatalf("capabilities %+v", caps)
 	}
 }
+
+func TestVLANOnVLANKeepsItsBase(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	del := func(id string) {
+		t.Helper()
+		if err := f.d.DeleteNetwork(ctx, &network.DeleteNetworkRequest{NetworkID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.10.20"}, v4: []string{"198.18.2.0/24"}})
+	link := f.mustEndpoint(netB, epB, "198.18.2.10/24")
+	del(netA)
+	f.wantLinks("eth0.10", "eth0.10.20", link) // eth0.10 carries netB's VLAN
+
+	// A reboot: both VLANs vanish; the restart re-creates the base first.
+	f.k.Remove("eth0.10")
+	f.restart()
+	f.wantLinks("eth0.10", "eth0.10.20")
+	if f.k.Parent("eth0.10.20") != "eth0.10" {
+		t.Fatalf("eth0.10.20 re-created on %s", f.k.Parent("eth0.10.20"))
+	}
+	del(netB)
+	f.wantLinks() // the last user went: both VLANs underlay created go
+}
+
+func TestOwnedVLANKeptWhileForeignLinksStandOnIt(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	if err := f.k.AddVLAN(ctx, "admin.5", "eth0.10", 5, 0); err != nil { // the administrator's
+		t.Fatal(err)
+	}
+	if err := f.d.DeleteNetwork(ctx, &network.DeleteNetworkRequest{NetworkID: netA}); err != nil {
+		t.Fatal(err)
+	}
+	f.wantLinks("eth0.10", "admin.5")
+}

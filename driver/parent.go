@@ -125,6 +125,31 @@ func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error
 	return err
 }
 
+// recreateParentLink creates an owned parent link that is missing, first
+// re-creating its base when that is an owned VLAN that vanished too (a VLAN
+// on a VLAN after a reboot).
+func (d *Driver) recreateParentLink(ctx context.Context, p store.ParentLink) error {
+	if p.Kind == kindVLAN {
+		if _, err := d.links.Get(ctx, p.Base); errors.Is(err, netlinkutil.ErrNotFound) {
+			var base store.ParentLink
+			var owned bool
+			if err := d.store.View(func(tx *store.Tx) (err error) {
+				base, owned, err = tx.ParentLink(p.Base)
+				return err
+			}); err != nil {
+				return err
+			}
+			if owned {
+				if err := d.recreateParentLink(ctx, base); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	d.log.Info("re-creating missing parent link underlay created", "parent", p.Name, "kind", p.Kind)
+	return d.createParentLink(ctx, p)
+}
+
 // ensureParent makes sure a stored network's parent exists, re-creating a
 // VLAN or dummy link underlay owns (or, for a VLAN parent, creating and
 // then owning it) when it is missing. The caller holds the parent lock.
@@ -154,32 +179,104 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) error {
 			return err
 		}
 	}
-	d.log.Info("re-creating missing parent link", "network", n.ID, "parent", owned.Name, "kind", owned.Kind)
-	if err := d.createParentLink(ctx, owned); err != nil {
+	if err := d.recreateParentLink(ctx, owned); err != nil {
 		return fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
 	}
 	return nil
 }
 
-// releaseParent deletes a parent link underlay owns once no network record
-// names it. Links underlay did not create are never deleted.
+// parentNeeded reports whether a parent link must stay: a network names it,
+// or a parent link underlay created on it (a VLAN on a VLAN) must stay.
+func parentNeeded(tx *store.Tx, name string) bool {
+	if tx.ParentInUse(name) {
+		return true
+	}
+	for _, upper := range tx.ParentLinksOn(name) {
+		if parentNeeded(tx, upper) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseParent deletes a parent link underlay created once nothing needs
+// it: no network names it, no needed link underlay made stands on it, and
+// no link someone else made stands on it. Links underlay did not create are
+// never deleted. When a VLAN goes, its base is reconsidered: it may be a
+// VLAN underlay created that only this one needed. The caller holds the
+// parent's lock; the base's is only tried.
 func (d *Driver) releaseParent(ctx context.Context, name string) error {
-	var inUse, owned bool
+	var needed, owned bool
+	var rec store.ParentLink
+	var uppers []string
 	if err := d.store.View(func(tx *store.Tx) (err error) {
-		inUse = tx.ParentInUse(name)
-		_, owned, err = tx.ParentLink(name)
+		needed = parentNeeded(tx, name)
+		uppers = tx.ParentLinksOn(name)
+		rec, owned, err = tx.ParentLink(name)
 		return err
-	}); err != nil || inUse || !owned {
+	}); err != nil || needed || !owned {
 		return err
+	}
+	for _, upper := range uppers { // unneeded links underlay made on it go first
+		unlock, ok := d.locks.tryExclusive(parentLock(upper))
+		if !ok {
+			return nil // a request is working on it; reconsidered at the next start
+		}
+		err := d.releaseParent(ctx, upper)
+		unlock()
+		if err != nil {
+			return err
+		}
+	}
+	if rec.Kind == kindVLAN {
+		if others, err := d.linksOn(ctx, name); err != nil || len(others) > 0 {
+			if err == nil {
+				d.log.Warn("keeping a VLAN link underlay created: links it did not make stand on it", "parent", name, "links", others)
+			}
+			return err
+		}
 	}
 	if err := d.links.Delete(ctx, name); err != nil {
 		return fmt.Errorf("delete parent link %s: %w", name, err)
 	}
 	d.log.Info("deleted parent link underlay created", "parent", name)
-	return d.store.Update(func(tx *store.Tx) error {
-		if tx.ParentInUse(name) {
+	if err := d.store.Update(func(tx *store.Tx) error {
+		if parentNeeded(tx, name) {
 			return nil
 		}
 		return tx.DeleteParentLink(name)
-	})
+	}); err != nil {
+		return err
+	}
+	if rec.Kind != kindVLAN {
+		return nil
+	}
+	unlock, ok := d.locks.tryExclusive(parentLock(rec.Base))
+	if !ok {
+		return nil // in use right now; reconsidered at the next start
+	}
+	defer unlock()
+	return d.releaseParent(ctx, rec.Base)
+}
+
+// linksOn lists the links whose lower link is the named one.
+func (d *Driver) linksOn(ctx context.Context, name string) ([]string, error) {
+	l, err := d.links.Get(ctx, name)
+	if errors.Is(err, netlinkutil.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	all, err := d.links.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, o := range all {
+		if o.ParentIndex == l.Index && o.Index != l.Index {
+			out = append(out, o.Name)
+		}
+	}
+	return out, nil
 }

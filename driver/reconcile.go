@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -35,26 +36,29 @@ func (d *Driver) Restore(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("roll back network %s: %w", short(n.ID), err))
 		}
 	}
+	// In name order a VLAN's base (a prefix of its name) comes first.
 	for _, p := range parents {
-		var inUse bool
-		var users []store.Network
-		if err := d.store.View(func(tx *store.Tx) (err error) {
-			inUse = tx.ParentInUse(p.Name)
-			if inUse {
-				users, err = tx.NetworksOn(p.Name)
-			}
-			return err
+		var needed bool
+		if err := d.store.View(func(tx *store.Tx) error {
+			needed = parentNeeded(tx, p.Name)
+			return nil
 		}); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if !inUse {
+		if !needed {
 			if err := d.releaseParent(ctx, p.Name); err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		}
-		if err := d.ensureParent(ctx, users[0]); err != nil {
+		if _, err := d.links.Get(ctx, p.Name); !errors.Is(err, netlinkutil.ErrNotFound) {
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := d.recreateParentLink(ctx, p); err != nil {
 			// The base interface may be gone; the networks stay, and the
 			// next request on them reports it.
 			d.log.Error("could not re-create a parent link underlay created", "parent", p.Name, "kind", p.Kind, "error", err)

@@ -9,6 +9,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,7 +24,7 @@ import (
 
 // SchemaVersion is the layout version this build writes. A file with a higher
 // version is refused; a file with a lower one is migrated on Open.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // ErrLocked is returned by Open when another process holds the state file.
 var ErrLocked = errors.New("state file is locked by another process")
@@ -48,11 +49,16 @@ var (
 	bucketEndpoints   = []byte("endpoints")
 	bucketLinks       = []byte("endpoints-by-link")
 	bucketParentLinks = []byte("parent-links")
+	// Since schema 2: base link -> the parent links underlay created on it.
+	bucketParentLinksByBase = []byte("parent-links-by-base")
 	keySchema         = []byte("schema")
 )
 
-// migrations[v] upgrades a file from schema v to v+1 inside one transaction.
-// Version 0 is a file without buckets (new or empty).
+// migrations[v] upgrades a file from schema v to v+1 inside one transaction
+// (all steps of one Open share it: a failed migration changes nothing).
+// Version 0 is a file without buckets (new or empty). To change the layout:
+// bump SchemaVersion, add the step, and test it on a file of the old
+// version (store_test.go, TestMigrateFromSchema1).
 var migrations = map[int]func(*bolt.Tx) error{
 	0: func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketMeta, bucketNetworks, bucketByParent, bucketPending, bucketEndpoints, bucketLinks, bucketParentLinks} {
@@ -61,6 +67,23 @@ var migrations = map[int]func(*bolt.Tx) error{
 			}
 		}
 		return nil
+	},
+	// 1 -> 2: index the parent links by their base link.
+	1: func(tx *bolt.Tx) error {
+		byBase, err := tx.CreateBucketIfNotExists(bucketParentLinksByBase)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketParentLinks).ForEach(func(k, v []byte) error {
+			var p ParentLink
+			if err := json.Unmarshal(v, &p); err != nil {
+				return fmt.Errorf("%w: parent link record %q: %w", ErrCorrupt, k, err)
+			}
+			if p.Base == "" {
+				return nil
+			}
+			return indexAdd(byBase, p.Base, p.Name)
+		})
 	},
 }
 

@@ -36,6 +36,50 @@ func put(b *bolt.Bucket, key string, v any) error {
 	return b.Put([]byte(key), raw)
 }
 
+// Set indexes: a bucket of nested buckets, key -> set of members. Empty
+// sets are removed, so "has a member" is one cursor step.
+
+func indexAdd(index *bolt.Bucket, key, member string) error {
+	set, err := index.CreateBucketIfNotExists([]byte(key))
+	if err != nil {
+		return err
+	}
+	return set.Put([]byte(member), nil)
+}
+
+func indexRemove(index *bolt.Bucket, key, member string) error {
+	set := index.Bucket([]byte(key))
+	if set == nil {
+		return nil
+	}
+	if err := set.Delete([]byte(member)); err != nil {
+		return err
+	}
+	if k, _ := set.Cursor().First(); k == nil {
+		return index.DeleteBucket([]byte(key))
+	}
+	return nil
+}
+
+func indexMembers(index *bolt.Bucket, key string) []string {
+	set := index.Bucket([]byte(key))
+	if set == nil {
+		return nil
+	}
+	var out []string
+	_ = set.ForEach(func(k, _ []byte) error { out = append(out, string(k)); return nil })
+	return out
+}
+
+func indexHas(index *bolt.Bucket, key string) bool {
+	set := index.Bucket([]byte(key))
+	if set == nil {
+		return false
+	}
+	k, _ := set.Cursor().First()
+	return k != nil
+}
+
 // Network returns the network with the given ID.
 func (t *Tx) Network(id string) (Network, bool, error) {
 	return get[Network](t.b(bucketNetworks), id)
@@ -44,33 +88,23 @@ func (t *Tx) Network(id string) (Network, bool, error) {
 // NetworksOn returns the networks (complete and pending) whose parent is
 // the named link, in ID order.
 func (t *Tx) NetworksOn(parent string) ([]Network, error) {
-	idx := t.b(bucketByParent).Bucket([]byte(parent))
-	if idx == nil {
-		return nil, nil
-	}
 	var out []Network
-	err := idx.ForEach(func(k, _ []byte) error {
-		n, ok, err := t.Network(string(k))
+	for _, id := range indexMembers(t.b(bucketByParent), parent) {
+		n, ok, err := t.Network(id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
-			return fmt.Errorf("%w: parent index of %s names network %s, which has no record", ErrCorrupt, parent, k)
+			return nil, fmt.Errorf("%w: parent index of %s names network %s, which has no record", ErrCorrupt, parent, id)
 		}
 		out = append(out, n)
-		return nil
-	})
-	return out, err
+	}
+	return out, nil
 }
 
 // ParentInUse reports whether any network record names the link as parent.
 func (t *Tx) ParentInUse(parent string) bool {
-	idx := t.b(bucketByParent).Bucket([]byte(parent))
-	if idx == nil {
-		return false
-	}
-	k, _ := idx.Cursor().First()
-	return k != nil
+	return indexHas(t.b(bucketByParent), parent)
 }
 
 // PutNetwork writes the network record and its index entries.
@@ -80,15 +114,11 @@ func (t *Tx) PutNetwork(n Network) error {
 		return err
 	}
 	if ok && old.Parent != n.Parent {
-		if err := t.unindexParent(old.Parent, n.ID); err != nil {
+		if err := indexRemove(t.b(bucketByParent), old.Parent, n.ID); err != nil {
 			return err
 		}
 	}
-	idx, err := t.b(bucketByParent).CreateBucketIfNotExists([]byte(n.Parent))
-	if err != nil {
-		return err
-	}
-	if err := idx.Put([]byte(n.ID), nil); err != nil {
+	if err := indexAdd(t.b(bucketByParent), n.Parent, n.ID); err != nil {
 		return err
 	}
 	if n.Pending != nil {
@@ -100,21 +130,6 @@ func (t *Tx) PutNetwork(n Network) error {
 		return err
 	}
 	return put(t.b(bucketNetworks), n.ID, n)
-}
-
-func (t *Tx) unindexParent(parent, id string) error {
-	byParent := t.b(bucketByParent)
-	idx := byParent.Bucket([]byte(parent))
-	if idx == nil {
-		return nil
-	}
-	if err := idx.Delete([]byte(id)); err != nil {
-		return err
-	}
-	if k, _ := idx.Cursor().First(); k == nil {
-		return byParent.DeleteBucket([]byte(parent))
-	}
-	return nil
 }
 
 // DeleteNetwork removes the network, its endpoints and their index entries.
@@ -138,7 +153,7 @@ func (t *Tx) DeleteNetwork(id string) error {
 			return err
 		}
 	}
-	if err := t.unindexParent(n.Parent, id); err != nil {
+	if err := indexRemove(t.b(bucketByParent), n.Parent, id); err != nil {
 		return err
 	}
 	if err := t.b(bucketPending).Delete([]byte(id)); err != nil {
@@ -271,25 +286,33 @@ func (t *Tx) ParentLinks() ([]ParentLink, error) {
 // PutParentLink records that underlay created (or is about to create) a
 // parent link.
 func (t *Tx) PutParentLink(p ParentLink) error {
+	if err := t.DeleteParentLink(p.Name); err != nil {
+		return err
+	}
+	if p.Base != "" {
+		if err := indexAdd(t.b(bucketParentLinksByBase), p.Base, p.Name); err != nil {
+			return err
+		}
+	}
 	return put(t.b(bucketParentLinks), p.Name, p)
 }
 
 // DeleteParentLink forgets a parent link.
 func (t *Tx) DeleteParentLink(name string) error {
+	old, ok, err := t.ParentLink(name)
+	if err != nil || !ok {
+		return err
+	}
+	if old.Base != "" {
+		if err := indexRemove(t.b(bucketParentLinksByBase), old.Base, name); err != nil {
+			return err
+		}
+	}
 	return t.b(bucketParentLinks).Delete([]byte(name))
 }
 
-// Stats counts the records.
-type Stats struct {
-	Networks, Endpoints, Pending, ParentLinks int
-}
-
-// Stats returns record counts, read from bbolt's bucket statistics.
-func (t *Tx) Stats() Stats {
-	return Stats{
-		Networks:    t.b(bucketNetworks).Stats().KeyN,
-		Endpoints:   t.b(bucketLinks).Stats().KeyN,
-		Pending:     t.b(bucketPending).Stats().KeyN,
-		ParentLinks: t.b(bucketParentLinks).Stats().KeyN,
-	}
+// ParentLinksOn returns the names of the parent links underlay created on
+// top of the named link (VLANs whose base it is), in name order.
+func (t *Tx) ParentLinksOn(base string) []string {
+	return indexMembers(t.b(bucketParentLinksByBase), base)
 }

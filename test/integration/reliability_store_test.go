@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/underlay-net/underlay/store"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 )
@@ -79,11 +80,11 @@ func TestStoreFaultsAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte("2")) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte(fmt.Sprint(store.SchemaVersion+1))) }); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
-	startFails(t, d, newer, newer, "newer schema", "version 2")
+	startFails(t, d, newer, newer, "newer schema", fmt.Sprintf("version %d", store.SchemaVersion+1))
 
 	// A read-only state directory.
 	ro := filepath.Join(t.TempDir(), "ro")

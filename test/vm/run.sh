@@ -3,7 +3,7 @@
 #
 # Runs a static linux/amd64 test binary (CGO_ENABLED=0 go test -c) as root inside a throwaway
 # QEMU VM that boots Debian's linux-image-cloud-amd64 kernel, which has the modules the host
-# may lack (dummy, 8021q, ipvlan, macvlan, veth). ARGS go to the binary. Inside the VM the
+# may lack (dummy, 8021q, ipvlan, macvlan, veth, bridge). ARGS go to the binary. Inside the VM the
 # binary runs in /work with IN_VM=1 (and CI, if set here). Its stdout+stderr stream to our
 # stdout and we exit with its status, or: 124 timeout, 125 VM died without reporting a status
 # (kernel panic, crash), 3 kernel module missing or failed to load (tests not run), 2 usage
@@ -30,7 +30,7 @@ done
 BIN=$(readlink -f "$1"); shift
 TIMEOUT=${VM_TIMEOUT:-900}; VERBOSE=${VM_VERBOSE:-0}
 CACHE=${VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/underlay-vm}
-MODULES="dummy 8021q ipvlan macvlan veth ${VM_EXTRA_MODULES:-}"
+MODULES="dummy 8021q ipvlan macvlan veth bridge ${VM_EXTRA_MODULES:-}"
 
 # ---- one-time setup (root): qemu, plus kernel and busybox unpacked into $CACHE/root ----
 updated=
