@@ -1,0 +1,302 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// must runs docker and fails the test on error.
+func (e *env) must(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := e.docker(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// eventually retries f every 250 ms until it succeeds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// network creates a network and removes it at cleanup; it returns the ID.
+func (e *env) network(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	id := e.must(t, append([]string{"network", "create"}, append(args, name)...)...)
+	t.Cleanup(func() { e.removeNetwork(t, name) })
+	return id
+}
+
+// removeNetwork removes a network if it still exists (for cleanups).
+func (e *env) removeNetwork(t *testing.T, name string) {
+	if _, err := e.docker("network", "inspect", name); err != nil {
+		return
+	}
+	if _, err := e.docker("network", "rm", name); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+}
+
+// ctr is a container a test started.
+type ctr struct{ name, ip, ip6, mac string }
+
+// run starts a container that sleeps, with the given network options
+// (--ip, --ip6, --mac-address when set), and removes it at cleanup.
+// --stop-timeout 1: busybox sleep as PID 1 ignores SIGTERM, and dockerd
+// restarts would otherwise wait 10 s per container.
+func (e *env) run(t *testing.T, c ctr, netName string, extra ...string) ctr {
+	t.Helper()
+	args := []string{"run", "-d", "--stop-timeout", "1", "--name", c.name, "--network", netName}
+	if c.ip != "" {
+		args = append(args, "--ip", c.ip)
+	}
+	if c.ip6 != "" {
+		args = append(args, "--ip6", c.ip6)
+	}
+	if c.mac != "" {
+		args = append(args, "--mac-address", c.mac)
+	}
+	args = append(append(args, extra...), imageTag, "sleep", "86400")
+	t.Cleanup(func() { _, _ = e.docker("rm", "-f", c.name) })
+	e.must(t, args...)
+	return c
+}
+
+// exec runs a command in a container.
+func (e *env) exec(c string, cmd ...string) (string, error) {
+	return e.docker(append([]string{"exec", c}, cmd...)...)
+}
+
+// ping waits until container from reaches addr (IPv6 addresses need a
+// moment for duplicate address detection after a start).
+func (e *env) ping(t *testing.T, from, addr string) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("%s pings %s", from, addr), func() error {
+		_, err := e.exec(from, "ping", "-c", "1", "-W", "1", addr)
+		return err
+	})
+}
+
+// reaches reports whether container from pings addr within timeout.
+func (e *env) reaches(from, addr string, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if _, err := e.exec(from, "ping", "-c", "1", "-W", "1", addr); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pingAll checks that every container reaches every other on each of its
+// addresses.
+func (e *env) pingAll(t *testing.T, cs ...ctr) {
+	t.Helper()
+	for _, a := range cs {
+		for _, b := range cs {
+			if a.name == b.name {
+				continue
+			}
+			for _, addr := range []string{b.ip, b.ip6} {
+				if addr != "" {
+					e.ping(t, a.name, addr)
+				}
+			}
+		}
+	}
+}
+
+// waitRunning waits until the containers run.
+func (e *env) waitRunning(t *testing.T, timeout time.Duration, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		eventually(t, timeout, n+" running", func() error {
+			out, err := e.docker("inspect", "-f", "{{.State.Running}} {{.State.Error}}", n)
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(out, "true") {
+				return fmt.Errorf("state: %s", out)
+			}
+			return nil
+		})
+	}
+}
+
+// oneShot runs a new container on a network that pings addr and exits:
+// new containers start and reach the others.
+func (e *env) oneShot(t *testing.T, netName, ip, addr string) {
+	t.Helper()
+	args := []string{"run", "--rm", "--network", netName}
+	if ip != "" {
+		args = append(args, "--ip", ip)
+	}
+	args = append(args, imageTag, "sh", "-c",
+		"for i in 1 2 3 4 5 6 7 8 9 10; do ping -c 1 -W 1 "+addr+" >/dev/null && exit 0; done; exit 1")
+	eventually(t, 60*time.Second, "a new container on "+netName+" starts and reaches "+addr, func() error {
+		_, err := e.docker(args...)
+		return err
+	})
+}
+
+// nsLinks lists the links of the suite's namespace (where dockerd, the
+// plugin and the endpoint links live).
+func (e *env) nsLinks(t *testing.T) []string {
+	t.Helper()
+	l, err := linkNames(nsName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// wantLinks fails unless the namespace holds exactly the links it held
+// when the suite started, and the host exactly the links it had before.
+func (e *env) wantNoLeak(t *testing.T, when string) {
+	t.Helper()
+	eventually(t, 15*time.Second, "no leaked links "+when, func() error {
+		got, err := linkNames(nsName)
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(got) != fmt.Sprint(e.nsBase) {
+			return fmt.Errorf("links in the engine's namespace %v, want %v", got, e.nsBase)
+		}
+		host, err := linkNames("")
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(host) != fmt.Sprint(e.hostLinks) {
+			return fmt.Errorf("host links %v, before the suite %v", host, e.hostLinks)
+		}
+		return nil
+	})
+}
+
+// pluginID returns the full ID of the installed plugin.
+func (e *env) pluginID(t *testing.T) string {
+	t.Helper()
+	return e.must(t, "plugin", "inspect", "-f", "{{.ID}}", plugin)
+}
+
+// pluginPids lists the running plugin processes (/underlay serve in the
+// suite's namespace).
+func pluginPids() []int {
+	var out []int
+	for _, pid := range ourProcesses() {
+		if strings.HasPrefix(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "/underlay\x00serve") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// ensurePlugin makes sure the plugin is installed and enabled with the
+// suite's DOCKER_HOST, whatever an earlier test left; tests call it first
+// so that each one can run alone (-run).
+func (e *env) ensurePlugin(t *testing.T) {
+	t.Helper()
+	out, err := e.docker("plugin", "inspect", "-f", "{{.Enabled}}", plugin)
+	if err != nil {
+		bin, berr := filepath.Abs(filepath.Join(e.root, "bin", "underlay"))
+		if berr != nil {
+			t.Fatal(berr)
+		}
+		e.buildPlugin(t, bin, plugin, filepath.Join(dataDir, "plugin-main"))
+		out = "false"
+	}
+	if out != "true" {
+		e.must(t, append([]string{"plugin", "set", plugin}, pluginSettings...)...)
+		e.must(t, "plugin", "enable", plugin)
+	}
+	eventually(t, 30*time.Second, "plugin process running", func() error {
+		if len(pluginPids()) == 0 {
+			return fmt.Errorf("no /underlay serve process in %s", nsName)
+		}
+		return nil
+	})
+}
+
+// buildPlugin runs plugin/build.sh BIN NAME into out.
+func (e *env) buildPlugin(t *testing.T, bin, name, out string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(e.root, "plugin", "build.sh"), bin, name)
+	cmd.Env = append(e.cliEnv(), "DOCKER="+dockerCLI, "OUT="+out, "FORCE=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("plugin/build.sh %s %s: %v\n%s", bin, name, err, b)
+	}
+}
+
+// disablePlugin disables the plugin without -f, waiting until Docker lets
+// go of swarm networks (their node copies linger after network rm).
+func (e *env) disablePlugin(t *testing.T) {
+	t.Helper()
+	eventually(t, 60*time.Second, "docker plugin disable "+plugin, func() error {
+		_, err := e.docker("plugin", "disable", plugin)
+		return err
+	})
+}
+
+// goBuild builds the daemon as `make build` does, with another version
+// string (docker plugin create refuses a rootfs identical to an installed
+// plugin's).
+func (e *env) goBuild(t *testing.T, version, out string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", out, "./cmd/underlay")
+	cmd.Dir = e.root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
+
+// containerIP returns a container's address on a network.
+func (e *env) containerIP(t *testing.T, c, netName string) string {
+	t.Helper()
+	return e.must(t, "inspect", "-f", `{{(index .NetworkSettings.Networks "`+netName+`").IPAddress}}`, c)
+}
+
+// short is Docker's 12-character ID form.
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// ifindex returns the index of a link in the suite's namespace.
+func ifindex(t *testing.T, name string) int {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", nsName, "-o", "link", "show", name).Output()
+	if err != nil {
+		t.Fatalf("ip -n %s link show %s: %v", nsName, name, err)
+	}
+	i, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(out), ":", 2)[0]))
+	if err != nil {
+		t.Fatalf("ifindex of %s: %q", name, out)
+	}
+	return i
+}
