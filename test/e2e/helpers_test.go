@@ -273,12 +273,6 @@ func (e *env) goBuild(t *testing.T, version, out string) string {
 	return out
 }
 
-// containerIP returns a container's address on a network.
-func (e *env) containerIP(t *testing.T, c, netName string) string {
-	t.Helper()
-	return e.must(t, "inspect", "-f", `{{(index .NetworkSettings.Networks "`+netName+`").IPAddress}}`, c)
-}
-
 // short is Docker's 12-character ID form.
 func short(id string) string {
 	if len(id) > 12 {
