@@ -169,7 +169,7 @@ func (e *env) nsLinks(t *testing.T) []string {
 	return l
 }
 
-// wantLinks fails unless the namespace holds exactly the links it held
+// wantNoLeak fails unless the namespace holds exactly the links it held
 // when the suite started, and the host exactly the links it had before.
 func (e *env) wantNoLeak(t *testing.T, when string) {
 	t.Helper()

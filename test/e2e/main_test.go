@@ -429,8 +429,8 @@ func (e *env) restartDockerd(t *testing.T) {
 	t.Logf("dockerd restarted in %s", time.Since(start).Round(time.Millisecond))
 }
 
-// crashDockerd kills the suite's dockerd with SIGKILL (its containerd,
-// shims and plugins keep running) and starts it again.
+// crashDockerd kills the suite's dockerd with SIGKILL (its containerd dies
+// with it; shims, containers and plugins keep running) and starts it again.
 func (e *env) crashDockerd(t *testing.T) {
 	t.Helper()
 	e.mu.Lock()
