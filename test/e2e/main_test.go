@@ -233,9 +233,7 @@ func setup() (*env, error) {
 	}
 	// `make plugin` as a user runs it: bin/underlay, plugin/build.sh,
 	// `docker plugin create underlay:latest` on DOCKER_HOST.
-	mk := exec.Command("make", "-C", e.root, "plugin", "PLUGIN="+plugin)
-	mk.Env = append(e.cliEnv(), "DOCKER="+dockerCLI)
-	if out, err := mk.CombinedOutput(); err != nil {
+	if out, err := e.make("plugin", "PLUGIN="+plugin); err != nil {
 		return nil, fmt.Errorf("make plugin: %w\n%s", err, out)
 	}
 	if _, err := e.docker(append([]string{"plugin", "set", plugin}, pluginSettings...)...); err != nil {

@@ -18,6 +18,41 @@ import (
 // host's ports stay untouched.
 const registry = "127.0.0.1:5000"
 
+// `make plugin` creates PLUGIN on DOCKER_HOST; an existing plugin of that
+// name is kept unless FORCE=1.
+func TestMakePlugin(t *testing.T) {
+	e := need(t)
+	e.ensurePlugin(t)
+	id := e.pluginID(t)
+	out, err := e.make("plugin", "PLUGIN="+plugin)
+	if err == nil || !strings.Contains(out, "already exists") {
+		t.Errorf("make plugin over an existing %s: %v\n%s\nwant a refusal naming FORCE=1", plugin, err, out)
+	}
+	if now := e.pluginID(t); now != id || e.must(t, "plugin", "inspect", "-f", "{{.Enabled}}", plugin) != "true" {
+		t.Fatalf("the refused make plugin changed the installed plugin (%s, was %s)", now, id)
+	}
+	if out, err := e.make("plugin", "PLUGIN="+plugin, "FORCE=1"); err != nil {
+		t.Fatalf("make plugin FORCE=1: %v\n%s", err, out)
+	}
+	if now := e.pluginID(t); now == id {
+		t.Errorf("make plugin FORCE=1 did not replace the plugin")
+	}
+	e.ensurePlugin(t)
+	e.network(t, "nm", "-d", plugin, "--subnet", "198.18.9.0/24", "-o", "parent=vp9")
+	e.run(t, ctr{name: "cm", ip: "198.18.9.10"}, "nm")
+	e.oneShot(t, "nm", "198.18.9.11", "198.18.9.10")
+	e.must(t, "rm", "-f", "cm")
+	e.must(t, "network", "rm", "nm")
+}
+
+// make runs make in the module root against the suite's engine.
+func (e *env) make(args ...string) (string, error) {
+	cmd := exec.Command("make", append([]string{"-C", e.root}, args...)...)
+	cmd.Env = append(e.cliEnv(), "DOCKER="+dockerCLI)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 // Point 7: `docker plugin install` as a user runs it, from a registry, then
 // `docker plugin upgrade` to a v2 that keeps the networks and the state.
 func TestPluginInstallAndUpgrade(t *testing.T) {
