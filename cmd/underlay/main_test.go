@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"os/exec"
 	"strings"
 	"testing"
@@ -57,6 +60,72 @@ func TestNoShellingOut(t *testing.T) {
 	for _, pkg := range strings.Fields(string(out)) {
 		if pkg == "os/exec" {
 			t.Fatal("the underlay binary depends on os/exec")
+		}
+	}
+}
+
+// TestManagedPluginConfig checks config.json against what the daemon
+// expects: the socket it serves by default, state on the propagated mount,
+// the settable environment it reads, and no capability beyond
+// CAP_NET_ADMIN.
+func TestManagedPluginConfig(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Entrypoint []string
+		Interface  struct {
+			Types  []string
+			Socket string
+		}
+		Network         struct{ Type string }
+		Linux           struct{ Capabilities []string }
+		PropagatedMount string
+		Mounts          []struct {
+			Source, Destination string
+			Options             []string
+		}
+		Env []struct {
+			Name, Value string
+			Settable    []string
+		}
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	def, err := parseServe(nil, func(string) string { return "" }, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case strings.Join(cfg.Entrypoint, " ") != "/underlay serve":
+		t.Errorf("entrypoint %v", cfg.Entrypoint)
+	case len(cfg.Interface.Types) != 1 || cfg.Interface.Types[0] != "docker.networkdriver/1.0":
+		t.Errorf("interface types %v", cfg.Interface.Types)
+	case "/run/docker/plugins/"+cfg.Interface.Socket != def.Socket:
+		t.Errorf("socket %s is not the daemon's default %s", cfg.Interface.Socket, def.Socket)
+	case cfg.Network.Type != "host":
+		t.Errorf("network type %s: the links must be made in the host namespace", cfg.Network.Type)
+	case len(cfg.Linux.Capabilities) != 1 || cfg.Linux.Capabilities[0] != "CAP_NET_ADMIN":
+		t.Errorf("capabilities %v: CAP_NET_ADMIN is all link work needs", cfg.Linux.Capabilities)
+	case filepath.Dir(def.State) != cfg.PropagatedMount:
+		t.Errorf("default state %s is not on the propagated mount %s", def.State, cfg.PropagatedMount)
+	}
+	for _, m := range cfg.Mounts {
+		if !strings.Contains(strings.Join(m.Options, ","), "ro") {
+			t.Errorf("mount %s -> %s is writable", m.Source, m.Destination)
+		}
+	}
+	settable := map[string]bool{}
+	for _, e := range cfg.Env {
+		if len(e.Settable) == 1 && e.Settable[0] == "value" {
+			settable[e.Name] = true
+		}
+	}
+	for _, name := range []string{"LOG_LEVEL", "SCOPE", "DOCKER_HOST"} {
+		if !settable[name] {
+			t.Errorf("env %s is not settable", name)
 		}
 	}
 }

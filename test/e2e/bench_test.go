@@ -1,0 +1,95 @@
+//go:build e2e && bench
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchDocker compares, through the suite's engine, Docker's built-in
+// macvlan driver with underlay as a managed plugin: `docker network create`
+// + `rm`, and `docker run --rm` on the network (container start to exit).
+// The two drivers alternate run by run, on the same parent. `make bench`
+// runs it (test/bench) and prints its rows, written as tab-separated lines
+// to $BENCH_ROWS, in the one table.
+func TestBenchDocker(t *testing.T) {
+	e := need(t)
+	e.ensurePlugin(t)
+	// The suite runs the plugin at debug level; measure it as users run it.
+	e.disablePlugin(t)
+	e.must(t, "plugin", "set", plugin, "LOG_LEVEL=info")
+	e.must(t, "plugin", "enable", plugin)
+	t.Cleanup(func() {
+		e.disablePlugin(t)
+		e.must(t, "plugin", "set", plugin, "LOG_LEVEL="+pluginLogLevel)
+		e.must(t, "plugin", "enable", plugin)
+	})
+	const parent = "vp9"
+	drivers := []struct{ name, driver string }{{"built-in macvlan", "macvlan"}, {"underlay", plugin}}
+	timed := func(args ...string) time.Duration {
+		t0 := time.Now()
+		e.must(t, args...)
+		return time.Since(t0)
+	}
+
+	// Network create + rm, alternating drivers.
+	netTimes := map[string][]time.Duration{}
+	const netRounds = 30
+	for i := 0; i < netRounds; i++ {
+		for k := range drivers {
+			dr := drivers[(i+k)%2] // alternate which goes first
+			name := fmt.Sprintf("bench-n%d", i)
+			d := timed("network", "create", "-d", dr.driver, "-o", "parent="+parent, "--subnet", "198.18.250.0/24", name)
+			d += timed("network", "rm", name)
+			netTimes[dr.name] = append(netTimes[dr.name], d)
+		}
+	}
+
+	// docker run --rm on a network of each driver.
+	for k, dr := range drivers {
+		name := fmt.Sprintf("bench-run%d", k)
+		e.network(t, name, "-d", dr.driver, "-o", "parent="+parent, "--subnet", fmt.Sprintf("198.18.%d.0/24", 251+k))
+	}
+	runTimes := map[string][]time.Duration{}
+	const runRounds = 40
+	for i := 0; i < runRounds+2; i++ {
+		for k := range drivers {
+			idx := (i + k) % 2
+			d := timed("run", "--rm", "--network", fmt.Sprintf("bench-run%d", idx), e.image, "true")
+			if i >= 2 { // two warm-up rounds
+				runTimes[drivers[idx].name] = append(runTimes[drivers[idx].name], d)
+			}
+		}
+	}
+
+	median := func(ds []time.Duration) time.Duration {
+		s := append([]time.Duration(nil), ds...)
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		return s[len(s)/2]
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+	var rows []string
+	row := func(measure string, u, b time.Duration, target float64) {
+		r := float64(u) / float64(b)
+		v := "met"
+		if r > target {
+			v = "MISSED"
+		}
+		rows = append(rows, strings.Join([]string{"docker", measure, ms(u), ms(b), fmt.Sprintf("%.2f", r), fmt.Sprintf("<= %.2f", target), v}, "\t"))
+	}
+	row(fmt.Sprintf("network create+rm median of %d (vs built-in)", netRounds), median(netTimes["underlay"]), median(netTimes["built-in macvlan"]), 1.2)
+	row(fmt.Sprintf("docker run --rm median of %d (vs built-in)", runRounds), median(runTimes["underlay"]), median(runTimes["built-in macvlan"]), 1.03)
+	for _, r := range rows {
+		t.Log(strings.ReplaceAll(r, "\t", " | "))
+	}
+	if path := os.Getenv("BENCH_ROWS"); path != "" {
+		if err := os.WriteFile(path, []byte(strings.Join(rows, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
