@@ -25,21 +25,7 @@ type Netns struct {
 // NewNetns creates a namespace with lo up.
 func NewNetns(t testing.TB) *Netns {
 	t.Helper()
-	RequireRoot(t)
-	h, err := newNS()
-	if err != nil {
-		t.Fatalf("create network namespace: %v", err)
-	}
-	nl, err := netlink.NewHandleAt(h, unix.NETLINK_ROUTE)
-	if err != nil {
-		h.Close()
-		t.Fatalf("netlink handle in namespace: %v", err)
-	}
-	ns := &Netns{t: t, handle: h, NL: nl}
-	t.Cleanup(func() { nl.Close(); h.Close() })
-	if lo, err := nl.LinkByName("lo"); err == nil {
-		_ = nl.LinkSetUp(lo)
-	}
+	ns, _ := NewDisposableNetns(t)
 	return ns
 }
 

@@ -2,6 +2,7 @@ package itest
 
 import (
 	"strings"
+	"sync"
 
 	"github.com/docker/go-plugins-helpers/network"
 )
@@ -80,4 +81,19 @@ func (d *Daemon) RemoveEndpoint(netID, epID string) {
 	d.t.Helper()
 	d.MustCall("Leave", network.LeaveRequest{NetworkID: netID, EndpointID: epID}, nil)
 	d.MustCall("DeleteEndpoint", network.DeleteEndpointRequest{NetworkID: netID, EndpointID: epID}, nil)
+}
+
+// Concurrently runs fn(0..n-1) at once and returns what each returned.
+func Concurrently(n int, fn func(i int) string) []string {
+	out := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			out[i] = fn(i)
+		}(i)
+	}
+	wg.Wait()
+	return out
 }

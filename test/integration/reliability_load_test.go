@@ -134,23 +134,16 @@ func TestRaceRepeated(t *testing.T) {
 		trials = 5
 	}
 	for trial := 0; trial < trials; trial++ {
-		msgs := make([]string, 64)
-		var wg sync.WaitGroup
-		for i := range msgs {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				opts := map[string]string{"parent": "vp0"}
-				switch i % 3 { // three ways to conflict
-				case 1:
-					opts["macvlan_mode"] = "passthru"
-				case 2:
-					opts["type"] = "ipvlan"
-				}
-				msgs[i] = d.CreateNetwork(itest.Net{ID: hexID("a", trial*64+i), Opts: opts, V4: []string{"198.18.1.0/24"}})
-			}(i)
-		}
-		wg.Wait()
+		msgs := itest.Concurrently(64, func(i int) string {
+			opts := map[string]string{"parent": "vp0"}
+			switch i % 3 { // three ways to conflict
+			case 1:
+				opts["macvlan_mode"] = "passthru"
+			case 2:
+				opts["type"] = "ipvlan"
+			}
+			return d.CreateNetwork(itest.Net{ID: hexID("a", trial*64+i), Opts: opts, V4: []string{"198.18.1.0/24"}})
+		})
 		winner := -1
 		for i, msg := range msgs {
 			if msg == "" {

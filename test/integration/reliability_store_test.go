@@ -80,7 +80,9 @@ func TestStoreFaultsAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte(fmt.Sprint(store.SchemaVersion+1))) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte(fmt.Sprint(store.SchemaVersion+1)))
+	}); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

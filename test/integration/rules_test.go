@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/underlay-net/underlay/internal/itest"
@@ -149,16 +148,9 @@ func TestRule5RaceOnOneParent(t *testing.T) {
 		ids = append(ids, fmt.Sprintf("%012x%052d", i+1, 0))
 	}
 	docker.SetLive(ids...)
-	msgs := make([]string, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			msgs[i] = d.CreateNetwork(itest.Net{ID: ids[i], Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
-		}(i)
-	}
-	wg.Wait()
+	msgs := itest.Concurrently(n, func(i int) string {
+		return d.CreateNetwork(itest.Net{ID: ids[i], Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
+	})
 	winner := -1
 	for i, msg := range msgs {
 		switch {
@@ -184,16 +176,9 @@ func TestRule5RaceOnOneParent(t *testing.T) {
 
 func TestRule5SameIDConcurrently(t *testing.T) {
 	ns, d := setup(t, itest.DaemonOptions{})
-	msgs := make([]string, 64)
-	var wg sync.WaitGroup
-	for i := range msgs {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			msgs[i] = d.CreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
-		}(i)
-	}
-	wg.Wait()
+	msgs := itest.Concurrently(64, func(int) string {
+		return d.CreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
+	})
 	for i, msg := range msgs {
 		if msg != "" {
 			t.Fatalf("same-ID create %d answered %q, want {}", i, msg)

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -67,16 +66,9 @@ func TestVMRuleSameIDReusedOnOwnedParents(t *testing.T) {
 				t.Fatalf("parent %s re-created (index %d, was %d) by a same-ID create", pa, got, idx)
 			}
 
-			msgs := make([]string, 16)
-			var wg sync.WaitGroup
-			for i := range msgs {
-				wg.Add(1)
-				go func(i int) {
-					defer wg.Done()
-					msgs[i] = d.CreateNetwork(itest.Net{ID: b, Opts: k.opts("d0.20"), V4: vmPool4(2)})
-				}(i)
-			}
-			wg.Wait()
+			msgs := itest.Concurrently(16, func(int) string {
+				return d.CreateNetwork(itest.Net{ID: b, Opts: k.opts("d0.20"), V4: vmPool4(2)})
+			})
 			for i, msg := range msgs {
 				if msg != "" {
 					t.Fatalf("concurrent same-ID create %d answered %q, want {}", i, msg)
