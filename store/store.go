@@ -51,7 +51,7 @@ var (
 	bucketParentLinks = []byte("parent-links")
 	// Since schema 2: base link -> the parent links underlay created on it.
 	bucketParentLinksByBase = []byte("parent-links-by-base")
-	keySchema         = []byte("schema")
+	keySchema               = []byte("schema")
 )
 
 // migrations[v] upgrades a file from schema v to v+1 inside one transaction
