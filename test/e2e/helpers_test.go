@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -293,4 +294,47 @@ func ifindex(t *testing.T, name string) int {
 		t.Fatalf("ifindex of %s: %q", name, out)
 	}
 	return i
+}
+
+// wantRefused fails unless `docker network create -d underlay ARGS NAME`
+// is refused with an error naming the holder network on parent and
+// saying reason, and leaves no network NAME.
+func (e *env) wantRefused(t *testing.T, name, parent, holder, reason string, args ...string) {
+	t.Helper()
+	out, err := e.docker(append(append([]string{"network", "create", "-d", plugin}, args...), name)...)
+	if err == nil {
+		e.removeNetwork(t, name)
+		t.Fatalf("network %s was created; want it refused naming %s", name, short(holder))
+	}
+	t.Logf("%s refused: %s", name, out)
+	if !strings.Contains(out, "parent "+parent+" is already used by network "+short(holder)) {
+		t.Errorf("refusal of %s does not name the holder %s on %s: %s", name, short(holder), parent, out)
+	}
+	if !strings.Contains(out, reason) {
+		t.Errorf("refusal of %s does not say %q: %s", name, reason, out)
+	}
+	if _, err := e.docker("network", "inspect", name); err == nil {
+		t.Errorf("refused network %s exists", name)
+	}
+}
+
+// startInNetns starts a program in the suite's namespace, in a process
+// group of its own, with its output in logPath; exited closes when it
+// exits.
+func startInNetns(t *testing.T, logPath string, args ...string) (cmd *exec.Cmd, exited chan struct{}) {
+	t.Helper()
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd = exec.Command("nsenter", append([]string{"--net=" + nsPath, "--"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	return cmd, exited
 }

@@ -174,25 +174,7 @@ func TestConflictRefused(t *testing.T) {
 	holder := e.network(t, "n3", "-d", plugin, "--subnet", "198.18.3.0/24", "-o", "parent=vp3")
 	e.run(t, ctr{name: "c3a", ip: "198.18.3.10"}, "n3")
 
-	refused := func(name, why, reason string, args ...string) {
-		t.Helper()
-		out, err := e.docker(append(append([]string{"network", "create", "-d", plugin}, args...), name)...)
-		if err == nil {
-			e.removeNetwork(t, name)
-			t.Fatalf("network %s (%s) was created; want it refused", name, why)
-		}
-		t.Logf("%s refused: %s", why, out)
-		if !strings.Contains(out, short(holder)) || !strings.Contains(out, "parent vp3 is already used by network "+short(holder)) {
-			t.Errorf("refusal of %s does not name the holder %s: %s", why, short(holder), out)
-		}
-		if !strings.Contains(out, reason) {
-			t.Errorf("refusal of %s does not say %q: %s", why, reason, out)
-		}
-		if _, err := e.docker("network", "inspect", name); err == nil {
-			t.Errorf("refused network %s exists", name)
-		}
-	}
-	refused("n3pt", "macvlan passthru", "passthru takes the parent link exclusively", "--subnet", "198.18.30.0/24", "-o", "parent=vp3", "-o", "macvlan_mode=passthru")
+	e.wantRefused(t, "n3pt", "vp3", holder, "passthru takes the parent link exclusively", "--subnet", "198.18.30.0/24", "-o", "parent=vp3", "-o", "macvlan_mode=passthru")
 	// One engine's default IPAM refuses an overlapping pool before any
 	// driver is asked, so the overlap that reaches underlay comes from an
 	// IPAM driver with another address space: null hands 0.0.0.0/0.
@@ -201,7 +183,7 @@ func TestConflictRefused(t *testing.T) {
 		e.removeNetwork(t, "n3ov")
 		t.Errorf("overlapping --subnet on one engine: %v %s; want Docker's IPAM refusal", err, out)
 	}
-	refused("n3null", "overlapping subnet (null IPAM, 0.0.0.0/0)", "overlaps the subnet", "--ipam-driver", "null", "-o", "parent=vp3")
+	e.wantRefused(t, "n3null", "vp3", holder, "overlaps the subnet", "--ipam-driver", "null", "-o", "parent=vp3")
 
 	// A compatible network on the same parent is fine, and both work.
 	e.network(t, "n3ok", "-d", plugin, "--subnet", "198.18.31.0/24", "-o", "parent=vp3")

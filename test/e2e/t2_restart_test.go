@@ -98,14 +98,7 @@ func TestStaleHolder(t *testing.T) {
 	e.pingAll(t, a, b)
 
 	// And the live holder now blocks a conflicting network again.
-	out, err := e.docker("network", "create", "-d", plugin, "--subnet", "198.18.50.0/24", "-o", "parent=vp5", "-o", "macvlan_mode=passthru", "n5pt")
-	if err == nil {
-		e.removeNetwork(t, "n5pt")
-		t.Fatal("passthru network on vp5 created next to a live network")
-	}
-	if !strings.Contains(out, short(id)) {
-		t.Errorf("refusal does not name the live holder %s: %s", short(id), out)
-	}
+	e.wantRefused(t, "n5pt", "vp5", id, "exclusively", "--subnet", "198.18.50.0/24", "-o", "parent=vp5", "-o", "macvlan_mode=passthru")
 	e.must(t, "rm", "-f", a.name, b.name)
 	e.must(t, "network", "rm", "n5b")
 	e.wantNoLeak(t, "after the networks were removed")

@@ -104,14 +104,7 @@ func TestPluginInstallAndUpgrade(t *testing.T) {
 	e.waitRunning(t, 30*time.Second, a.name, b.name)
 	e.pingAll(t, a, b)
 	e.oneShot(t, "n7", "198.18.8.20", a.ip)
-	out, err := e.docker("network", "create", "-d", plugin, "--subnet", "198.18.80.0/24", "-o", "parent=vp8", "-o", "macvlan_mode=passthru", "n7pt")
-	if err == nil {
-		e.removeNetwork(t, "n7pt")
-		t.Fatal("after the upgrade a passthru network was created on the parent of n7: the state was lost")
-	}
-	if !strings.Contains(out, short(n7)) {
-		t.Errorf("after the upgrade the refusal does not name n7 (%s): %s", short(n7), out)
-	}
+	e.wantRefused(t, "n7pt", "vp8", n7, "exclusively", "--subnet", "198.18.80.0/24", "-o", "parent=vp8", "-o", "macvlan_mode=passthru")
 	e.must(t, "rm", "-f", a.name, b.name)
 	e.must(t, "network", "rm", "n7")
 	e.wantNoLeak(t, "after the network was removed")
@@ -129,20 +122,8 @@ func TestLegacyMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dataDir, "legacy.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command("nsenter", "--net="+nsPath, "--", bin, "serve", "--socket", sock,
+	cmd, exited := startInNetns(t, logPath, bin, "serve", "--socket", sock,
 		"--state", filepath.Join(dataDir, "legacy", "underlay.db"), "--docker-host", "unix://"+sockPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -193,19 +174,7 @@ http:
 `, filepath.Join(dir, "data"), registry)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "registry.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command("nsenter", "--net="+nsPath, "--", "docker-registry", "serve", cfg)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	cmd, exited := startInNetns(t, filepath.Join(dir, "registry.log"), "docker-registry", "serve", cfg)
 	e.mu.Lock()
 	e.registry, e.registryExited = cmd, exited
 	e.mu.Unlock()
