@@ -97,14 +97,20 @@ func incompatible(want, holder store.Network) string {
 	case want.Type == typeIpvlan && want.Flag != holder.Flag:
 		return fmt.Sprintf("all ipvlan links on one parent share one flag (the kernel applies the newest link's flag to all of them), and it uses ipvlan_flag=%s, not %s", holder.Flag, want.Flag)
 	}
-	for _, a := range append(append([]store.Pool{}, want.IPv4...), want.IPv6...) {
-		for _, b := range append(append([]store.Pool{}, holder.IPv4...), holder.IPv6...) {
+	held := allPools(holder)
+	for _, a := range allPools(want) {
+		for _, b := range held {
 			if poolsOverlap(a, b) {
 				return fmt.Sprintf("its subnet %s overlaps the subnet %s, so both would hand out the same addresses on one wire", b.Subnet, a.Subnet)
 			}
 		}
 	}
 	return ""
+}
+
+// allPools returns a network's IPv4 and IPv6 pools in one slice.
+func allPools(n store.Network) []store.Pool {
+	return append(append([]store.Pool{}, n.IPv4...), n.IPv6...)
 }
 
 // conflictError is the refusal for the conflicts that remain after stale
@@ -125,7 +131,7 @@ func describe(n store.Network) string {
 	if n.Type == typeIpvlan {
 		s += "/" + n.Flag
 	}
-	for _, p := range append(append([]store.Pool{}, n.IPv4...), n.IPv6...) {
+	for _, p := range allPools(n) {
 		s += " " + p.Subnet
 	}
 	if n.Pending != nil {

@@ -273,7 +273,7 @@ func parseNetwork(req *network.CreateNetworkRequest) (store.Network, error) {
 	if len(v4)+len(v6) == 0 {
 		return store.Network{}, invalidf("network %s has no IPAM data (IPv4Data and IPv6Data are empty): create it with --subnet, or with Docker's default IPAM driver", short(req.NetworkID))
 	}
-	if err := overlapsWithin(append(append([]store.Pool{}, v4...), v6...)); err != nil {
+	if err := overlapsWithin(allPools(store.Network{IPv4: v4, IPv6: v6})); err != nil {
 		return store.Network{}, err
 	}
 	n := store.Network{

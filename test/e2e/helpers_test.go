@@ -338,3 +338,15 @@ func startInNetns(t *testing.T, logPath string, args ...string) (cmd *exec.Cmd, 
 	go func() { _ = cmd.Wait(); close(exited) }()
 	return cmd, exited
 }
+
+// stopProcess sends SIGTERM and waits for exited, killing the process if
+// it is still running after timeout.
+func stopProcess(cmd *exec.Cmd, exited chan struct{}, timeout time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -124,15 +123,7 @@ func TestLegacyMode(t *testing.T) {
 	logPath := filepath.Join(dataDir, "legacy.log")
 	cmd, exited := startInNetns(t, logPath, bin, "serve", "--socket", sock,
 		"--state", filepath.Join(dataDir, "legacy", "underlay.db"), "--docker-host", "unix://"+sockPath)
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
+	stop := func() { stopProcess(cmd, exited, 30*time.Second) }
 	t.Cleanup(stop)
 	eventually(t, 10*time.Second, "legacy socket "+sock, func() error {
 		if _, err := os.Stat(sock); err != nil {
@@ -198,13 +189,7 @@ func (e *env) stopRegistry() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-	}
+	stopProcess(cmd, exited, 10*time.Second)
 }
 
 // wantLogLine waits until a line of dockerd's log since the mark (the
