@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -62,9 +63,11 @@ func decide(want store.Network, same *store.Network, onParent []store.Network) d
 	return d
 }
 
-// sameConfig reports whether two records describe the same network.
+// sameConfig reports whether two records describe the same network, as
+// the user asked for it: the requested parent, not what it resolved to on
+// this host (that may differ after a reboot, and the network is the same).
 func sameConfig(a, b store.Network) bool {
-	return a.ID == b.ID && a.Type == b.Type && a.Parent == b.Parent && a.Mode == b.Mode &&
+	return a.ID == b.ID && a.Type == b.Type && requestedParent(a) == requestedParent(b) && a.Mode == b.Mode &&
 		a.Flag == b.Flag && a.MTU == b.MTU && a.Internal == b.Internal &&
 		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6)
 }
@@ -88,9 +91,9 @@ func incompatible(want, holder store.Network) string {
 	switch {
 	case want.Type != holder.Type:
 		return fmt.Sprintf("a parent link carries either macvlan or ipvlan links, never both (the kernel answers EBUSY), and it holds %s", holder.Type)
-	case want.Type == typeMacvlan && holder.Mode == "passthru":
+	case want.Type == typeMacvlan && holder.Mode == netlinkutil.MacvlanPassthru:
 		return "it holds a macvlan passthru network, which takes the parent link exclusively"
-	case want.Type == typeMacvlan && want.Mode == "passthru":
+	case want.Type == typeMacvlan && want.Mode == netlinkutil.MacvlanPassthru:
 		return "macvlan passthru takes the parent link exclusively, and the parent already carries a network"
 	case want.Type == typeIpvlan && want.Mode != holder.Mode:
 		return fmt.Sprintf("all ipvlan links on one parent share one mode (the kernel applies the newest link's mode to all of them), and it uses ipvlan_mode=%s, not %s", holder.Mode, want.Mode)
@@ -113,16 +116,32 @@ func allPools(n store.Network) []store.Pool {
 	return append(append([]store.Pool{}, n.IPv4...), n.IPv6...)
 }
 
+// maxNamed is how many conflicting holders a refusal names.
+const maxNamed = 5
+
 // conflictError is the refusal for the conflicts that remain after stale
-// holders were ruled out.
-func conflictError(want store.Network, cs []conflict) error {
-	c := cs[0]
-	msg := fmt.Sprintf("parent %s is already used by network %s (%s): %s. Use another parent or subnet, or remove the holder with \"docker network rm %s\"",
-		want.Parent, short(c.Holder.ID), describe(c.Holder), c.Reason, short(c.Holder.ID))
-	if len(cs) > 1 {
-		msg += fmt.Sprintf(" (%d more networks on %s conflict too)", len(cs)-1, want.Parent)
+// holders were ruled out: it names every holder (up to maxNamed, then how
+// many more), each with its reason and its fix. asked is the parent as the
+// user gave it, want.Parent the link it resolved to.
+func conflictError(want store.Network, asked string, cs []conflict) error {
+	parent := want.Parent
+	if asked != "" && asked != want.Parent {
+		parent = fmt.Sprintf("%s (kernel link %s)", asked, want.Parent)
 	}
-	return fmt.Errorf("%w: %s", ErrConflict, msg)
+	if len(cs) == 1 {
+		c := cs[0]
+		return fmt.Errorf("%w: parent %s is already used by network %s (%s): %s. Use another parent or subnet, or remove the holder with \"docker network rm %s\"",
+			ErrConflict, parent, short(c.Holder.ID), describe(c.Holder), c.Reason, short(c.Holder.ID))
+	}
+	msg := fmt.Sprintf("parent %s is already used by %d networks this one cannot share it with:", parent, len(cs))
+	for i, c := range cs {
+		if i == maxNamed {
+			msg += fmt.Sprintf(" and %d more (underlay's log names them all);", len(cs)-maxNamed)
+			break
+		}
+		msg += fmt.Sprintf(" network %s (%s): %s, remove it with \"docker network rm %s\";", short(c.Holder.ID), describe(c.Holder), c.Reason, short(c.Holder.ID))
+	}
+	return fmt.Errorf("%w: %s use another parent or subnet, or remove the holders", ErrConflict, msg)
 }
 
 // describe summarises a network for messages.

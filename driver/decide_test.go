@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,10 +100,35 @@ func TestDecide(t *testing.T) {
 
 func TestConflictErrorNamesHolderParentReasonAndFix(t *testing.T) {
 	holder := mv(netB, "eth0", "passthru", "198.18.2.0/24")
-	err := conflictError(mv(netA, "eth0", "bridge", "198.18.1.0/24"), []conflict{{Holder: holder, Reason: incompatible(mv(netA, "eth0", "bridge"), holder)}})
+	err := conflictError(mv(netA, "eth0", "bridge", "198.18.1.0/24"), "eth0", []conflict{{Holder: holder, Reason: incompatible(mv(netA, "eth0", "bridge"), holder)}})
 	wantErr(t, err, ErrConflict, "bbbbbbbbbbbb", "eth0", "passthru", "docker network rm bbbbbbbbbbbb")
 	if strings.Contains(err.Error(), netB) {
 		t.Fatalf("error %q names the full 64-character ID, want the 12-character one", err)
+	}
+}
+
+func TestConflictErrorNamesEveryHolderUpToFive(t *testing.T) {
+	want := mv(netA, "eth0", "passthru", "198.18.100.0/24")
+	want.Parent = "eth0"
+	var cs []conflict
+	for i := 0; i < 7; i++ {
+		h := mv(fmt.Sprintf("%012x", i+1), "eth0", "bridge", fmt.Sprintf("198.18.%d.0/24", i+1))
+		cs = append(cs, conflict{Holder: h, Reason: incompatible(want, h)})
+	}
+	msg := conflictError(want, "lan0", cs).Error()
+	for i := 0; i < 5; i++ {
+		id := fmt.Sprintf("%012x", i+1)
+		if !strings.Contains(msg, "docker network rm "+id) {
+			t.Fatalf("refusal %q does not name holder %d (%s) with its fix", msg, i+1, id)
+		}
+	}
+	for _, want := range []string{"7 networks", "and 2 more", "lan0 (kernel link eth0)"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("refusal %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, fmt.Sprintf("%012x", 6)) {
+		t.Fatalf("refusal %q names a sixth holder", msg)
 	}
 }
 

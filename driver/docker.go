@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -69,12 +70,36 @@ func (d *DockerAPI) NetworkExists(ctx context.Context, id string) (bool, error) 
 		return false, fmt.Errorf("ask Docker at %s about network %s: %w", d.host, short(id), err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	switch resp.StatusCode {
 	case http.StatusOK:
 		return true, nil
 	case http.StatusNotFound:
-		return false, nil
+		if dockerNotFound(resp.Header, body) {
+			return false, nil
+		}
+		return false, fmt.Errorf("ask Docker at %s about network %s: a 404 that is not Docker's (no Api-Version header or no Docker error body: %q): is DOCKER_HOST (--docker-host) the Docker API socket?",
+			d.host, short(id), truncate(strings.TrimSpace(string(body)), 80))
 	}
-	return false, fmt.Errorf("ask Docker at %s about network %s: status %d: %s", d.host, short(id), resp.StatusCode, strings.TrimSpace(string(body)))
+	return false, fmt.Errorf("ask Docker at %s about network %s: status %d: %s", d.host, short(id), resp.StatusCode, truncate(strings.TrimSpace(string(body)), 200))
+}
+
+// dockerNotFound reports whether a 404 is Docker's own "no such network":
+// the Engine API sets Api-Version on every answer and answers errors as
+// {"message": "..."}. A proxy's or a web server's 404 is neither.
+func dockerNotFound(h http.Header, body []byte) bool {
+	if h.Get("Api-Version") == "" {
+		return false
+	}
+	var e struct {
+		Message *string `json:"message"`
+	}
+	return json.Unmarshal(body, &e) == nil && e.Message != nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -42,6 +42,17 @@ type Config struct {
 	// Docker is asked whether conflicting holders still exist; nil means
 	// every holder is treated as live.
 	Docker NetworkChecker
+	// StaleGrace is how old a holder must be before Docker's "no such
+	// network" is believed: libnetwork stores a network only after the
+	// driver answered its CreateNetwork. Zero means 3 seconds.
+	StaleGrace time.Duration
+	// Instance is the ID of the state file (store.DB.InstanceID): every link
+	// the driver creates is marked with it, and only links carrying it are
+	// ever deleted as strays.
+	Instance string
+	// BootID identifies this boot of the host (/proc/sys/kernel/random/
+	// boot_id): a join recorded in another boot is over, its sandbox gone.
+	BootID string
 	// Scope is "local" or "global" (GetCapabilities).
 	Scope string
 	// PendingTimeout is how long a network may stay half-created before
@@ -60,6 +71,9 @@ type Driver struct {
 	store   Store
 	links   netlinkutil.Links
 	docker  NetworkChecker
+	grace   time.Duration
+	mark    string
+	boot    string
 	scope   string
 	pending time.Duration
 	log     *slog.Logger
@@ -86,6 +100,12 @@ func New(c Config) (*Driver, error) {
 	if c.PendingTimeout == 0 {
 		c.PendingTimeout = 60 * time.Second
 	}
+	if c.StaleGrace == 0 {
+		c.StaleGrace = 3 * time.Second
+	}
+	if c.Instance == "" {
+		return nil, errors.New("driver needs the state file's instance ID to mark its links")
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -93,7 +113,8 @@ func New(c Config) (*Driver, error) {
 		c.Now = time.Now
 	}
 	return &Driver{
-		store: c.Store, links: c.Links, docker: c.Docker, scope: c.Scope, pending: c.PendingTimeout,
+		store: c.Store, links: c.Links, docker: c.Docker, grace: c.StaleGrace, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, now: c.Now, locks: newLocker(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}, nil

@@ -133,7 +133,10 @@ func randomMAC() net.HardwareAddr {
 }
 
 // Join creates the endpoint's macvlan or ipvlan link on the parent, in the
-// host namespace; libnetwork moves it into the container.
+// host namespace; libnetwork moves it into the container. The endpoint
+// record remembers the sandbox until Leave: a second Join while the link is
+// away in a sandbox is refused, since a second link would carry the same
+// MAC on the same wire.
 func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.JoinResponse, error) {
 	unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
 	if err != nil {
@@ -146,12 +149,28 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.J
 	if ep == nil {
 		return nil, notFound("endpoint", req.EndpointID)
 	}
-	spec := netlinkutil.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC}
+	if ep.Sandbox != "" && ep.Boot == d.boot {
+		if _, err := d.links.Get(ctx, ep.Link); errors.Is(err, netlinkutil.ErrNotFound) {
+			return nil, invalidf("endpoint %s is already joined to sandbox %s and its link %s is in that sandbox: a second link would carry the same MAC; leave it first (docker network disconnect)",
+				short(ep.ID), ep.Sandbox, ep.Link)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	spec := netlinkutil.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
 	d.point("join/before-link")
 	if err := d.addEndpointLink(ctx, *n, spec); err != nil {
 		return nil, fmt.Errorf("join endpoint %s to network %s: %w", short(ep.ID), short(n.ID), err)
 	}
 	d.point("join/after-link")
+	if sandbox := valueOr(req.SandboxKey, "(unnamed)"); ep.Sandbox != sandbox || ep.Boot != d.boot {
+		joined := *ep
+		joined.Sandbox, joined.Boot = sandbox, d.boot
+		if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(joined) }); err != nil {
+			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), ep.Link, true)
+			return nil, fmt.Errorf("join endpoint %s: record the join: %w", short(ep.ID), err)
+		}
+	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
 	return joinResponse(*n, *ep), nil
 }
@@ -163,7 +182,7 @@ func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netl
 	if errors.Is(err, unix.EEXIST) {
 		// A link of this name left in the host namespace by an earlier
 		// Join that Docker never saw answered.
-		if err := d.links.Delete(ctx, spec.Name); err != nil {
+		if err := d.deleteOwnedLink(ctx, spec.Name, true); err != nil {
 			return err
 		}
 		err = d.links.AddEndpoint(ctx, spec)
@@ -225,73 +244,75 @@ func gatewayFor(addr string, pools []store.Pool) string {
 }
 
 // Leave deletes the endpoint's link if libnetwork has already moved it back
-// to the host namespace; DeleteEndpoint deletes it otherwise.
+// to the host namespace (DeleteEndpoint deletes it otherwise) and forgets
+// the sandbox.
 func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
-	unlock, _, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	link := endpointLinkName(req.EndpointID)
-	if ep != nil {
-		link = ep.Link
-	}
-	d.point("leave/before-link-delete")
-	if err := d.deleteEndpointLink(ctx, link, ep); err != nil {
-		return fmt.Errorf("leave endpoint %s: %w", short(req.EndpointID), err)
-	}
-	d.point("leave/after-link-delete")
-	d.log.Debug("left endpoint", "network", req.NetworkID, "endpoint", req.EndpointID, "link", link)
-	return nil
-}
-
-// deleteEndpointLink deletes an endpoint's link from the host namespace.
-// For an unknown endpoint (ep nil) it deletes the link its name would have
-// only if that link is a macvlan/ipvlan no known endpoint owns.
-func (d *Driver) deleteEndpointLink(ctx context.Context, link string, ep *store.Endpoint) error {
-	if ep == nil {
-		l, err := d.links.Get(ctx, link)
-		if err != nil || (l.Kind != typeMacvlan && l.Kind != typeIpvlan) {
+	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
+		if ep.Sandbox == "" {
 			return nil
 		}
-		var owned bool
-		if err := d.store.View(func(tx *store.Tx) (err error) {
-			_, owned, err = tx.EndpointByLink(link)
-			return err
-		}); err != nil || owned {
-			return err
-		}
-	}
-	return d.links.Delete(ctx, link)
+		ep.Sandbox, ep.Boot = "", ""
+		return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
+	})
 }
 
 // DeleteEndpoint deletes the endpoint's link and record. An unknown
 // endpoint is not an error, so Docker can always clean up.
 func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpointRequest) error {
-	unlock, _, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	return d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
+		return func(tx *store.Tx) error { return tx.DeleteEndpoint(ep.NetworkID, ep.ID) }
+	})
+}
+
+// unplug is Leave and DeleteEndpoint: under the endpoint's lock it deletes
+// the endpoint's link from the host namespace (for an unknown endpoint,
+// only a macvlan/ipvlan of its link name that carries underlay's mark and
+// no known endpoint owns), then commits the change record gives for the
+// endpoint's record, if there is one and it gives one.
+func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record func(store.Endpoint) func(*store.Tx) error) error {
+	unlock, _, ep, err := d.lockEndpoint(ctx, netID, epID)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	link := endpointLinkName(req.EndpointID)
-	if ep != nil {
+	link := endpointLinkName(epID)
+	known := ep != nil
+	if known {
 		link = ep.Link
+	} else if err := d.store.View(func(tx *store.Tx) (err error) {
+		_, known, err = tx.EndpointByLink(link)
+		return err
+	}); err != nil {
+		return err
+	} else if known {
+		link = "" // another endpoint's link: not this request's to delete
 	}
-	d.point("delete-endpoint/before-link-delete")
-	if err := d.deleteEndpointLink(ctx, link, ep); err != nil {
-		return fmt.Errorf("delete endpoint %s: %w", short(req.EndpointID), err)
+	what := map[string]string{"leave": "leave endpoint", "delete-endpoint": "delete endpoint"}[phase]
+	d.point(phase + "/before-link-delete")
+	if link != "" {
+		if err := d.deleteOwnedLink(ctx, link, ep != nil); err != nil {
+			return fmt.Errorf("%s %s: %w", what, short(epID), err)
+		}
 	}
-	d.point("delete-endpoint/after-link-delete")
+	d.point(phase + "/after-link-delete")
 	if ep == nil {
-		d.log.Info("delete of unknown endpoint: nothing to do", "network", req.NetworkID, "endpoint", req.EndpointID)
+		d.log.Debug(what+" of unknown endpoint: nothing to record", "network", netID, "endpoint", epID)
 		return nil
 	}
-	d.point("delete-endpoint/before-commit")
-	if err := d.store.Batch(func(tx *store.Tx) error { return tx.DeleteEndpoint(ep.NetworkID, ep.ID) }); err != nil {
-		return fmt.Errorf("delete endpoint %s: %w", short(ep.ID), err)
+	change := record(*ep)
+	if change == nil {
+		return nil
 	}
-	d.point("delete-endpoint/after-commit")
-	d.log.Debug("deleted endpoint", "network", ep.NetworkID, "endpoint", ep.ID, "link", link)
+	if phase == "delete-endpoint" {
+		d.point("delete-endpoint/before-commit")
+	}
+	if err := d.store.Batch(change); err != nil {
+		return fmt.Errorf("%s %s: %w", what, short(ep.ID), err)
+	}
+	if phase == "delete-endpoint" {
+		d.point("delete-endpoint/after-commit")
+	}
+	d.log.Debug(what+" done", "network", ep.NetworkID, "endpoint", ep.ID, "link", link)
 	return nil
 }
 

@@ -148,17 +148,27 @@ func TestJoinRestoresVanishedOwnedParent(t *testing.T) {
 func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	// A link with epB's name but no record (the record was lost).
+	// A link with epB's name and underlay's mark but no record (the record
+	// was lost).
 	stray := endpointLinkName(epB)
-	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge"}); err != nil {
+	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}); err != nil {
 		t.Fatal(err)
 	}
-	// A host link that merely has the name form is never touched.
+	// A host link that merely has the name form is never touched, nor is a
+	// macvlan of the name form without underlay's mark, or with another
+	// instance's.
 	f.k.AddHostLink(endpointLinkName(epA), "veth", 1500)
-	for _, ep := range []string{epA, epB} {
+	unmarked, foreign := endpointLinkName(epC), endpointLinkName(netC)
+	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: unmarked, Parent: "eth1", Type: "macvlan", Mode: "bridge"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: foreign, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: netlinkutil.Mark("another")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range []string{epA, epB, epC, netC} {
 		if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f.wantLinks(endpointLinkName(epA))
+	f.wantLinks(endpointLinkName(epA), unmarked, foreign)
 }

@@ -50,6 +50,8 @@ type fixture struct {
 	path   string
 	docker *fakeDocker
 	clock  *fakeClock
+	grace  time.Duration
+	boot   string
 	points []string
 	mu     sync.Mutex
 }
@@ -79,7 +81,7 @@ func newFixture(t testing.TB) *fixture {
 	k.AddHostLink("eth0", "device", 1500)
 	k.AddHostLink("eth1", "device", 9000)
 	f := &fixture{t: t, k: k, path: filepath.Join(t.TempDir(), "underlay.db"), docker: &fakeDocker{live: map[string]bool{}},
-		clock: &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+		clock: &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, grace: time.Millisecond, boot: "boot-1"}
 	f.open()
 	t.Cleanup(f.close)
 	return f
@@ -91,7 +93,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, CrashPoint: func(p string) {
+	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, CrashPoint: func(p string) {
 		f.mu.Lock()
 		f.points = append(f.points, p)
 		f.mu.Unlock()
@@ -262,4 +264,5 @@ const (
 	netC = "cccccccccccc0000000000000000000000000000000000000000000000000003"
 	epA  = "eaeaeaeaeaea0000000000000000000000000000000000000000000000000001"
 	epB  = "ebebebebebeb0000000000000000000000000000000000000000000000000002"
+	epC  = "ecececececec0000000000000000000000000000000000000000000000000003"
 )

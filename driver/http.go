@@ -24,7 +24,8 @@ const MaxBody = 1 << 20
 // Handler returns the HTTP handler of the remote driver protocol:
 // /Plugin.Activate and every /NetworkDriver.* route, with the request and
 // response types of go-plugins-helpers. Errors are answered as
-// {"Err": "..."} with a non-200 status; malformed requests with 400.
+// {"Err": "..."} with a non-200 status (errorStatus); malformed requests
+// with 400.
 func (d *Driver) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/Plugin.Activate", func(w http.ResponseWriter, r *http.Request) {
@@ -113,7 +114,7 @@ func route[Req any](d *Driver, mux *http.ServeMux, name string, fn func(context.
 				level = slog.LevelWarn
 			}
 			d.log.Log(r.Context(), level, "request failed", append(attrs, "error", err)...)
-			writeJSON(w, http.StatusInternalServerError, network.NewErrorResponse(err.Error()))
+			writeJSON(w, errorStatus(err), network.NewErrorResponse(err.Error()))
 			return
 		}
 		d.log.Debug("request served", attrs...)
@@ -122,6 +123,21 @@ func route[Req any](d *Driver, mux *http.ServeMux, name string, fn func(context.
 		}
 		writeJSON(w, http.StatusOK, resp)
 	})
+}
+
+// errorStatus is the HTTP status of a failed request: 400 for a request
+// whose content is wrong, 409 for a conflict with networks underlay holds,
+// 500 for everything else (including unknown networks and endpoints: a 404
+// would tell Docker the call is not implemented). Docker shows the message
+// whatever the status.
+func errorStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
 }
 
 // decode reads at most MaxBody bytes of JSON into req.

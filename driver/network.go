@@ -12,16 +12,19 @@ import (
 
 // CreateNetwork creates a network or, when its ID comes back, reuses or
 // replaces it; see the rules in README.md. It parses the request, locks the
-// network and its parent, decides over a snapshot of the store, rules out
-// stale holders with Docker, reserves the parent durably, creates the
-// parent link if underlay owns it, and commits. On failure nothing of the
-// new network is left behind.
+// network, resolves the requested parent to the kernel link it really is,
+// locks that link, decides over a snapshot of the store, rules out stale
+// holders with Docker, reserves the parent durably, creates the parent link
+// if underlay owns it, and commits. On failure nothing of the new network
+// is left behind.
 func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRequest) error {
 	want, err := parseNetwork(req)
 	if err != nil {
 		return err
 	}
-	log := d.log.With("network", want.ID, "parent", want.Parent)
+	want.Created = d.now()
+	asked := requestedParent(want)
+	log := d.log.With("network", want.ID, "parent", asked)
 	unlockNet, err := d.locks.acquire(ctx, exclusive(networkLock(want.ID)))
 	if err != nil {
 		return err
@@ -32,6 +35,20 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err != nil {
 		return err
 	}
+	if same != nil && same.Pending == nil && sameConfig(want, *same) {
+		unlock, err := d.locks.acquire(ctx, exclusive(parentLock(same.Parent)))
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		log.Info("network exists with the same configuration: reusing it", "link", same.Parent)
+		return d.ensureParent(ctx, *same)
+	}
+	res, err := d.resolve(ctx, want)
+	if err != nil {
+		return err
+	}
+	want.Parent = res.Name
 	parents := []lockReq{exclusive(parentLock(want.Parent))}
 	if same != nil {
 		parents = append(parents, exclusive(parentLock(same.Parent)))
@@ -50,11 +67,9 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		return err
 	}
 	dec := decide(want, same, onParent)
-	log.Debug("create network decision", "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))
+	log.Debug("create network decision", "link", want.Parent, "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))
 	switch dec.Verdict {
-	case reuse:
-		log.Info("network exists with the same configuration: reusing it")
-		return d.ensureParent(ctx, *same)
+	case reuse: // sameConfig above already answered this; a pending same is not reused
 	case replace:
 		log.Warn("replacing stale duplicate of network (same ID, other configuration)",
 			"old_parent", same.Parent, "old", describe(*same), "new", describe(want))
@@ -65,71 +80,39 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		d.point("create-network/after-remove-stale")
 	}
 	if len(dec.Conflicts) > 0 {
-		release, err := d.clearStaleHolders(ctx, want, dec.Conflicts)
+		release, err := d.clearStaleHolders(ctx, want, asked, dec.Conflicts)
 		defer release()
 		if err != nil {
 			return err
 		}
 	}
-	return d.createNetwork(ctx, want)
+	if res.Create != nil || dec.Verdict == replace || len(dec.Conflicts) > 0 {
+		// The link did not exist before the lock, or removing stale
+		// networks may have released it: look again, now that no one else
+		// can create or delete it under this name.
+		if res, err = d.resolve(ctx, want); err != nil {
+			return err
+		}
+		if res.Name != want.Parent {
+			return fmt.Errorf("%w: parent %s became link %s while this request waited for it (someone created it meanwhile): retry", ErrConflict, asked, res.Name)
+		}
+	}
+	return d.createNetwork(ctx, want, res.Create)
 }
 
-// clearStaleHolders asks Docker about each conflicting holder. If Docker
-// no longer knows every one of them, they are stale records (removed while
-// underlay could not see it) and are removed; otherwise the create is
-// refused and nothing changes. The returned function releases the holders'
-// network locks.
-func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, cs []conflict) (func(), error) {
-	var unlocks []func()
-	release := func() {
-		for _, u := range unlocks {
-			u()
-		}
-	}
-	if d.docker == nil {
-		return release, conflictError(want, cs)
-	}
-	var live []conflict
-	for _, c := range cs {
-		exists, err := d.docker.NetworkExists(ctx, c.Holder.ID)
-		if err != nil {
-			d.log.Warn("could not ask Docker whether the holder still exists; treating it as live",
-				"network", want.ID, "holder", c.Holder.ID, "error", err)
-			exists = true
-		}
-		if exists {
-			live = append(live, c)
-		}
-	}
-	if len(live) > 0 {
-		return release, conflictError(want, live)
-	}
-	// Lower-rank locks may only be tried while a parent lock is held.
-	for _, c := range cs {
-		unlock, ok := d.locks.tryExclusive(networkLock(c.Holder.ID))
-		if !ok {
-			return release, fmt.Errorf("%w: parent %s is held by stale network %s, which another request is using right now: retry in a moment",
-				ErrConflict, want.Parent, short(c.Holder.ID))
-		}
-		unlocks = append(unlocks, unlock)
-	}
-	for _, c := range cs {
-		d.log.Warn("removing stale holder: Docker no longer knows this network", "network", want.ID,
-			"holder", c.Holder.ID, "parent", c.Holder.Parent, "holder_config", describe(c.Holder))
-		if err := d.removeNetwork(ctx, c.Holder); err != nil {
-			return release, fmt.Errorf("remove stale network %s from parent %s: %w", short(c.Holder.ID), c.Holder.Parent, err)
-		}
-	}
-	return release, nil
-}
-
-// createNetwork reserves, builds and commits a new network. The caller
-// holds the network and parent locks and has ruled out conflicts.
-func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err error) {
-	plan, err := d.planParent(ctx, want)
+// resolve lists the host's links once and resolves the network's parent.
+func (d *Driver) resolve(ctx context.Context, n store.Network) (resolution, error) {
+	links, err := d.links.List(ctx)
 	if err != nil {
-		return err
+		return resolution{}, err
 	}
+	return resolveParent(n, links)
+}
+
+// createNetwork reserves, builds and commits a new network. plan is the
+// parent link to create, nil when it exists. The caller holds the network
+// and parent locks and has ruled out conflicts.
+func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *store.ParentLink) (err error) {
 	if plan == nil {
 		// The parent exists: nothing changes in the kernel, so one atomic
 		// write under the locks creates the network.
@@ -138,7 +121,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err err
 			return fmt.Errorf("create network %s: %w", short(want.ID), err)
 		}
 		d.point("create-network/after-commit")
-		d.log.Info("created network", "network", want.ID, "parent", want.Parent, "config", describe(want), "parent_created", false)
+		d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", requestedParent(want), "config", describe(want), "parent_created", false)
 		return nil
 	}
 	// A parent link must be created: claim the parent durably first, so a
@@ -190,7 +173,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network) (err err
 	}
 	d.point("create-network/after-commit")
 	want.Pending = nil
-	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "config", describe(want), "parent_created", true)
+	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", requestedParent(want), "config", describe(want), "parent_created", true)
 	return nil
 }
 
@@ -213,25 +196,30 @@ func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.P
 }
 
 // rollback undoes a reservation if it is still the one identified by token
-// (any token when token is ""): it deletes the record and the parent link
-// underlay created for it.
+// (any token when token is ""): it deletes the record and then the parent
+// link underlay created for it, if nothing else needs it.
 func (d *Driver) rollback(ctx context.Context, id, token string) error {
-	var parent string
-	if err := d.store.Update(func(tx *store.Tx) error {
+	parent, err := d.dropPending(id, token)
+	if err != nil || parent == "" {
+		return err
+	}
+	d.log.Info("rolled back unfinished network", "network", id, "parent", parent)
+	return d.releaseParent(ctx, parent)
+}
+
+// dropPending deletes a pending network's record if its reservation is
+// still the one identified by token (any when ""); it returns the parent
+// the record named, "" when nothing was dropped.
+func (d *Driver) dropPending(id, token string) (parent string, err error) {
+	err = d.store.Update(func(tx *store.Tx) error {
 		n, ok, err := tx.Network(id)
 		if err != nil || !ok || n.Pending == nil || (token != "" && n.Pending.Token != token) {
 			return err
 		}
 		parent = n.Parent
 		return tx.DeleteNetwork(id)
-	}); err != nil {
-		return err
-	}
-	if parent == "" {
-		return nil
-	}
-	d.log.Info("rolled back unfinished network", "network", id, "parent", parent)
-	return d.releaseParent(ctx, parent)
+	})
+	return parent, err
 }
 
 // removeNetwork deletes a network's endpoint links, its records, and its
@@ -247,7 +235,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/before-link-delete")
 	for _, ep := range eps {
-		if err := d.links.Delete(ctx, ep.Link); err != nil {
+		if err := d.deleteOwnedLink(ctx, ep.Link, true); err != nil {
 			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, short(ep.ID), err)
 		}
 	}

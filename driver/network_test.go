@@ -153,6 +153,7 @@ func TestRule4StaleHolderRemoved(t *testing.T) {
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.wantLinks("eth0.30", link)
 	f.docker.setLive() // Docker answers 404 for netA: removed while underlay was down
+	f.clock.Advance(time.Minute)
 
 	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.30"}})
 	f.wantNetworks(netB)
@@ -268,12 +269,12 @@ func TestRule5ExpiredReservationRolledBack(t *testing.T) {
 	if n, ok := f.record(netA); !ok || n.Pending == nil {
 		t.Fatalf("no pending reservation while the kernel call hangs: %+v %v", n, ok)
 	}
-	f.d.expirePending(context.Background()) // not yet expired
+	f.d.janitorTick(context.Background()) // not yet expired
 	if _, ok := f.record(netA); !ok {
 		t.Fatal("reservation rolled back before its deadline")
 	}
 	f.clock.Advance(61 * time.Second)
-	f.d.expirePending(context.Background())
+	f.d.janitorTick(context.Background())
 	f.wantNetworks()
 	close(release)
 	err := <-done
@@ -355,7 +356,7 @@ func TestVLANSharedAndOwnership(t *testing.T) {
 	f.wantLinks() // underlay created it: deleted with the last network
 
 	// A VLAN link the administrator made is used as it is and never deleted.
-	if err := f.k.AddVLAN(context.Background(), "eth0.11", "eth0", 11, 0); err != nil {
+	if err := f.k.AddVLAN(context.Background(), "eth0.11", "eth0", 11, 0, ""); err != nil {
 		t.Fatal(err)
 	}
 	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth0.11"}})
@@ -423,7 +424,7 @@ func TestOwnedVLANKeptWhileForeignLinksStandOnIt(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
-	if err := f.k.AddVLAN(ctx, "admin.5", "eth0.10", 5, 0); err != nil { // the administrator's
+	if err := f.k.AddVLAN(ctx, "admin.5", "eth0.10", 5, 0, ""); err != nil { // the administrator's
 		t.Fatal(err)
 	}
 	if err := f.d.DeleteNetwork(ctx, &network.DeleteNetworkRequest{NetworkID: netA}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,10 +39,10 @@ const (
 	labelEnableIPv6 = "com.docker.network.enable_ipv6"
 )
 
-// Link types.
+// Link types, as the type option names them.
 const (
-	typeMacvlan = "macvlan"
-	typeIpvlan  = "ipvlan"
+	typeMacvlan = netlinkutil.KindMacvlan
+	typeIpvlan  = netlinkutil.KindIpvlan
 )
 
 const (
@@ -49,21 +50,16 @@ const (
 	maxMTU = 65535
 )
 
+var validOptions = []string{OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
+
+// The mode and flag names come from the one list in netlinkutil.
 var (
-	validOptions = []string{OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
-	macvlanModes = []string{"bridge", "private", "vepa", "passthru"}
-	ipvlanModes  = []string{"l2", "l3", "l3s"}
-	ipvlanFlags  = []string{"bridge", "private", "vepa"}
+	macvlanModes = netlinkutil.MacvlanModes
+	ipvlanModes  = netlinkutil.IpvlanModes
+	ipvlanFlags  = netlinkutil.IpvlanFlags
 )
 
-func oneOf(value string, valid []string) bool {
-	for _, v := range valid {
-		if v == value {
-			return true
-		}
-	}
-	return false
-}
+func oneOf(value string, valid []string) bool { return slices.Contains(valid, value) }
 
 // netOptions is the validated driver configuration of a network.
 type netOptions struct {
@@ -73,8 +69,15 @@ type netOptions struct {
 	Given map[string]string
 }
 
-// parseOptions validates driver options without looking at the kernel.
-func parseOptions(opts map[string]string) (netOptions, error) {
+// parseOptions validates driver options without looking at the kernel. An
+// option with an empty value means its default, as if it were absent.
+func parseOptions(given map[string]string) (netOptions, error) {
+	opts := make(map[string]string, len(given))
+	for k, v := range given {
+		if v != "" {
+			opts[k] = v
+		}
+	}
 	var unknown []string
 	for k := range opts {
 		if !oneOf(k, validOptions) {
@@ -113,16 +116,16 @@ func parseOptions(opts map[string]string) (netOptions, error) {
 		return netOptions{}, invalidf("%s=%s does not apply to type=macvlan: drop it, or use macvlan_mode (%s)", key, opts[key], strings.Join(macvlanModes, ", "))
 	}
 	if o.Type == typeMacvlan {
-		o.Mode = valueOr(opts[OptMacvlanMode], "bridge")
+		o.Mode = valueOr(opts[OptMacvlanMode], macvlanModes[0])
 		if !oneOf(o.Mode, macvlanModes) {
 			return netOptions{}, invalidf("macvlan_mode %q is not valid: use one of %s", o.Mode, strings.Join(macvlanModes, ", "))
 		}
 	} else {
-		o.Mode = valueOr(opts[OptIpvlanMode], "l2")
+		o.Mode = valueOr(opts[OptIpvlanMode], ipvlanModes[0])
 		if !oneOf(o.Mode, ipvlanModes) {
 			return netOptions{}, invalidf("ipvlan_mode %q is not valid: use one of %s", o.Mode, strings.Join(ipvlanModes, ", "))
 		}
-		o.Flag = valueOr(opts[OptIpvlanFlag], "bridge")
+		o.Flag = valueOr(opts[OptIpvlanFlag], ipvlanFlags[0])
 		if !oneOf(o.Flag, ipvlanFlags) {
 			return netOptions{}, invalidf("ipvlan_flag %q is not valid: use one of %s", o.Flag, strings.Join(ipvlanFlags, ", "))
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -17,112 +15,55 @@ import (
 // the last network on them.
 
 const (
-	kindVLAN  = "vlan"
-	kindDummy = "dummy"
+	kindVLAN  = netlinkutil.KindVLAN
+	kindDummy = netlinkutil.KindDummy
 )
 
-// splitVLAN parses "base.vid".
-func splitVLAN(name string) (base string, vid int, ok bool) {
-	i := strings.LastIndexByte(name, '.')
-	if i <= 0 || i == len(name)-1 {
-		return "", 0, false
-	}
-	vid, err := strconv.Atoi(name[i+1:])
-	if err != nil {
-		return "", 0, false
-	}
-	return name[:i], vid, true
-}
-
-// planParent checks the network's parent against the kernel. It returns
-// the parent link underlay must create for it, or nil when the link exists
-// and is usable as it is.
-func (d *Driver) planParent(ctx context.Context, n store.Network) (*store.ParentLink, error) {
-	l, err := d.links.Get(ctx, n.Parent)
-	if err == nil {
-		if err := checkParentLink(l, n); err != nil {
-			return nil, err
-		}
-		return nil, checkMTU(n, l.Name, l.MTU)
-	}
-	if !errors.Is(err, netlinkutil.ErrNotFound) {
-		return nil, err
-	}
-	if n.Parent == dummyName(n.ID) && n.Options[OptParent] == "" {
-		return &store.ParentLink{Name: n.Parent, Kind: kindDummy, MTU: n.MTU}, nil
-	}
-	base, vid, ok := splitVLAN(n.Parent)
-	if !ok {
-		return nil, invalidf("parent interface %s does not exist on this host: pass an existing interface with -o parent=IFACE, or IFACE.VLAN (for example eth0.10) to have underlay create a VLAN sub-interface", n.Parent)
-	}
-	if vid < 1 || vid > 4094 {
-		return nil, invalidf("parent %s asks for VLAN %d, outside 1-4094: use a VLAN ID from 1 to 4094", n.Parent, vid)
-	}
-	bl, err := d.links.Get(ctx, base)
-	if errors.Is(err, netlinkutil.ErrNotFound) {
-		return nil, invalidf("parent %s would be VLAN %d on %s, but %s does not exist on this host: use an existing interface as the base", n.Parent, vid, base, base)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if base == "lo" {
-		return nil, invalidf("parent %s would be a VLAN on the loopback interface: use a physical interface as the base", n.Parent)
-	}
-	if err := checkParentLink(bl, n); err != nil {
-		return nil, err
-	}
-	if err := checkMTU(n, base, bl.MTU); err != nil {
-		return nil, err
-	}
-	return &store.ParentLink{Name: n.Parent, Kind: kindVLAN, Base: base, VLAN: vid}, nil
-}
-
-// checkParentLink refuses links that must never be a parent.
-func checkParentLink(l netlinkutil.Link, n store.Network) error {
-	switch {
-	case l.Name == "lo":
-		return invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")
-	case isEndpointLinkName(l.Name) && (l.Kind == typeMacvlan || l.Kind == typeIpvlan):
-		return invalidf("parent %s is an endpoint link underlay created for a container: use the host interface it hangs off", l.Name)
-	case isDummyName(l.Name) && l.Name != dummyName(n.ID):
-		return invalidf("parent %s is the dummy link of another internal network: omit -o parent to get an internal network of its own", l.Name)
-	case l.Kind == "bridge" && isDockerBridge(l.Name):
-		return invalidf("parent %s is a bridge Docker manages: macvlan and ipvlan networks need a host uplink interface (for example eth0) as parent", l.Name)
-	}
-	return nil
-}
-
-func isDockerBridge(name string) bool {
-	if name == "docker0" || name == "docker_gwbridge" {
-		return true
-	}
-	rest, ok := strings.CutPrefix(name, "br-")
-	return ok && len(rest) == idChars && strings.Trim(rest, "0123456789abcdef") == ""
-}
-
-func checkMTU(n store.Network, parent string, parentMTU int) error {
-	if n.MTU > parentMTU && parentMTU > 0 {
-		return invalidf("mtu %d is larger than the MTU %d of parent %s: use -o mtu=%d or less, or raise the parent's MTU", n.MTU, parentMTU, parent, parentMTU)
-	}
-	return nil
-}
-
-// createParentLink creates a parent link underlay owns; one that already
-// exists (made by a concurrent network or a previous attempt) is fine.
+// createParentLink creates a parent link underlay owns. The kernel's
+// EEXIST is success only when the existing link is exactly the one planned
+// (made by a previous attempt of this network): a VLAN with the same ID
+// under another name, or another link with the name, is an error naming it.
 func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error {
 	var err error
 	switch p.Kind {
 	case kindVLAN:
-		err = d.links.AddVLAN(ctx, p.Name, p.Base, p.VLAN, p.MTU)
+		err = d.links.AddVLAN(ctx, p.Name, p.Base, p.VLAN, p.MTU, d.mark)
 	case kindDummy:
-		err = d.links.AddDummy(ctx, p.Name, p.MTU)
+		err = d.links.AddDummy(ctx, p.Name, p.MTU, d.mark)
 	default:
 		return fmt.Errorf("parent link %s has unknown kind %q", p.Name, p.Kind)
 	}
-	if errors.Is(err, unix.EEXIST) {
+	if !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	links, lerr := d.links.List(ctx)
+	if lerr != nil {
+		return fmt.Errorf("%w (and listing links to see which one: %w)", err, lerr)
+	}
+	if l, ok := findLink(links, p.Name); ok && isPlanned(l, p, links) {
 		return nil
 	}
-	return err
+	if p.Kind == kindVLAN {
+		for _, l := range links {
+			if b, ok := findLink(links, p.Base); ok && l.Kind == kindVLAN && l.ParentIndex == b.Index && l.VLAN == p.VLAN {
+				return fmt.Errorf("create VLAN %d on %s as %s: the kernel already has that VLAN as %s (created meanwhile by someone else): retry, and the network will use %s", p.VLAN, p.Base, p.Name, l.Name, l.Name)
+			}
+		}
+	}
+	return fmt.Errorf("create %s link %s: a link of that name exists and is not the one planned: remove it or use another parent: %w", p.Kind, p.Name, err)
+}
+
+// isPlanned reports whether an existing link is exactly the parent link
+// planned: same kind, and for a VLAN the same ID on the same base.
+func isPlanned(l netlinkutil.Link, p store.ParentLink, links []netlinkutil.Link) bool {
+	if l.Name != p.Name || l.Kind != p.Kind {
+		return false
+	}
+	if p.Kind != kindVLAN {
+		return true
+	}
+	b, ok := findLink(links, p.Base)
+	return ok && l.ParentIndex == b.Index && l.VLAN == p.VLAN
 }
 
 // recreateParentLink creates an owned parent link that is missing, first
@@ -167,14 +108,20 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) error {
 		return err
 	}
 	if !ok {
-		plan, err := d.planParent(ctx, n)
+		// A link underlay did not create is gone: if the network asked for
+		// a VLAN by IFACE.VID and it resolves to this very name, create it
+		// and own it from now on; otherwise say what is missing.
+		res, err := d.resolve(ctx, n)
 		if err != nil {
-			return err
+			return fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, short(n.ID), err)
 		}
-		if plan == nil {
+		if res.Create == nil {
 			return nil
 		}
-		owned = *plan
+		if res.Name != n.Parent {
+			return invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, short(n.ID), requestedParent(n), res.Name)
+		}
+		owned = *res.Create
 		if err := d.store.Update(func(tx *store.Tx) error { return tx.PutParentLink(owned) }); err != nil {
 			return err
 		}
@@ -183,100 +130,4 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) error {
 		return fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
 	}
 	return nil
-}
-
-// parentNeeded reports whether a parent link must stay: a network names it,
-// or a parent link underlay created on it (a VLAN on a VLAN) must stay.
-func parentNeeded(tx *store.Tx, name string) bool {
-	if tx.ParentInUse(name) {
-		return true
-	}
-	for _, upper := range tx.ParentLinksOn(name) {
-		if parentNeeded(tx, upper) {
-			return true
-		}
-	}
-	return false
-}
-
-// releaseParent deletes a parent link underlay created once nothing needs
-// it: no network names it, no needed link underlay made stands on it, and
-// no link someone else made stands on it. Links underlay did not create are
-// never deleted. When a VLAN goes, its base is reconsidered: it may be a
-// VLAN underlay created that only this one needed. The caller holds the
-// parent's lock; the base's is only tried.
-func (d *Driver) releaseParent(ctx context.Context, name string) error {
-	var needed, owned bool
-	var rec store.ParentLink
-	var uppers []string
-	if err := d.store.View(func(tx *store.Tx) (err error) {
-		needed = parentNeeded(tx, name)
-		uppers = tx.ParentLinksOn(name)
-		rec, owned, err = tx.ParentLink(name)
-		return err
-	}); err != nil || needed || !owned {
-		return err
-	}
-	for _, upper := range uppers { // unneeded links underlay made on it go first
-		unlock, ok := d.locks.tryExclusive(parentLock(upper))
-		if !ok {
-			return nil // a request is working on it; reconsidered at the next start
-		}
-		err := d.releaseParent(ctx, upper)
-		unlock()
-		if err != nil {
-			return err
-		}
-	}
-	if rec.Kind == kindVLAN {
-		if others, err := d.linksOn(ctx, name); err != nil || len(others) > 0 {
-			if err == nil {
-				d.log.Warn("keeping a VLAN link underlay created: links it did not make stand on it", "parent", name, "links", others)
-			}
-			return err
-		}
-	}
-	if err := d.links.Delete(ctx, name); err != nil {
-		return fmt.Errorf("delete parent link %s: %w", name, err)
-	}
-	d.log.Info("deleted parent link underlay created", "parent", name)
-	if err := d.store.Update(func(tx *store.Tx) error {
-		if parentNeeded(tx, name) {
-			return nil
-		}
-		return tx.DeleteParentLink(name)
-	}); err != nil {
-		return err
-	}
-	if rec.Kind != kindVLAN {
-		return nil
-	}
-	unlock, ok := d.locks.tryExclusive(parentLock(rec.Base))
-	if !ok {
-		return nil // in use right now; reconsidered at the next start
-	}
-	defer unlock()
-	return d.releaseParent(ctx, rec.Base)
-}
-
-// linksOn lists the links whose lower link is the named one.
-func (d *Driver) linksOn(ctx context.Context, name string) ([]string, error) {
-	l, err := d.links.Get(ctx, name)
-	if errors.Is(err, netlinkutil.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	all, err := d.links.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, o := range all {
-		if o.ParentIndex == l.Index && o.Index != l.Index {
-			out = append(out, o.Name)
-		}
-	}
-	return out, nil
 }

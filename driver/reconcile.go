@@ -2,122 +2,39 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
 )
 
 // Restore reconciles the store with the kernel before the socket is
-// served. Only one process can hold the state file, so every pending
+// served, as one plan (plan.go) over one snapshot of the store and one list
+// of links. Only one process can hold the state file, so every pending
 // reservation found here belongs to a process that died: each is rolled
 // back with its partial kernel state. Parent links underlay created that
 // vanished (a reboot) are re-created, those no network uses are deleted,
-// and endpoint links in the host namespace that no endpoint record owns
-// are deleted. It touches only the records and links it reports.
+// and links carrying this state file's mark that no record owns are
+// deleted. Links of other owners (another underlay instance's mark, or no
+// mark and no record) are never touched.
 func (d *Driver) Restore(ctx context.Context) error {
-	var pending []store.Network
-	var parents []store.ParentLink
-	if err := d.store.View(func(tx *store.Tx) (err error) {
-		if pending, err = tx.Pending(); err != nil {
-			return err
-		}
-		parents, err = tx.ParentLinks()
-		return err
-	}); err != nil {
+	s, err := d.readSnapshot(true)
+	if err != nil {
 		return fmt.Errorf("read state: %w", err)
 	}
-	var errs []error
-	for _, n := range pending {
-		d.log.Warn("rolling back network left half-created by a previous run", "network", n.ID, "parent", n.Parent)
-		if err := d.rollback(ctx, n.ID, ""); err != nil {
-			errs = append(errs, fmt.Errorf("roll back network %s: %w", short(n.ID), err))
-		}
+	links, err := d.links.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile state with the kernel: %w", err)
 	}
-	// In name order a VLAN's base (a prefix of its name) comes first.
-	for _, p := range parents {
-		var needed bool
-		if err := d.store.View(func(tx *store.Tx) error {
-			needed = parentNeeded(tx, p.Name)
-			return nil
-		}); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !needed {
-			if err := d.releaseParent(ctx, p.Name); err != nil {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		if _, err := d.links.Get(ctx, p.Name); !errors.Is(err, netlinkutil.ErrNotFound) {
-			if err != nil {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		if err := d.recreateParentLink(ctx, p); err != nil {
-			// The base interface may be gone; the networks stay, and the
-			// next request on them reports it.
-			d.log.Error("could not re-create a parent link underlay created", "parent", p.Name, "kind", p.Kind, "error", err)
-		}
-	}
-	if err := d.removeStrayLinks(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
+	plan := planRestore(s, links, d.mark)
+	d.log.Info("reconcile plan", "steps", len(plan), "plan", fmt.Sprint(plan))
+	if err := d.execute(ctx, plan, ""); err != nil {
 		return fmt.Errorf("reconcile state with the kernel: %w", err)
 	}
 	return nil
 }
 
-// removeStrayLinks deletes host-namespace links with underlay's endpoint
-// name form that no endpoint record owns, and dummy links of its internal
-// name form that it does not own.
-func (d *Driver) removeStrayLinks(ctx context.Context) error {
-	links, err := d.links.List(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, l := range links {
-		var stray bool
-		switch {
-		case isEndpointLinkName(l.Name) && (l.Kind == typeMacvlan || l.Kind == typeIpvlan):
-			err = d.store.View(func(tx *store.Tx) error {
-				_, known, err := tx.EndpointByLink(l.Name)
-				stray = !known
-				return err
-			})
-		case isDummyName(l.Name) && l.Kind == kindDummy:
-			err = d.store.View(func(tx *store.Tx) error {
-				_, owned, err := tx.ParentLink(l.Name)
-				stray = !owned
-				return err
-			})
-		default:
-			continue
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if stray {
-			d.log.Warn("deleting link no record owns (left by a crash or a deleted network)", "link", l.Name, "kind", l.Kind)
-			if err := d.links.Delete(ctx, l.Name); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// RunJanitor rolls back, every interval until Close, the reservations that
-// outlived their deadline in this running daemon (a kernel call that hung).
-// It takes no locks: the request that made the reservation may still hold
-// them, and its commit fails once the reservation is gone.
+// RunJanitor, every interval until Close, rolls back the reservations that
+// outlived their deadline in this running daemon (a kernel call that hung)
+// and releases the parent links nothing needs any more.
 func (d *Driver) RunJanitor(interval time.Duration) {
 	d.janitorOnce.Do(func() {
 		go func() {
@@ -129,32 +46,51 @@ func (d *Driver) RunJanitor(interval time.Duration) {
 				case <-d.stop:
 					return
 				case <-t.C:
-					d.expirePending(context.Background())
+					d.janitorTick(context.Background())
 				}
 			}
 		}()
 	})
 }
 
-// expirePending rolls back every reservation past its deadline.
-func (d *Driver) expirePending(ctx context.Context) {
-	var pending []store.Network
-	if err := d.store.View(func(tx *store.Tx) (err error) {
-		pending, err = tx.Pending()
-		return err
-	}); err != nil {
-		d.log.Error("read pending reservations", "error", err)
+// janitorTick drops expired reservations without taking locks (the request
+// that made one may still hold them, and its commit fails once it is gone),
+// then releases unneeded parent links under their locks, tried only: a busy
+// one waits for the next tick.
+func (d *Driver) janitorTick(ctx context.Context) {
+	s, err := d.readSnapshot(false)
+	if err != nil {
+		d.log.Error("janitor: read state", "error", err)
 		return
 	}
 	now := d.now()
-	for _, n := range pending {
+	for _, n := range s.Pending {
 		if now.Before(n.Pending.Deadline) {
 			continue
 		}
 		d.log.Warn("pending reservation expired: rolling the network back", "network", n.ID, "parent", n.Parent,
 			"deadline", n.Pending.Deadline)
-		if err := d.rollback(ctx, n.ID, n.Pending.Token); err != nil {
+		if _, err := d.dropPending(n.ID, n.Pending.Token); err != nil {
 			d.log.Error("roll back expired reservation", "network", n.ID, "error", err)
 		}
+	}
+	if len(s.Owned) == 0 {
+		return
+	}
+	if s, err = d.readSnapshot(false); err != nil {
+		d.log.Error("janitor: read state", "error", err)
+		return
+	}
+	links, err := d.links.List(ctx)
+	if err != nil {
+		d.log.Error("janitor: list links", "error", err)
+		return
+	}
+	var owned []string
+	for name := range s.Owned {
+		owned = append(owned, name)
+	}
+	if err := d.execute(ctx, planRelease(s, links, d.mark, owned), ""); err != nil {
+		d.log.Error("janitor: release parent links", "error", err)
 	}
 }

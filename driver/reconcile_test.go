@@ -36,6 +36,7 @@ func TestRestoreAfterReboot(t *testing.T) {
 	for _, name := range []string{"eth0.10", "ulibbbbbbbbbbbb", link} {
 		f.k.Remove(name)
 	}
+	f.boot = "boot-2"
 	f.restart()
 	f.wantLinks("eth0.10", "ulibbbbbbbbbbbb")
 	if l, _ := f.k.Link("eth0.10"); l.VLAN != 10 || f.k.Parent("eth0.10") != "eth0" {
@@ -52,19 +53,24 @@ func TestRestoreRemovesStrayLinksOnly(t *testing.T) {
 	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
 	known := f.mustEndpoint(netA, epA, "")
 	ctx := context.Background()
-	mk := func(name, typ string) {
-		if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: name, Parent: "eth1", Type: typ, Mode: map[string]string{"macvlan": "bridge", "ipvlan": "l2"}[typ], Flag: "bridge"}); err != nil {
+	mk := func(name, typ, mark string) {
+		if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: name, Parent: "eth1", Type: typ, Mode: map[string]string{"macvlan": "bridge", "ipvlan": "l2"}[typ], Flag: "bridge", Mark: mark}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mk("ule0123456789ab", "macvlan") // endpoint link nobody owns
-	mk("mymacvlan", "macvlan")       // the administrator's
+	mk("ule0123456789ab", "macvlan", f.d.mark)                  // endpoint link nobody owns, ours
+	mk("ule0123456789ac", "macvlan", "")                        // the name form, no mark: not ours to judge
+	mk("ule0123456789ad", "macvlan", netlinkutil.Mark("other")) // another instance's
+	mk("mymacvlan", "macvlan", "")                              // the administrator's
 	f.k.AddHostLink("ule999999999999", "veth", 1500)
-	if err := f.k.AddDummy(ctx, "uli0123456789ab", 0); err != nil { // a dummy underlay's form, not owned
+	if err := f.k.AddDummy(ctx, "uli0123456789ab", 0, f.d.mark); err != nil { // our dummy, not owned any more
+		t.Fatal(err)
+	}
+	if err := f.k.AddDummy(ctx, "uli0123456789ac", 0, ""); err != nil { // a dummy of underlay's form, unmarked
 		t.Fatal(err)
 	}
 	f.restart()
-	f.wantLinks(known, "mymacvlan", "ule999999999999")
+	f.wantLinks(known, "mymacvlan", "ule0123456789ac", "ule0123456789ad", "ule999999999999", "uli0123456789ac")
 }
 
 func TestRestoreRollsBackOrphanedReservation(t *testing.T) {
@@ -86,7 +92,7 @@ func TestRestoreRollsBackOrphanedReservation(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.k.AddVLAN(context.Background(), "eth0.20", "eth0", 20, 0); err != nil {
+	if err := f.k.AddVLAN(context.Background(), "eth0.20", "eth0", 20, 0, f.d.mark); err != nil {
 		t.Fatal(err)
 	}
 	f.restart()
@@ -104,7 +110,7 @@ func TestRestoreDeletesOwnedParentNoNetworkUses(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.k.AddVLAN(context.Background(), "eth0.30", "eth0", 30, 0); err != nil {
+	if err := f.k.AddVLAN(context.Background(), "eth0.30", "eth0", 30, 0, ""); err != nil { // made before marks: recorded, unmarked
 		t.Fatal(err)
 	}
 	f.restart()

@@ -4,8 +4,12 @@
 //
 // The driver sees the kernel only through the Links interface, so it is
 // unit-tested against the in-memory kernel of package nltest. Transient
-// kernel errors (EBUSY from a link still going away, interrupted dumps) are
-// retried a bounded number of times here, not by callers.
+// kernel errors (interrupted dumps, a full socket buffer) are retried a
+// bounded number of times here, not by callers; permanent answers (EBUSY,
+// EADDRINUSE, EEXIST) are reported once, with what they mean.
+//
+// Every link created here carries a mark (IFLA_IFALIAS, see Mark) naming
+// the state file that owns it.
 package netlinkutil
 
 import (
@@ -42,6 +46,23 @@ type Link struct {
 	// Flag is the ipvlan flag ("bridge", "private", "vepa").
 	Flag string
 	MAC  string
+	// Alias is the link's IFLA_IFALIAS: underlay's mark on links it made.
+	Alias string
+	// AltNames are the link's alternative names (`ip link property add`).
+	AltNames []string
+}
+
+// HasName reports whether name is the link's name or one of its altnames.
+func (l Link) HasName(name string) bool {
+	if l.Name == name {
+		return true
+	}
+	for _, a := range l.AltNames {
+		if a == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Endpoint describes a macvlan or ipvlan link to create.
@@ -57,20 +78,25 @@ type Endpoint struct {
 	MTU int
 	// MAC is set at creation when non-empty (macvlan only).
 	MAC string
+	// Mark is written as the link's alias right after creation.
+	Mark string
 }
 
 // Links is the kernel as the driver uses it. Every method acts on the
 // namespace the process runs in.
 type Links interface {
-	// Get returns the named link or an error wrapping ErrNotFound.
+	// Get returns the link with the name or altname, or an error wrapping
+	// ErrNotFound.
 	Get(ctx context.Context, name string) (Link, error)
 	// List returns every link.
 	List(ctx context.Context) ([]Link, error)
-	// AddVLAN creates an up VLAN link name on base with the given ID.
-	AddVLAN(ctx context.Context, name, base string, id, mtu int) error
-	// AddDummy creates an up dummy link.
-	AddDummy(ctx context.Context, name string, mtu int) error
-	// AddEndpoint creates a macvlan or ipvlan link, left down.
+	// AddVLAN creates an up VLAN link name on base with the given ID,
+	// marked with mark.
+	AddVLAN(ctx context.Context, name, base string, id, mtu int, mark string) error
+	// AddDummy creates an up dummy link marked with mark.
+	AddDummy(ctx context.Context, name string, mtu int, mark string) error
+	// AddEndpoint creates a macvlan or ipvlan link, left down, marked with
+	// ep.Mark.
 	AddEndpoint(ctx context.Context, ep Endpoint) error
 	// Delete removes the named link; a missing link is not an error.
 	Delete(ctx context.Context, name string) error
@@ -91,16 +117,16 @@ func New() *Kernel {
 }
 
 var macvlanModes = map[string]netlink.MacvlanMode{
-	"bridge": netlink.MACVLAN_MODE_BRIDGE, "private": netlink.MACVLAN_MODE_PRIVATE,
-	"vepa": netlink.MACVLAN_MODE_VEPA, "passthru": netlink.MACVLAN_MODE_PASSTHRU,
+	MacvlanBridge: netlink.MACVLAN_MODE_BRIDGE, MacvlanPrivate: netlink.MACVLAN_MODE_PRIVATE,
+	MacvlanVEPA: netlink.MACVLAN_MODE_VEPA, MacvlanPassthru: netlink.MACVLAN_MODE_PASSTHRU,
 }
 
 var ipvlanModes = map[string]netlink.IPVlanMode{
-	"l2": netlink.IPVLAN_MODE_L2, "l3": netlink.IPVLAN_MODE_L3, "l3s": netlink.IPVLAN_MODE_L3S,
+	IpvlanL2: netlink.IPVLAN_MODE_L2, IpvlanL3: netlink.IPVLAN_MODE_L3, IpvlanL3S: netlink.IPVLAN_MODE_L3S,
 }
 
 var ipvlanFlags = map[string]netlink.IPVlanFlag{
-	"bridge": netlink.IPVLAN_FLAG_BRIDGE, "private": netlink.IPVLAN_FLAG_PRIVATE, "vepa": netlink.IPVLAN_FLAG_VEPA,
+	IpvlanFlagBridge: netlink.IPVLAN_FLAG_BRIDGE, IpvlanFlagPrivate: netlink.IPVLAN_FLAG_PRIVATE, IpvlanFlagVEPA: netlink.IPVLAN_FLAG_VEPA,
 }
 
 func nameOf[K comparable](m map[string]K, v K) string {
@@ -113,11 +139,13 @@ func nameOf[K comparable](m map[string]K, v K) string {
 }
 
 // transient reports whether a failed link operation may succeed if tried
-// again: a link of the same name or MAC still being torn down, a dump that
-// raced with a change, a full socket buffer.
+// again: a dump that raced with a change, an interrupted call, a full socket
+// buffer. EBUSY (a parent carrying the other link type, or taken by
+// passthru) and EADDRINUSE (a MAC another link on the parent has) are the
+// kernel's final answers and are not retried.
 func transient(err error) bool {
-	return errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) ||
-		errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.EADDRINUSE) || errors.Is(err, netlink.ErrDumpInterrupted)
+	return errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) ||
+		errors.Is(err, unix.ENOBUFS) || errors.Is(err, netlink.ErrDumpInterrupted)
 }
 
 // retry runs op until it succeeds, fails for good, the attempts run out or
@@ -141,7 +169,8 @@ func (k *Kernel) retry(ctx context.Context, op func() error) error {
 
 func convert(l netlink.Link) Link {
 	a := l.Attrs()
-	out := Link{Name: a.Name, Index: a.Index, Kind: l.Type(), ParentIndex: a.ParentIndex, MTU: a.MTU}
+	out := Link{Name: a.Name, Index: a.Index, Kind: l.Type(), ParentIndex: a.ParentIndex, MTU: a.MTU,
+		Alias: a.Alias, AltNames: a.AltNames}
 	if a.HardwareAddr != nil {
 		out.MAC = a.HardwareAddr.String()
 	}
@@ -183,21 +212,42 @@ func (k *Kernel) List(ctx context.Context) ([]Link, error) {
 	return out, nil
 }
 
-// add creates the link and brings it up when up is set. If bringing it up
-// fails the link is deleted again, so a failed add leaves nothing.
-func (k *Kernel) add(ctx context.Context, l netlink.Link, up bool) error {
+// add creates the link, marks it (the kernel ignores IFLA_IFALIAS at
+// creation, so the alias is set right after) and brings it up when up is
+// set. If marking or bringing it up fails the link is deleted again, so a
+// failed add leaves nothing.
+func (k *Kernel) add(ctx context.Context, l netlink.Link, mark string, up bool) error {
 	name := l.Attrs().Name
 	if err := k.retry(ctx, func() error { return k.h.LinkAdd(l) }); err != nil {
-		return fmt.Errorf("create %s link %s: %w", l.Type(), name, err)
+		return fmt.Errorf("create %s link %s: %w%s", l.Type(), name, err, explain(err, l))
+	}
+	undo := func(what string, err error) error {
+		_ = k.h.LinkDel(l)
+		return fmt.Errorf("%s %s link %s: %w", what, l.Type(), name, err)
+	}
+	if mark != "" {
+		if err := k.retry(ctx, func() error { return k.h.LinkSetAlias(l, mark) }); err != nil {
+			return undo("mark", err)
+		}
 	}
 	if !up {
 		return nil
 	}
 	if err := k.retry(ctx, func() error { return k.h.LinkSetUp(l) }); err != nil {
-		_ = k.Delete(context.WithoutCancel(ctx), name)
-		return fmt.Errorf("bring up %s link %s: %w", l.Type(), name, err)
+		return undo("bring up", err)
 	}
 	return nil
+}
+
+// explain says what a permanent refusal of a new link means.
+func explain(err error, l netlink.Link) string {
+	switch {
+	case errors.Is(err, unix.EBUSY) && (l.Type() == KindMacvlan || l.Type() == KindIpvlan):
+		return " (the parent link carries links of the other type, macvlan or ipvlan, or is taken by a macvlan passthru link: the kernel allows one kind per parent)"
+	case errors.Is(err, unix.EADDRINUSE):
+		return fmt.Sprintf(" (MAC %s is already used by another link on the parent: use another MAC address)", l.Attrs().HardwareAddr)
+	}
+	return ""
 }
 
 func (k *Kernel) index(ctx context.Context, name string) (int, error) {
@@ -209,17 +259,17 @@ func (k *Kernel) index(ctx context.Context, name string) (int, error) {
 }
 
 // AddVLAN implements Links.
-func (k *Kernel) AddVLAN(ctx context.Context, name, base string, id, mtu int) error {
+func (k *Kernel) AddVLAN(ctx context.Context, name, base string, id, mtu int, mark string) error {
 	idx, err := k.index(ctx, base)
 	if err != nil {
 		return fmt.Errorf("create VLAN link %s: base link: %w", name, err)
 	}
-	return k.add(ctx, &netlink.Vlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: idx, MTU: mtu}, VlanId: id}, true)
+	return k.add(ctx, &netlink.Vlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: idx, MTU: mtu}, VlanId: id}, mark, true)
 }
 
 // AddDummy implements Links.
-func (k *Kernel) AddDummy(ctx context.Context, name string, mtu int) error {
-	return k.add(ctx, &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu}}, true)
+func (k *Kernel) AddDummy(ctx context.Context, name string, mtu int, mark string) error {
+	return k.add(ctx, &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu}}, mark, true)
 }
 
 // AddEndpoint implements Links.
@@ -237,19 +287,19 @@ func (k *Kernel) AddEndpoint(ctx context.Context, ep Endpoint) error {
 		attrs.HardwareAddr = mac
 	}
 	switch ep.Type {
-	case "macvlan":
+	case KindMacvlan:
 		mode, ok := macvlanModes[ep.Mode]
 		if !ok {
 			return fmt.Errorf("create macvlan link %s: unknown mode %q", ep.Name, ep.Mode)
 		}
-		return k.add(ctx, &netlink.Macvlan{LinkAttrs: attrs, Mode: mode}, false)
-	case "ipvlan":
+		return k.add(ctx, &netlink.Macvlan{LinkAttrs: attrs, Mode: mode}, ep.Mark, false)
+	case KindIpvlan:
 		mode, ok := ipvlanModes[ep.Mode]
 		flag, okf := ipvlanFlags[ep.Flag]
 		if !ok || !okf {
 			return fmt.Errorf("create ipvlan link %s: unknown mode %q or flag %q", ep.Name, ep.Mode, ep.Flag)
 		}
-		return k.add(ctx, &netlink.IPVlan{LinkAttrs: attrs, Mode: mode, Flag: flag}, false)
+		return k.add(ctx, &netlink.IPVlan{LinkAttrs: attrs, Mode: mode, Flag: flag}, ep.Mark, false)
 	}
 	return fmt.Errorf("create link %s: unknown type %q", ep.Name, ep.Type)
 }

@@ -9,8 +9,10 @@ type Network struct {
 	ID string `json:"id"`
 	// Type is "macvlan" or "ipvlan".
 	Type string `json:"type"`
-	// Parent is the host link the endpoints hang off: the user's interface,
-	// a VLAN sub-interface, or the dummy link of an internal network.
+	// Parent is the host link the endpoints hang off, by its kernel name:
+	// what the requested parent (Options["parent"], kept as the user gave
+	// it) resolved to on this host, a VLAN sub-interface, or the dummy link
+	// of an internal network. Locks and conflicts go by this name.
 	Parent string `json:"parent"`
 	// Mode is the macvlan mode or the ipvlan mode.
 	Mode string `json:"mode"`
@@ -27,6 +29,9 @@ type Network struct {
 	Options map[string]string `json:"options,omitempty"`
 	// Pending is set from the reservation until the network is complete.
 	Pending *Reservation `json:"pending,omitempty"`
+	// Created is when this record was first written; zero for records of
+	// underlay versions before it was kept (treated as old).
+	Created time.Time `json:"created,omitzero"`
 }
 
 // Pool is one IPAM pool of a network.
@@ -57,6 +62,11 @@ type Endpoint struct {
 	// IPv4 and IPv6 are the endpoint's addresses in CIDR form.
 	IPv4 string `json:"ipv4,omitempty"`
 	IPv6 string `json:"ipv6,omitempty"`
+	// Sandbox is set while the endpoint is joined: the sandbox key of the
+	// Join whose link libnetwork moved into a container, in the host boot
+	// Boot (a reboot ends every sandbox).
+	Sandbox string `json:"sandbox,omitempty"`
+	Boot    string `json:"boot,omitempty"`
 }
 
 // ParentLink is a parent link underlay created (a VLAN sub-interface or an

@@ -9,6 +9,8 @@
 package store
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +54,8 @@ var (
 	// Since schema 2: base link -> the parent links underlay created on it.
 	bucketParentLinksByBase = []byte("parent-links-by-base")
 	keySchema               = []byte("schema")
+	// keyInstance holds the ID that marks the links this state file owns.
+	keyInstance = []byte("instance")
 )
 
 // migrations[v] upgrades a file from schema v to v+1 inside one transaction
@@ -98,8 +102,9 @@ type Options struct {
 
 // DB is an open state file.
 type DB struct {
-	bolt  *bolt.DB
-	batch *batcher
+	bolt     *bolt.DB
+	batch    *batcher
+	instance string
 }
 
 // Open opens (creating if needed, with its directory) the state file at path,
@@ -142,6 +147,10 @@ func Open(path string, opts Options) (db *DB, err error) {
 		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}
 	db = &DB{bolt: bdb}
+	_ = bdb.View(func(tx *bolt.Tx) error {
+		db.instance = string(tx.Bucket(bucketMeta).Get(keyInstance))
+		return nil
+	})
 	db.batch = newBatcher(bdb, opts.MaxBatch)
 	return db, nil
 }
@@ -185,9 +194,25 @@ func migrate(bdb *bolt.DB) error {
 				return fmt.Errorf("migrate schema %d to %d: %w", version, version+1, err)
 			}
 		}
-		return tx.Bucket(bucketMeta).Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
+		meta := tx.Bucket(bucketMeta)
+		if len(meta.Get(keyInstance)) == 0 {
+			var b [8]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				return fmt.Errorf("make the instance ID: %w", err)
+			}
+			if err := meta.Put(keyInstance, []byte(hex.EncodeToString(b[:]))); err != nil {
+				return err
+			}
+		}
+		return meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
 	})
 }
+
+// InstanceID is the random ID this state file was given when it was first
+// opened (or first opened by an underlay that marks its links). Every link
+// underlay creates carries it, so an instance tells its links from another
+// instance's on the same host.
+func (db *DB) InstanceID() string { return db.instance }
 
 func firstBucket(tx *bolt.Tx) []byte {
 	k, _ := tx.Cursor().First()

@@ -107,6 +107,27 @@ func (t *Tx) ParentInUse(parent string) bool {
 	return indexHas(t.b(bucketByParent), parent)
 }
 
+// ParentUse returns, for every link that networks name as parent, how many
+// name it.
+func (t *Tx) ParentUse() map[string]int {
+	out := map[string]int{}
+	_ = t.b(bucketByParent).ForEachBucket(func(k []byte) error {
+		out[string(k)] = len(indexMembers(t.b(bucketByParent), string(k)))
+		return nil
+	})
+	return out
+}
+
+// EndpointLinks returns the host link names of every endpoint.
+func (t *Tx) EndpointLinks() map[string]bool {
+	out := map[string]bool{}
+	_ = t.b(bucketLinks).ForEach(func(k, _ []byte) error {
+		out[string(k)] = true
+		return nil
+	})
+	return out
+}
+
 // PutNetwork writes the network record and its index entries.
 func (t *Tx) PutNetwork(n Network) error {
 	old, ok, err := t.Network(n.ID)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,6 +37,12 @@ func serve(c serveConfig, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	// A daemon already serving this socket is refused before anything is
+	// reconciled: reconcile only ever touches this state file's links, but
+	// a second daemon has no business changing anything.
+	if err := checkSocketFree(c.Socket); err != nil {
+		return err
+	}
 	db, err := store.Open(c.State, store.Options{})
 	if err != nil {
 		return err
@@ -50,7 +57,8 @@ func serve(c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	d, err := driver.New(driver.Config{
-		Store: db, Links: netlinkutil.New(), Docker: docker, Scope: c.Scope,
+		Store: db, Links: netlinkutil.New(), Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
+		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log),
 	})
 	if err != nil {
@@ -61,7 +69,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	if err := d.Restore(ctx); err != nil {
 		return err
 	}
-	log.Info("state restored and reconciled with the kernel", "duration", time.Since(start))
+	log.Info("state restored and reconciled with the kernel", "duration", time.Since(start), "mark", db.InstanceID())
 	d.RunJanitor(5 * time.Second)
 
 	l, err := listen(c.Socket)
@@ -89,23 +97,42 @@ func serve(c serveConfig, stderr io.Writer) error {
 	return nil
 }
 
-// listen creates the socket, readable and writable by root only. A socket
+// checkSocketFree refuses a socket path another process answers on, or
+// that is not a socket. A socket file left by a dead process is fine.
+func checkSocketFree(path string) error {
+	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		conn.Close()
+		return fmt.Errorf("socket %s is in use by another process: stop it, or pass another --socket", path)
+	} else if fi, statErr := os.Lstat(path); statErr == nil && fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket: remove it or pass another --socket", path)
+	} else if !errors.Is(statErr, os.ErrNotExist) && statErr != nil {
+		return statErr
+	}
+	return nil
+}
+
+// listen creates the socket with mode 0660: readable and writable by root
+// and the socket's group (root's), as Docker's own plugin sockets. A socket
 // file left by a dead process is replaced; one that answers is not.
 func listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create socket directory: %w", err)
 	}
-	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		conn.Close()
-		return nil, fmt.Errorf("socket %s is in use by another process: stop it, or pass another --socket", path)
-	} else if fi, statErr := os.Lstat(path); statErr == nil && fi.Mode()&os.ModeSocket == 0 {
-		return nil, fmt.Errorf("%s exists and is not a socket: remove it or pass another --socket", path)
-	} else if !errors.Is(statErr, os.ErrNotExist) && statErr != nil {
-		return nil, statErr
+	if err := checkSocketFree(path); err != nil {
+		return nil, err
 	}
 	l, err := sockets.NewUnixSocketWithOpts(path, sockets.WithChmod(0o660))
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	return l, nil
+}
+
+// bootID identifies this boot of the host; "" when the kernel does not say.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -3,7 +3,9 @@
 // names of at most 15 bytes, a parent carries macvlan or ipvlan links but
 // never both (EBUSY), macvlan passthru is exclusive, all ipvlan links on one
 // parent share the port mode and flags of the newest one (as the kernel
-// silently does), and deleting a link deletes the links stacked on it.
+// silently does), a macvlan or ipvlan made on a macvlan lands on its lower
+// link, a base carries one VLAN of an ID (EEXIST), names and altnames are
+// looked up alike, and deleting a link deletes the links stacked on it.
 package nltest
 
 import (
@@ -44,6 +46,36 @@ func (k *Kernel) AddHostLink(name, kind string, mtu int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.put(netlinkutil.Link{Name: name, Kind: kind, MTU: mtu})
+}
+
+// AddAltName gives a link an alternative name, as `ip link property add`.
+func (k *Kernel) AddAltName(name, alt string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if l := k.lookup(name); l != nil {
+		l.AltNames = append(l.AltNames, alt)
+	}
+}
+
+// AddLink adds a link as given (Index is assigned), as if someone else had
+// created it: a user's VLAN, a link another underlay instance marked.
+func (k *Kernel) AddLink(l netlinkutil.Link) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.put(l)
+}
+
+// lookup finds a link by name or altname.
+func (k *Kernel) lookup(name string) *netlinkutil.Link {
+	if l, ok := k.links[name]; ok {
+		return l
+	}
+	for _, l := range k.links {
+		if l.HasName(name) {
+			return l
+		}
+	}
+	return nil
 }
 
 // SetFault installs a hook called before every operation with the operation
@@ -127,7 +159,7 @@ func (k *Kernel) checkNew(name string) error {
 	if len(name) > netlinkutil.MaxNameLen || name == "" {
 		return fmt.Errorf("name %q: %w", name, unix.EINVAL)
 	}
-	if _, ok := k.links[name]; ok {
+	if k.lookup(name) != nil {
 		return fmt.Errorf("link %s: %w", name, unix.EEXIST)
 	}
 	return nil
@@ -140,8 +172,8 @@ func (k *Kernel) Get(_ context.Context, name string) (netlinkutil.Link, error) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	l, ok := k.links[name]
-	if !ok {
+	l := k.lookup(name)
+	if l == nil {
 		return netlinkutil.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
 	}
 	return *l, nil
@@ -163,7 +195,7 @@ func (k *Kernel) List(_ context.Context) ([]netlinkutil.Link, error) {
 }
 
 // AddVLAN implements netlinkutil.Links.
-func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int) error {
+func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int, mark string) error {
 	if err := k.begin("vlan", name); err != nil {
 		return err
 	}
@@ -172,8 +204,8 @@ func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int) erro
 	if err := k.checkNew(name); err != nil {
 		return err
 	}
-	b, ok := k.links[base]
-	if !ok {
+	b := k.lookup(base)
+	if b == nil {
 		return fmt.Errorf("create VLAN link %s: base link: %w: %s", name, netlinkutil.ErrNotFound, base)
 	}
 	if id < 1 || id > 4094 {
@@ -187,12 +219,12 @@ func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int) erro
 	if mtu == 0 {
 		mtu = b.MTU
 	}
-	k.put(netlinkutil.Link{Name: name, Kind: "vlan", ParentIndex: b.Index, VLAN: id, MTU: mtu})
+	k.put(netlinkutil.Link{Name: name, Kind: netlinkutil.KindVLAN, ParentIndex: b.Index, VLAN: id, MTU: mtu, Alias: mark})
 	return nil
 }
 
 // AddDummy implements netlinkutil.Links.
-func (k *Kernel) AddDummy(_ context.Context, name string, mtu int) error {
+func (k *Kernel) AddDummy(_ context.Context, name string, mtu int, mark string) error {
 	if err := k.begin("dummy", name); err != nil {
 		return err
 	}
@@ -204,7 +236,7 @@ func (k *Kernel) AddDummy(_ context.Context, name string, mtu int) error {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	k.put(netlinkutil.Link{Name: name, Kind: "dummy", MTU: mtu})
+	k.put(netlinkutil.Link{Name: name, Kind: netlinkutil.KindDummy, MTU: mtu, Alias: mark})
 	return nil
 }
 
@@ -218,18 +250,25 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
 	if err := k.checkNew(ep.Name); err != nil {
 		return err
 	}
-	p, ok := k.links[ep.Parent]
-	if !ok {
+	p := k.lookup(ep.Parent)
+	if p == nil {
 		return fmt.Errorf("create %s link %s: parent: %w: %s", ep.Type, ep.Name, netlinkutil.ErrNotFound, ep.Parent)
+	}
+	if p.Kind == netlinkutil.KindMacvlan && p.ParentIndex != 0 {
+		if lower := k.byIndex(p.ParentIndex); lower != nil {
+			p = lower // the kernel puts links made on a macvlan on its lower link
+		}
 	}
 	if ep.MTU > p.MTU {
 		return fmt.Errorf("mtu %d above parent's %d: %w", ep.MTU, p.MTU, unix.EINVAL)
 	}
 	for _, c := range k.children(p) {
 		switch {
-		case (c.Kind == "macvlan" || c.Kind == "ipvlan") && c.Kind != ep.Type:
+		case netlinkutil.IsEndpointKind(c.Kind) && c.Kind != ep.Type:
 			return fmt.Errorf("%s on %s holding %s: %w", ep.Type, ep.Parent, c.Kind, unix.EBUSY)
-		case ep.Type == "macvlan" && c.Kind == "macvlan" && (c.Mode == "passthru" || ep.Mode == "passthru"):
+		case ep.MAC != "" && c.MAC == ep.MAC:
+			return fmt.Errorf("MAC %s on %s: %w", ep.MAC, ep.Parent, unix.EADDRINUSE)
+		case ep.Type == netlinkutil.KindMacvlan && c.Kind == netlinkutil.KindMacvlan && (c.Mode == netlinkutil.MacvlanPassthru || ep.Mode == netlinkutil.MacvlanPassthru):
 			return fmt.Errorf("passthru on %s: %w", ep.Parent, unix.EBUSY)
 		}
 	}
@@ -237,12 +276,12 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
 	if mtu == 0 {
 		mtu = p.MTU
 	}
-	l := netlinkutil.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC}
-	if ep.Type == "ipvlan" {
+	l := netlinkutil.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC, Alias: ep.Mark}
+	if ep.Type == netlinkutil.KindIpvlan {
 		// The port mode and flags belong to the parent: the newest link's
 		// settings silently apply to all of them.
 		for _, c := range k.children(p) {
-			if c.Kind == "ipvlan" {
+			if c.Kind == netlinkutil.KindIpvlan {
 				c.Mode, c.Flag = ep.Mode, ep.Flag
 			}
 		}

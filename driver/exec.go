@@ -1,0 +1,166 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Carrying out the plans of plan.go, and the one way underlay deletes a
+// link.
+
+// readSnapshot reads the planners' view of the state in one transaction.
+func (d *Driver) readSnapshot(withEndpoints bool) (snapshot, error) {
+	s := snapshot{Owned: map[string]store.ParentLink{}}
+	err := d.store.View(func(tx *store.Tx) error {
+		var err error
+		if s.Pending, err = tx.Pending(); err != nil {
+			return err
+		}
+		s.Use = tx.ParentUse()
+		parents, err := tx.ParentLinks()
+		for _, p := range parents {
+			s.Owned[p.Name] = p
+		}
+		if withEndpoints {
+			s.EndpointLinks = tx.EndpointLinks()
+		}
+		return err
+	})
+	return s, err
+}
+
+// errBusy ends a plan's releases when a parent link is locked by a request:
+// they are planned again at the janitor's next tick or the next start.
+var errBusy = errors.New("parent link in use by a request")
+
+// execute carries out a plan in order. held is the parent link whose lock
+// the caller holds ("" for none); the lock of every other link a release
+// deletes is only tried, and the first busy one ends the releases. Every
+// release re-checks the store under the lock, since the plan was made from
+// a snapshot. Failed steps are logged and joined; the others still run.
+func (d *Driver) execute(ctx context.Context, plan []step, held string) error {
+	var errs []error
+	busy := false
+	for _, s := range plan {
+		log := d.log.With("step", s.Op.String(), "link", s.Name, "why", s.Why)
+		switch s.Op {
+		case opRollback:
+			log.Warn("rolling back network left half-created by a previous run", "network", s.Name)
+			if _, err := d.dropPending(s.Name, ""); err != nil {
+				errs = append(errs, fmt.Errorf("roll back network %s: %w", short(s.Name), err))
+			}
+		case opRecreate:
+			log.Info("re-creating missing parent link underlay created", "kind", s.Parent.Kind)
+			if err := d.createParentLink(ctx, s.Parent); err != nil {
+				// The base may be gone: the networks stay, and the next
+				// request on them reports it.
+				log.Error("could not re-create a parent link underlay created", "error", err)
+			}
+		case opKeep:
+			log.Warn("keeping a parent link underlay created that no network needs")
+		case opForget, opRelease:
+			if busy {
+				continue
+			}
+			if err := d.release(ctx, s, held); errors.Is(err, errBusy) {
+				busy = true
+			} else if err != nil {
+				errs = append(errs, err)
+			}
+		case opDeleteStray:
+			log.Warn("deleting link no record owns")
+			if err := d.deleteOwnedLink(ctx, s.Name, false); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// release deletes (opRelease) or only forgets (opForget) an owned parent
+// link, under its lock, if the store still says nothing needs it.
+func (d *Driver) release(ctx context.Context, s step, held string) error {
+	if s.Name != held {
+		unlock, ok := d.locks.tryExclusive(parentLock(s.Name))
+		if !ok {
+			return errBusy
+		}
+		defer unlock()
+	}
+	var still bool
+	if err := d.store.View(func(tx *store.Tx) error {
+		_, owned, err := tx.ParentLink(s.Name)
+		still = owned && !parentNeeded(tx, s.Name)
+		return err
+	}); err != nil || !still {
+		return err
+	}
+	if s.Op == opRelease {
+		if err := d.deleteOwnedLink(ctx, s.Name, true); err != nil {
+			return fmt.Errorf("delete parent link %s: %w", s.Name, err)
+		}
+		d.log.Info("deleted parent link underlay created", "parent", s.Name)
+	} else {
+		d.log.Info("forgetting parent link underlay created", "parent", s.Name, "why", s.Why)
+	}
+	return d.store.Update(func(tx *store.Tx) error {
+		if parentNeeded(tx, s.Name) {
+			return nil
+		}
+		return tx.DeleteParentLink(s.Name)
+	})
+}
+
+// parentNeeded is snapshot.needed inside a transaction.
+func parentNeeded(tx *store.Tx, name string) bool {
+	if tx.ParentInUse(name) {
+		return true
+	}
+	for _, upper := range tx.ParentLinksOn(name) {
+		if parentNeeded(tx, upper) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseParent deletes the parent link underlay created for a network
+// once nothing needs it (and its base, likewise). The caller holds the
+// parent's lock; the others are only tried.
+func (d *Driver) releaseParent(ctx context.Context, name string) error {
+	s, err := d.readSnapshot(false)
+	if err != nil {
+		return err
+	}
+	if _, owned := s.Owned[name]; !owned {
+		return nil
+	}
+	links, err := d.links.List(ctx)
+	if err != nil {
+		return err
+	}
+	return d.execute(ctx, planRelease(s, links, d.mark, []string{name}), name)
+}
+
+// deleteOwnedLink is the one way underlay deletes a link: only one that is
+// its own (ownsLink); recorded says a record of this state file names it.
+// A missing link is not an error; another owner's link is left alone with a
+// warning.
+func (d *Driver) deleteOwnedLink(ctx context.Context, name string, recorded bool) error {
+	l, err := d.links.Get(ctx, name)
+	if errors.Is(err, netlinkutil.ErrNotFound) || (err == nil && l.Name != name) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !ownsLink(l, d.mark, recorded) {
+		d.log.Warn("not deleting a link underlay did not create here", "link", name, "mark", l.Alias, "own_mark", d.mark)
+		return nil
+	}
+	return d.links.Delete(ctx, name)
+}

@@ -1,0 +1,203 @@
+package driver
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Reconcile and parent release are planned, then acted on: one snapshot of
+// the store and one list of the kernel's links go in, a pure planner says
+// which steps to take in which order, and exec.go carries them out.
+
+// snapshot is what the planners know of the state file.
+type snapshot struct {
+	// Pending are the networks whose creation has not finished.
+	Pending []store.Network
+	// Use counts, for every link networks name as parent, how many do.
+	Use map[string]int
+	// Owned are the parent links underlay created, by name.
+	Owned map[string]store.ParentLink
+	// EndpointLinks are the host link names of recorded endpoints (only
+	// read for reconcile).
+	EndpointLinks map[string]bool
+}
+
+// op is what one step does.
+type op int
+
+const (
+	// opRollback deletes the record of a network whose creation never
+	// finished (its parent is then released like any other).
+	opRollback op = iota
+	// opRecreate creates an owned parent link that is needed and missing.
+	opRecreate
+	// opRelease deletes an owned parent link nothing needs, then forgets it.
+	opRelease
+	// opForget forgets an owned parent link that is gone, or that now
+	// carries another instance's mark (never deleted).
+	opForget
+	// opKeep keeps an unneeded owned parent link that links underlay did
+	// not make stand on; it is reconsidered later.
+	opKeep
+	// opDeleteStray deletes a link carrying this instance's mark that no
+	// record owns (left by a crash).
+	opDeleteStray
+)
+
+func (o op) String() string {
+	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray"}[o]
+}
+
+// step is one action of a plan.
+type step struct {
+	Op op
+	// Name is the network ID (opRollback) or the link name.
+	Name string
+	// Parent is the owned parent link's record (opRecreate, opRelease).
+	Parent store.ParentLink
+	// Why explains the step in the log.
+	Why string
+}
+
+func (s step) String() string { return s.Op.String() + " " + s.Name }
+
+// ownsLink reports whether underlay, as the instance with this mark, may
+// delete a link: it carries the mark, or it carries no mark at all and a
+// record of this state file names it (made by a version before marks, or
+// between creation and marking). A link with another mark is never ours.
+func ownsLink(l netlinkutil.Link, mark string, recorded bool) bool {
+	return l.Alias == mark || (l.Alias == "" && recorded)
+}
+
+// needed reports whether an owned parent link must stay: a network names
+// it, or an owned link on it must stay (a VLAN on a VLAN).
+func (s snapshot) needed(name string) bool {
+	if s.Use[name] > 0 {
+		return true
+	}
+	for _, up := range s.uppers(name) {
+		if s.needed(up) {
+			return true
+		}
+	}
+	return false
+}
+
+// uppers are the owned links whose base is name, in name order.
+func (s snapshot) uppers(name string) []string {
+	var out []string
+	for n, p := range s.Owned {
+		if p.Base == name && n != name {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// planRelease plans the release of the owned parent links among
+// candidates that nothing needs: the links underlay made on one go first,
+// then the link, then its base if underlay owns that and nothing else needs
+// it. A link with links underlay did not make on it is kept; one carrying
+// another instance's mark, or already gone, is only forgotten.
+func planRelease(s snapshot, links []netlinkutil.Link, mark string, candidates []string) []step {
+	var plan []step
+	visited := map[string]bool{}
+	released := map[int]bool{} // indexes of links this plan deletes
+	var visit func(name string)
+	visit = func(name string) {
+		p, owned := s.Owned[name]
+		if visited[name] || !owned || s.needed(name) {
+			return
+		}
+		visited[name] = true
+		for _, up := range s.uppers(name) {
+			visit(up)
+		}
+		l, ok := findLink(links, name)
+		switch {
+		case !ok || l.Name != name:
+			plan = append(plan, step{Op: opForget, Name: name, Parent: p, Why: "the link is gone"})
+		case !ownsLink(l, mark, true):
+			plan = append(plan, step{Op: opForget, Name: name, Parent: p, Why: fmt.Sprintf("the link now carries the mark %q of another owner", l.Alias)})
+		default:
+			var others []string
+			for _, o := range links {
+				if o.ParentIndex == l.Index && o.Index != l.Index && !released[o.Index] {
+					others = append(others, o.Name)
+				}
+			}
+			if len(others) > 0 {
+				plan = append(plan, step{Op: opKeep, Name: name, Parent: p, Why: fmt.Sprintf("links underlay did not make stand on it: %v", others)})
+				return
+			}
+			released[l.Index] = true
+			plan = append(plan, step{Op: opRelease, Name: name, Parent: p, Why: "no network needs it"})
+		}
+		if p.Kind == kindVLAN {
+			visit(p.Base)
+		}
+	}
+	for _, c := range candidates {
+		visit(c)
+	}
+	return plan
+}
+
+// planRestore plans reconcile at start: delete the links carrying this
+// instance's mark that no record owns, roll back every pending network (its
+// process died), re-create the needed owned parent links that are missing
+// (bases first), and release the ones nothing needs. Links without this
+// instance's mark are never deleted as strays.
+func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
+	var plan []step
+	var kept []netlinkutil.Link // the links that stay after the strays go
+	for _, l := range links {
+		_, owned := s.Owned[l.Name]
+		if l.Alias != mark || owned || s.EndpointLinks[l.Name] {
+			kept = append(kept, l)
+			continue
+		}
+		plan = append(plan, step{Op: opDeleteStray, Name: l.Name, Why: "it carries underlay's mark and no record owns it (left by a crash or a deleted network)"})
+	}
+	links = kept
+	after := snapshot{Use: map[string]int{}, Owned: s.Owned, EndpointLinks: s.EndpointLinks}
+	for k, v := range s.Use {
+		after.Use[k] = v
+	}
+	pending := append([]store.Network(nil), s.Pending...)
+	sort.Slice(pending, func(i, j int) bool { return pending[i].ID < pending[j].ID })
+	for _, n := range pending {
+		plan = append(plan, step{Op: opRollback, Name: n.ID, Why: "left half-created by a previous run"})
+		after.Use[n.Parent]--
+	}
+	owned := make([]string, 0, len(s.Owned))
+	for name := range s.Owned {
+		owned = append(owned, name)
+	}
+	depth := func(name string) int {
+		d := 0
+		for p, ok := s.Owned[name]; ok && d < len(s.Owned); p, ok = s.Owned[p.Base] {
+			d++
+		}
+		return d
+	}
+	sort.Slice(owned, func(i, j int) bool {
+		if di, dj := depth(owned[i]), depth(owned[j]); di != dj {
+			return di < dj
+		}
+		return owned[i] < owned[j]
+	})
+	for _, name := range owned {
+		if !after.needed(name) {
+			continue
+		}
+		if l, ok := findLink(links, name); !ok || l.Name != name {
+			plan = append(plan, step{Op: opRecreate, Name: name, Parent: s.Owned[name], Why: "a network needs it and it is missing (a reboot?)"})
+		}
+	}
+	return append(plan, planRelease(after, links, mark, owned)...)
+}

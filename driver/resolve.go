@@ -1,0 +1,168 @@
+package driver
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Parent resolution: which kernel link a requested parent really is. Every
+// parent rule (locks, conflicts, ownership) is decided on that link, so one
+// link under two names is one parent: an altname resolves to the link's
+// name, a VLAN asked as IFACE.VID resolves to the VLAN with that ID on IFACE
+// whatever its name, and a VLAN underlay creates is named by the base's
+// kernel name and the ID in decimal (eth0.010 and lan0.10, with lan0 an
+// altname of eth0, both become eth0.10). A macvlan or ipvlan link is refused
+// as parent: the kernel would put the new links on its lower link, beside
+// other networks there, unchecked.
+
+// resolution is where a network's parent lands on this host.
+type resolution struct {
+	// Name is the kernel name of the parent link.
+	Name string
+	// Create is the parent link underlay must create, or nil when Name
+	// exists.
+	Create *store.ParentLink
+}
+
+// resolveParent is pure: it decides over one list of the host's links.
+// n carries the requested parent (empty for an internal network), the ID
+// and the MTU.
+func resolveParent(n store.Network, links []netlinkutil.Link) (resolution, error) {
+	asked := requestedParent(n)
+	if asked == "" {
+		name := dummyName(n.ID)
+		if l, ok := findLink(links, name); ok {
+			return resolution{Name: l.Name}, checkParentLink(l, n, links)
+		}
+		return resolution{Name: name, Create: &store.ParentLink{Name: name, Kind: kindDummy, MTU: n.MTU}}, nil
+	}
+	if l, ok := findLink(links, asked); ok {
+		if err := checkParentLink(l, n, links); err != nil {
+			return resolution{}, err
+		}
+		return resolution{Name: l.Name}, checkMTU(n, l.Name, l.MTU)
+	}
+	base, vid, ok := splitVLAN(asked)
+	if !ok {
+		return resolution{}, invalidf("parent interface %s does not exist on this host: pass an existing interface with -o parent=IFACE, or IFACE.VLAN (for example eth0.10) to have underlay create a VLAN sub-interface", asked)
+	}
+	if vid < 1 || vid > 4094 {
+		return resolution{}, invalidf("parent %s asks for VLAN %d, outside 1-4094: use a VLAN ID from 1 to 4094", asked, vid)
+	}
+	b, ok := findLink(links, base)
+	if !ok {
+		return resolution{}, invalidf("parent %s would be VLAN %d on %s, but %s does not exist on this host: use an existing interface as the base", asked, vid, base, base)
+	}
+	if b.Name == "lo" {
+		return resolution{}, invalidf("parent %s would be a VLAN on the loopback interface: use a physical interface as the base", asked)
+	}
+	if err := checkParentLink(b, n, links); err != nil {
+		return resolution{}, err
+	}
+	if err := checkMTU(n, b.Name, b.MTU); err != nil {
+		return resolution{}, err
+	}
+	for _, l := range links {
+		if l.Kind == kindVLAN && l.ParentIndex == b.Index && l.VLAN == vid {
+			// VLAN vid on the base exists under another name (a user's
+			// uv20, or eth0.10 asked as eth0.010): that is the link the
+			// network would use, so use it.
+			return resolution{Name: l.Name}, nil
+		}
+	}
+	name := b.Name + "." + strconv.Itoa(vid)
+	if len(name) > netlinkutil.MaxNameLen {
+		return resolution{}, invalidf("parent %s would be a VLAN link named %s, longer than the kernel's %d bytes: create VLAN %d on %s yourself under a shorter name and pass that name as -o parent", asked, name, netlinkutil.MaxNameLen, vid, b.Name)
+	}
+	return resolution{Name: name, Create: &store.ParentLink{Name: name, Kind: kindVLAN, Base: b.Name, VLAN: vid}}, nil
+}
+
+// requestedParent is the parent as the user asked for it: the parent
+// option, empty for an internal network without one. Records of versions
+// that did not keep the option fall back to the stored link name.
+func requestedParent(n store.Network) string {
+	if v, ok := n.Options[OptParent]; ok {
+		return v
+	}
+	if isDummyName(n.Parent) {
+		return ""
+	}
+	return n.Parent
+}
+
+// findLink finds a link by name or altname.
+func findLink(links []netlinkutil.Link, name string) (netlinkutil.Link, bool) {
+	for _, l := range links {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	for _, l := range links {
+		if l.HasName(name) {
+			return l, true
+		}
+	}
+	return netlinkutil.Link{}, false
+}
+
+// linkByIndex finds a link by index.
+func linkByIndex(links []netlinkutil.Link, index int) (netlinkutil.Link, bool) {
+	for _, l := range links {
+		if l.Index == index {
+			return l, true
+		}
+	}
+	return netlinkutil.Link{}, false
+}
+
+// splitVLAN parses "base.vid".
+func splitVLAN(name string) (base string, vid int, ok bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 || i == len(name)-1 {
+		return "", 0, false
+	}
+	vid, err := strconv.Atoi(name[i+1:])
+	if err != nil || strings.ContainsAny(name[i+1:], "+-") {
+		return "", 0, false
+	}
+	return name[:i], vid, true
+}
+
+// checkParentLink refuses links that must never be a parent.
+func checkParentLink(l netlinkutil.Link, n store.Network, links []netlinkutil.Link) error {
+	switch {
+	case l.Name == "lo":
+		return invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")
+	case isEndpointLinkName(l.Name) && netlinkutil.IsEndpointKind(l.Kind):
+		return invalidf("parent %s is an endpoint link underlay created for a container: use the host interface it hangs off", l.Name)
+	case netlinkutil.IsEndpointKind(l.Kind):
+		lower := "its lower link"
+		if p, ok := linkByIndex(links, l.ParentIndex); ok {
+			lower = p.Name
+		}
+		return invalidf("parent %s is a %s link on %s: the kernel puts links made on it onto %s, beside the networks there: use -o parent=%s", l.Name, l.Kind, lower, lower, lower)
+	case isDummyName(l.Name) && l.Name != dummyName(n.ID):
+		return invalidf("parent %s is the dummy link of another internal network: omit -o parent to get an internal network of its own", l.Name)
+	case l.Kind == netlinkutil.KindBridge && isDockerBridge(l.Name):
+		return invalidf("parent %s is a bridge Docker manages: macvlan and ipvlan networks need a host uplink interface (for example eth0) as parent", l.Name)
+	}
+	return nil
+}
+
+func isDockerBridge(name string) bool {
+	if name == "docker0" || name == "docker_gwbridge" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, "br-")
+	return ok && len(rest) == idChars && strings.Trim(rest, "0123456789abcdef") == ""
+}
+
+func checkMTU(n store.Network, parent string, parentMTU int) error {
+	if n.MTU > parentMTU && parentMTU > 0 {
+		return invalidf("mtu %d is larger than the MTU %d of parent %s: use -o mtu=%d or less, or raise the parent's MTU", n.MTU, parentMTU, parent, parentMTU)
+	}
+	return nil
+}
