@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
@@ -171,4 +172,51 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 		}
 	}
 	f.wantLinks(endpointLinkName(epA), unmarked, foreign)
+}
+
+// libnetwork moves a joined endpoint's link into the container. A second
+// Join then must not make a second link with the same MAC on the wire.
+func TestSecondJoinWhileTheLinkIsInASandboxIsRefused(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
+	f.k.Remove(link) // moved into the sandbox: gone from the host namespace
+	_, err := f.join(netA, epA)
+	wantErr(t, err, ErrInvalid, "already joined", "/var/run/docker/netns/x", link, "leave it first")
+	f.wantLinks()
+	// A link still in the host namespace (Docker never moved it) is
+	// replaced as before.
+	if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.join(netA, epA); err != nil {
+		t.Fatalf("Join after Leave: %v", err)
+	}
+	if _, err := f.join(netA, epA); err != nil {
+		t.Fatalf("a second Join while the link is still in the host namespace: %v", err)
+	}
+	f.wantLinks(link)
+	// After a reboot every sandbox is gone: the join is over.
+	f.k.Remove(link)
+	f.boot = "boot-2"
+	f.restart()
+	if _, err := f.join(netA, epA); err != nil {
+		t.Fatalf("Join after a reboot: %v", err)
+	}
+	f.wantLinks(link)
+}
+
+// Every link underlay creates carries its mark.
+func TestCreatedLinksCarryTheMark(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{id: netB, v4: []string{"198.18.2.0/24"}})
+	a := f.mustEndpoint(netA, epA, "198.18.1.10/24")
+	b := f.mustEndpoint(netB, epB, "198.18.2.10/24")
+	for _, name := range []string{"eth0.10", dummyName(netB), a, b} {
+		if l, _ := f.k.Link(name); l.Alias != f.d.mark || !strings.HasPrefix(l.Alias, "underlay:") || len(l.Alias) < len("underlay:")+8 {
+			t.Errorf("link %s carries alias %q, want the mark %q", name, l.Alias, f.d.mark)
+		}
+	}
 }

@@ -15,18 +15,26 @@ import (
 	"github.com/underlay-net/underlay/store"
 )
 
-// fakeDocker answers NetworkExists from a set of live IDs.
+// fakeDocker answers NetworkExists from a set of live IDs, or through
+// answer when set (called without the lock held).
 type fakeDocker struct {
-	mu    sync.Mutex
-	live  map[string]bool
-	err   error
-	calls int
+	mu     sync.Mutex
+	live   map[string]bool
+	err    error
+	calls  int
+	answer func(ctx context.Context, id string) (bool, error)
 }
 
-func (f *fakeDocker) NetworkExists(_ context.Context, id string) (bool, error) {
+func (f *fakeDocker) NetworkExists(ctx context.Context, id string) (bool, error) {
+	f.mu.Lock()
+	f.calls++
+	answer := f.answer
+	f.mu.Unlock()
+	if answer != nil {
+		return answer(ctx, id)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls++
 	if f.err != nil {
 		return false, f.err
 	}

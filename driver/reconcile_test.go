@@ -155,3 +155,31 @@ func TestCrashPointsAreAllReachedAndListed(t *testing.T) {
 		}
 	}
 }
+
+// The janitor releases a parent link only under its lock: while a request
+// holds it, the link stays, and the next tick releases it.
+func TestJanitorReleasesParentsUnderTheirLock(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	// A reservation that expired while its request still runs.
+	if err := f.db.Update(func(tx *store.Tx) error {
+		n, _, err := tx.Network(netA)
+		n.Pending = &store.Reservation{Token: "t", Deadline: f.clock.Now().Add(-time.Second)}
+		if err != nil {
+			return err
+		}
+		return tx.PutNetwork(n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := f.d.locks.acquire(context.Background(), exclusive(parentLock("eth0.10")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.d.janitorTick(context.Background())
+	f.wantNetworks() // the reservation is rolled back without locks...
+	f.wantLinks("eth0.10")
+	unlock() // ...the link only once its lock is free
+	f.d.janitorTick(context.Background())
+	f.wantLinks()
+}

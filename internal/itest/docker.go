@@ -11,48 +11,127 @@ import (
 )
 
 // FakeDocker serves GET /networks/{id} of Docker's Engine API on a unix
-// socket: 200 for the IDs set live, 404 for the others.
+// socket, answering as dockerd does: every answer carries the Api-Version
+// header, 200 for the IDs Docker knows, and 404 with Docker's error body
+// {"message": "..."} for the others. A Mode makes it answer as something
+// that is not Docker, or not at all.
 type FakeDocker struct {
 	mu    sync.Mutex
 	live  map[string]bool
 	calls int
 	delay time.Duration
+	mode  DockerMode
 	path  string
+	// stop is closed at cleanup: it releases hung and delayed answers.
+	stop   chan struct{}
+	timers []*time.Timer
 }
 
-// NewFakeDocker starts the fake API; it stops at cleanup.
+// DockerMode is how the fake answers.
+type DockerMode int
+
+const (
+	// DockerAPI answers as dockerd does (the default).
+	DockerAPI DockerMode = iota
+	// WebServer404 answers every request as a plain web server that knows
+	// no such path: 404 "404 page not found" as text/plain, no Api-Version
+	// (a DOCKER_HOST pointing at the wrong socket).
+	WebServer404
+	// NoAPIVersion404 answers 404 with Docker's JSON error body but without
+	// the Api-Version header (a proxy imitating Docker's body).
+	NoAPIVersion404
+	// TextBody404 answers 404 with the Api-Version header but a text body
+	// that is not Docker's JSON error.
+	TextBody404
+	// Hung accepts every request and never answers it, until the asker
+	// gives up or the test ends (a dockerd stuck on a lock).
+	Hung
+)
+
+// APIVersion is the Engine API version the fake claims.
+const APIVersion = "1.41"
+
+// NewFakeDocker starts the fake API; it stops at cleanup, releasing every
+// request it holds.
 func NewFakeDocker(t testing.TB) *FakeDocker {
 	t.Helper()
-	f := &FakeDocker{live: map[string]bool{}, path: filepath.Join(t.TempDir(), "docker.sock")}
+	f := &FakeDocker{live: map[string]bool{}, path: filepath.Join(t.TempDir(), "docker.sock"), stop: make(chan struct{})}
 	l, err := net.Listen("unix", f.path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &http.Server{Handler: http.HandlerFunc(f.serve)}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() {
 		f.mu.Lock()
-		delay := f.delay
+		for _, tm := range f.timers {
+			tm.Stop()
+		}
 		f.mu.Unlock()
-		time.Sleep(delay)
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.calls++
-		id, ok := strings.CutPrefix(r.URL.Path, "/networks/")
-		if !ok || r.Method != http.MethodGet {
-			http.Error(w, `{"message":"page not found"}`, http.StatusNotFound)
-			return
+		close(f.stop)
+		_ = srv.Close()
+	})
+	return f
+}
+
+func (f *FakeDocker) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.calls++
+	delay, mode := f.delay, f.mode
+	f.mu.Unlock()
+	if mode == Hung {
+		select {
+		case <-r.Context().Done():
+		case <-f.stop:
 		}
-		if f.live[id] {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"Id":"` + id + `"}`))
+		return
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
 			return
+		case <-f.stop:
+			t.Stop()
+			return
+		case <-t.C:
 		}
+	}
+	f.mu.Lock()
+	mode = f.mode // the test may have switched it during the delay
+	id, ok := strings.CutPrefix(r.URL.Path, "/networks/")
+	live := ok && r.Method == http.MethodGet && f.live[id]
+	f.mu.Unlock()
+	switch mode {
+	case WebServer404:
+		http.NotFound(w, r) // text/plain "404 page not found", as net/http's mux
+		return
+	case NoAPIVersion404:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
 		_, _ = w.Write([]byte(`{"message":"network ` + id + ` not found"}`))
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return f
+		return
+	case TextBody404:
+		w.Header().Set("Api-Version", APIVersion)
+		http.Error(w, "network "+id+" not found", http.StatusNotFound)
+		return
+	}
+	h := w.Header()
+	h.Set("Api-Version", APIVersion)
+	h.Set("Server", "Docker/20.10.0 (linux)")
+	h.Set("Ostype", "linux")
+	h.Set("Content-Type", "application/json")
+	switch {
+	case !ok || r.Method != http.MethodGet:
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"message":"page not found"}`))
+	case live:
+		_, _ = w.Write([]byte(`{"Id":"` + id + `"}`))
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"message":"network ` + id + ` not found"}`))
+	}
 }
 
 // Host is the DOCKER_HOST of the fake.
@@ -68,6 +147,38 @@ func (f *FakeDocker) SetLive(ids ...string) {
 	}
 }
 
+// Learn adds networks Docker knows.
+func (f *FakeDocker) Learn(ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		f.live[id] = true
+	}
+}
+
+// LearnAfter makes Docker know the network after d, as libnetwork stores
+// a network only after the driver answered its CreateNetwork: call it when
+// the driver answered {}.
+func (f *FakeDocker) LearnAfter(id string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.timers = append(f.timers, time.AfterFunc(d, func() { f.Learn(id) }))
+}
+
+// Knows reports whether Docker knows the network now.
+func (f *FakeDocker) Knows(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.live[id]
+}
+
+// SetMode sets how the fake answers from now on.
+func (f *FakeDocker) SetMode(m DockerMode) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mode = m
+}
+
 // SetDelay makes every answer wait (a slow dockerd).
 func (f *FakeDocker) SetDelay(d time.Duration) {
 	f.mu.Lock()
@@ -75,7 +186,7 @@ func (f *FakeDocker) SetDelay(d time.Duration) {
 	f.delay = d
 }
 
-// Calls returns how many requests the fake answered.
+// Calls returns how many requests the fake received (answered or not).
 func (f *FakeDocker) Calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -11,6 +11,8 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
 	"github.com/vishvananda/netlink"
 )
 
@@ -48,22 +50,53 @@ func TestStrayLinksRemovedBeforeServing(t *testing.T) {
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
 	d.Endpoint(netA, epA, "198.18.1.10/24", "", "")
 	d.Kill()
-	// Links with underlay's endpoint name form that no record owns (a crash
-	// between the kernel and the store), and an administrator's macvlan.
+	db, err := store.Open(d.State, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := netlinkutil.Mark(db.InstanceID())
+	db.Close()
+	if db.InstanceID() == "" {
+		t.Fatal("the state file has no instance ID")
+	}
+	if got := ns.MustLink(linkA).Attrs().Alias; got != mark {
+		t.Fatalf("endpoint link %s carries alias %q, want underlay's mark %q", linkA, got, mark)
+	}
+	// Links no record owns: one with this state file's mark (a crash
+	// between the kernel and the store), one of underlay's name form
+	// without a mark, one with another instance's mark, and an
+	// administrator's macvlan. Only the first is underlay's to delete.
+	const (
+		marked      = "ule0123456789ab"
+		unmarked    = "ule0123456789ac"
+		otherMarked = "ule0123456789ad"
+	)
 	parent := ns.MustLink("vp0").Attrs().Index
-	for _, name := range []string{"ule0123456789ab", "mine0"} {
-		if err := ns.NL.LinkAdd(&netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: parent}, Mode: netlink.MACVLAN_MODE_BRIDGE}); err != nil {
+	for name, alias := range map[string]string{marked: mark, unmarked: "", otherMarked: netlinkutil.Mark("0123456789abcdef"), "mine0": ""} {
+		l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: parent}, Mode: netlink.MACVLAN_MODE_BRIDGE}
+		if err := ns.NL.LinkAdd(l); err != nil {
 			t.Fatal(err)
+		}
+		if alias != "" {
+			if err := ns.NL.LinkSetAlias(ns.MustLink(name), alias); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := d.StartNoWait(); err != nil {
 		t.Fatal(err)
 	}
-	// From the first moment the socket answers, the stray link is gone.
+	// From the first moment the socket answers, the marked stray is gone.
 	if err := d.WaitReady(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	ns.WantLinks(with(linkA, "mine0")...)
+	ns.WantLinks(with(linkA, unmarked, otherMarked, "mine0")...)
+	if got := ns.MustLink(otherMarked).Attrs().Alias; got != netlinkutil.Mark("0123456789abcdef") {
+		t.Fatalf("the other instance's link carries %q after the start", got)
+	}
+	// The endpoint survived with its record: it leaves and is deleted.
+	d.RemoveEndpoint(netA, epA)
+	ns.WantLinks(with(unmarked, otherMarked, "mine0")...)
 }
 
 func TestSecondInstanceOnSameStateExits(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/store"
@@ -112,17 +113,29 @@ func TestRule3ConflictsRefusedNamingHolder(t *testing.T) {
 func TestRule4StaleHolder(t *testing.T) {
 	docker := itest.NewFakeDocker(t)
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
+	sentA := time.Now() // the holder's record is created after this
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0", "macvlan_mode": "passthru"}, V4: []string{"198.18.1.0/24"}})
 	d.Endpoint(netA, epA, "198.18.1.10/24", "", "")
 
 	// Docker still knows the holder: refused.
 	docker.SetLive(netA)
-	if msg := d.CreateNetwork(itest.Net{ID: netB, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.2.0/24"}}); !strings.Contains(msg, "aaaaaaaaaaaa") {
+	if msg := d.CreateNetwork(itest.Net{ID: netB, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.2.0/24"}}); !strings.Contains(msg, "docker network rm aaaaaaaaaaaa") {
 		t.Fatalf("create against a live holder answered %q", msg)
 	}
-	// Removed while the plugin could not see it: Docker answers 404.
+	ns.WantLinks(with(linkA)...)
+	// Removed while the plugin could not see it: Docker answers its own
+	// 404. The holder is younger than the grace period (3 s), so it may be
+	// a network libnetwork has not stored yet: it is asked about again once
+	// it is 3 s old, still 404, and only then removed.
 	docker.SetLive()
+	calls := docker.Calls()
 	d.MustCreateNetwork(itest.Net{ID: netB, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.2.0/24"}})
+	if age := time.Since(sentA); age < 3*time.Second {
+		t.Fatalf("the young stale holder was removed %s after its create was sent: want it asked again once 3 s old", age)
+	}
+	if n := docker.Calls() - calls; n != 2 {
+		t.Fatalf("Docker was asked %d times about the young holder, want 2 (once, and again after the grace period)", n)
+	}
 	ns.WantLinks(base...)
 	if !strings.Contains(d.Log(), "removing stale holder") {
 		t.Fatal("the stale holder's removal was not logged")
