@@ -136,7 +136,7 @@ func conflictError(want store.Network, asked string, cs []conflict) error {
 	msg := fmt.Sprintf("parent %s is already used by %d networks this one cannot share it with:", parent, len(cs))
 	for i, c := range cs {
 		if i == maxNamed {
-			msg += fmt.Sprintf(" and %d more (underlay's log names them all);", len(cs)-maxNamed)
+			msg += fmt.Sprintf(" and %d more on this parent;", len(cs)-maxNamed)
 			break
 		}
 		msg += fmt.Sprintf(" network %s (%s): %s, remove it with \"docker network rm %s\";", short(c.Holder.ID), describe(c.Holder), c.Reason, short(c.Holder.ID))

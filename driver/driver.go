@@ -46,6 +46,10 @@ type Config struct {
 	// network" is believed: libnetwork stores a network only after the
 	// driver answered its CreateNetwork. Zero means 3 seconds.
 	StaleGrace time.Duration
+	// LookupTimeout bounds the time the stale-holder check waits on Docker
+	// (besides the grace wait); zero means 2 seconds, the Docker client's
+	// own per-lookup timeout in serve.
+	LookupTimeout time.Duration
 	// Instance is the ID of the state file (store.DB.InstanceID): every link
 	// the driver creates is marked with it, and only links carrying it are
 	// ever deleted as strays.
@@ -72,6 +76,7 @@ type Driver struct {
 	links   netlinkutil.Links
 	docker  NetworkChecker
 	grace   time.Duration
+	lookup  time.Duration
 	mark    string
 	boot    string
 	scope   string
@@ -103,6 +108,9 @@ func New(c Config) (*Driver, error) {
 	if c.StaleGrace == 0 {
 		c.StaleGrace = 3 * time.Second
 	}
+	if c.LookupTimeout == 0 {
+		c.LookupTimeout = 2 * time.Second
+	}
 	if c.Instance == "" {
 		return nil, errors.New("driver needs the state file's instance ID to mark its links")
 	}
@@ -113,7 +121,7 @@ func New(c Config) (*Driver, error) {
 		c.Now = time.Now
 	}
 	return &Driver{
-		store: c.Store, links: c.Links, docker: c.Docker, grace: c.StaleGrace, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		store: c.Store, links: c.Links, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, now: c.Now, locks: newLocker(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),

@@ -151,8 +151,8 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.J
 	}
 	if ep.Sandbox != "" && ep.Boot == d.boot {
 		if _, err := d.links.Get(ctx, ep.Link); errors.Is(err, netlinkutil.ErrNotFound) {
-			return nil, invalidf("endpoint %s is already joined to sandbox %s and its link %s is in that sandbox: a second link would carry the same MAC; leave it first (docker network disconnect)",
-				short(ep.ID), ep.Sandbox, ep.Link)
+			return nil, fmt.Errorf("%w: endpoint %s is already joined to sandbox %s and its link %s is in that sandbox: a second link would carry the same MAC; leave it first (docker network disconnect)",
+				ErrConflict, short(ep.ID), ep.Sandbox, ep.Link)
 		} else if err != nil {
 			return nil, err
 		}

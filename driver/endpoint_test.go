@@ -183,7 +183,7 @@ func TestSecondJoinWhileTheLinkIsInASandboxIsRefused(t *testing.T) {
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.Remove(link) // moved into the sandbox: gone from the host namespace
 	_, err := f.join(netA, epA)
-	wantErr(t, err, ErrInvalid, "already joined", "/var/run/docker/netns/x", link, "leave it first")
+	wantErr(t, err, ErrConflict, "already joined", "/var/run/docker/netns/x", link, "leave it first")
 	f.wantLinks()
 	// A link still in the host namespace (Docker never moved it) is
 	// replaced as before.

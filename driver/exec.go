@@ -71,6 +71,11 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) error {
 			} else if err != nil {
 				errs = append(errs, err)
 			}
+		case opRepoint:
+			log.Warn("moving networks recorded on an altname to the link's kernel name", "to", s.To)
+			if err := d.repoint(s.Name, s.To); err != nil {
+				errs = append(errs, fmt.Errorf("move the networks on %s to %s: %w", s.Name, s.To, err))
+			}
 		case opDeleteStray:
 			log.Warn("deleting link no record owns")
 			if err := d.deleteOwnedLink(ctx, s.Name, false); err != nil {
@@ -163,4 +168,28 @@ func (d *Driver) deleteOwnedLink(ctx context.Context, name string, recorded bool
 		return nil
 	}
 	return d.links.Delete(ctx, name)
+}
+
+// repoint moves every network recorded with parent from to the link name
+// to, keeping the parent as it was asked in the network's options.
+func (d *Driver) repoint(from, to string) error {
+	return d.store.Update(func(tx *store.Tx) error {
+		ns, err := tx.NetworksOn(from)
+		if err != nil {
+			return err
+		}
+		for _, n := range ns {
+			asked := requestedParent(n)
+			opts := make(map[string]string, len(n.Options)+1)
+			for k, v := range n.Options {
+				opts[k] = v
+			}
+			opts[OptParent] = asked
+			n.Options, n.Parent = opts, to
+			if err := tx.PutNetwork(n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -22,7 +22,6 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err != nil {
 		return err
 	}
-	want.Created = d.now()
 	asked := requestedParent(want)
 	log := d.log.With("network", want.ID, "parent", asked)
 	unlockNet, err := d.locks.acquire(ctx, exclusive(networkLock(want.ID)))
@@ -86,10 +85,11 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 			return err
 		}
 	}
-	if res.Create != nil || dec.Verdict == replace || len(dec.Conflicts) > 0 {
-		// The link did not exist before the lock, or removing stale
-		// networks may have released it: look again, now that no one else
-		// can create or delete it under this name.
+	{
+		// The link may have come or gone while this request waited for its
+		// lock (a delete releasing it, the janitor, someone else), and
+		// removing stale networks may have released it: look again, now that
+		// no one else can create or delete it under this name.
 		if res, err = d.resolve(ctx, want); err != nil {
 			return err
 		}
@@ -117,6 +117,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		// The parent exists: nothing changes in the kernel, so one atomic
 		// write under the locks creates the network.
 		d.point("create-network/before-commit")
+		want.Created = d.now() // the grace period of the stale check counts from here
 		if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutNetwork(want) }); err != nil {
 			return fmt.Errorf("create network %s: %w", short(want.ID), err)
 		}
@@ -127,7 +128,9 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	// A parent link must be created: claim the parent durably first, so a
 	// crash or a hung kernel call is rolled back with what it made.
 	want.Pending = &store.Reservation{Token: newToken(), Deadline: d.now().Add(d.pending)}
+	want.Created = d.now()
 	token := want.Pending.Token
+	created := false // whether this request made the parent link
 	d.point("create-network/before-reserve")
 	if err := d.store.Batch(func(tx *store.Tx) error {
 		if _, owned, err := tx.ParentLink(plan.Name); err != nil {
@@ -146,7 +149,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		if err != nil {
 			// Roll back with a context of our own: the request's may be
 			// what failed.
-			if rbErr := d.undoCreate(context.WithoutCancel(ctx), want.ID, token, plan); rbErr != nil {
+			if rbErr := d.undoCreate(context.WithoutCancel(ctx), want.ID, token, plan, created); rbErr != nil {
 				d.log.Error("rollback of failed network left state behind; it is retried at the next start",
 					"network", want.ID, "error", rbErr)
 			}
@@ -156,6 +159,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	if err := d.createParentLink(ctx, *plan); err != nil {
 		return fmt.Errorf("create parent %s for network %s: %w", plan.Name, short(want.ID), err)
 	}
+	created = true
 	d.point("create-network/after-parent-link")
 	d.point("create-network/before-commit")
 	if err := d.store.Batch(func(tx *store.Tx) error {
@@ -167,6 +171,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 			return fmt.Errorf("the reservation of parent %s expired after %s and was rolled back (a kernel call hung): retry", want.Parent, d.pending)
 		}
 		cur.Pending = nil
+		cur.Created = d.now()
 		return tx.PutNetwork(cur)
 	}); err != nil {
 		return fmt.Errorf("create network %s: %w", short(want.ID), err)
@@ -177,11 +182,30 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	return nil
 }
 
-// undoCreate rolls back a failed create. If the reservation already
+// undoCreate rolls back a failed create. If this request did not make the
+// parent link (the kernel refused, or a link that is not underlay's has the
+// name), the ownership its reservation recorded is dropped first, so the
+// release never touches someone else's link. If the reservation already
 // expired and was rolled back, the parent link this request created after
 // that is owned again here so that releaseParent deletes it.
-func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.ParentLink) error {
-	if err := d.rollback(ctx, id, token); err != nil || plan == nil {
+func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.ParentLink, created bool) error {
+	if !created {
+		if err := d.store.Update(func(tx *store.Tx) error {
+			if tx.ParentInUse(plan.Name) && !onlyPending(tx, plan.Name, id) {
+				return nil
+			}
+			for _, up := range tx.ParentLinksOn(plan.Name) {
+				if parentNeeded(tx, up) {
+					return nil
+				}
+			}
+			return tx.DeleteParentLink(plan.Name)
+		}); err != nil {
+			return err
+		}
+		return d.rollback(ctx, id, token)
+	}
+	if err := d.rollback(ctx, id, token); err != nil {
 		return err
 	}
 	if err := d.store.Update(func(tx *store.Tx) error {
@@ -193,6 +217,12 @@ func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.P
 		return err
 	}
 	return d.releaseParent(ctx, plan.Name)
+}
+
+// onlyPending reports whether the only network naming parent is id.
+func onlyPending(tx *store.Tx, parent, id string) bool {
+	ns, err := tx.NetworksOn(parent)
+	return err == nil && len(ns) == 1 && ns[0].ID == id
 }
 
 // rollback undoes a reservation if it is still the one identified by token

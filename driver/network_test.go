@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -431,4 +433,35 @@ func TestOwnedVLANKeptWhileForeignLinksStandOnIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.wantLinks("eth0.10", "admin.5")
+}
+
+// A link someone else makes under the planned name between the decision and
+// the kernel call is refused, never adopted, and the rollback leaves it.
+func TestForeignLinkUnderThePlannedNameIsNeverAdoptedOrDeleted(t *testing.T) {
+	for _, foreign := range []netlinkutil.Link{
+		{Name: "eth0.10", Kind: "dummy", MTU: 1500},                          // another kind
+		{Name: "eth0.10", Kind: "vlan", VLAN: 10, ParentIndex: 2, MTU: 1500}, // a user's identical VLAN, unmarked
+	} {
+		f := newFixture(t)
+		f.k.SetFault(func(op, name string) error {
+			if op == "vlan" && name == "eth0.10" {
+				f.k.AddLink(foreign)
+			}
+			return nil
+		})
+		err := f.create(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+		if err == nil || !strings.Contains(err.Error(), "eth0.10") {
+			t.Fatalf("create over a foreign %s: %v, want a refusal naming eth0.10", foreign.Kind, err)
+		}
+		f.k.SetFault(nil)
+		f.wantNetworks()
+		f.wantLinks("eth0.10")
+		var parents []store.ParentLink
+		_ = f.db.View(func(tx *store.Tx) (err error) { parents, err = tx.ParentLinks(); return err })
+		if len(parents) != 0 {
+			t.Fatalf("the foreign %s link is recorded as underlay's: %+v", foreign.Kind, parents)
+		}
+		f.restart()
+		f.wantLinks("eth0.10")
+	}
 }

@@ -79,7 +79,7 @@ func parseOptions(given map[string]string) (netOptions, error) {
 		}
 	}
 	var unknown []string
-	for k := range opts {
+	for k := range given {
 		if !oneOf(k, validOptions) {
 			unknown = append(unknown, k)
 		}

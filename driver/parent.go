@@ -40,13 +40,13 @@ func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error
 	if lerr != nil {
 		return fmt.Errorf("%w (and listing links to see which one: %w)", err, lerr)
 	}
-	if l, ok := findLink(links, p.Name); ok && isPlanned(l, p, links) {
+	if l, ok := findLink(links, p.Name); ok && isPlanned(l, p, links, d.mark) {
 		return nil
 	}
 	if p.Kind == kindVLAN {
 		for _, l := range links {
 			if b, ok := findLink(links, p.Base); ok && l.Kind == kindVLAN && l.ParentIndex == b.Index && l.VLAN == p.VLAN {
-				return fmt.Errorf("create VLAN %d on %s as %s: the kernel already has that VLAN as %s (created meanwhile by someone else): retry, and the network will use %s", p.VLAN, p.Base, p.Name, l.Name, l.Name)
+				return fmt.Errorf("create VLAN %d on %s as %s: the kernel already has that VLAN as %s, made by someone else: use -o parent=%s, or remove %s", p.VLAN, p.Base, p.Name, l.Name, l.Name, l.Name)
 			}
 		}
 	}
@@ -54,9 +54,11 @@ func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error
 }
 
 // isPlanned reports whether an existing link is exactly the parent link
-// planned: same kind, and for a VLAN the same ID on the same base.
-func isPlanned(l netlinkutil.Link, p store.ParentLink, links []netlinkutil.Link) bool {
-	if l.Name != p.Name || l.Kind != p.Kind {
+// planned, made by this instance (a previous attempt): same kind, its mark,
+// and for a VLAN the same ID on the same base. A user's link that merely
+// looks alike is not adopted.
+func isPlanned(l netlinkutil.Link, p store.ParentLink, links []netlinkutil.Link, mark string) bool {
+	if l.Name != p.Name || l.Kind != p.Kind || l.Alias != mark {
 		return false
 	}
 	if p.Kind != kindVLAN {
@@ -115,16 +117,22 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) error {
 		if err != nil {
 			return fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, short(n.ID), err)
 		}
-		if res.Create == nil {
-			return nil
-		}
 		if res.Name != n.Parent {
 			return invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, short(n.ID), requestedParent(n), res.Name)
+		}
+		if res.Create == nil {
+			return nil
 		}
 		owned = *res.Create
 		if err := d.store.Update(func(tx *store.Tx) error { return tx.PutParentLink(owned) }); err != nil {
 			return err
 		}
+		if err := d.recreateParentLink(ctx, owned); err != nil {
+			// Not made here: not ours to own.
+			_ = d.store.Update(func(tx *store.Tx) error { return tx.DeleteParentLink(owned.Name) })
+			return fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
+		}
+		return nil
 	}
 	if err := d.recreateParentLink(ctx, owned); err != nil {
 		return fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)

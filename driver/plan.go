@@ -45,10 +45,14 @@ const (
 	// opDeleteStray deletes a link carrying this instance's mark that no
 	// record owns (left by a crash).
 	opDeleteStray
+	// opRepoint moves the networks recorded on an altname of a link (by a
+	// version that kept the parent as asked) to the link's kernel name,
+	// so conflicts and locks see one parent.
+	opRepoint
 )
 
 func (o op) String() string {
-	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray"}[o]
+	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint"}[o]
 }
 
 // step is one action of a plan.
@@ -58,11 +62,18 @@ type step struct {
 	Name string
 	// Parent is the owned parent link's record (opRecreate, opRelease).
 	Parent store.ParentLink
+	// To is the kernel name the networks on Name move to (opRepoint).
+	To string
 	// Why explains the step in the log.
 	Why string
 }
 
-func (s step) String() string { return s.Op.String() + " " + s.Name }
+func (s step) String() string {
+	if s.To != "" {
+		return s.Op.String() + " " + s.Name + "->" + s.To
+	}
+	return s.Op.String() + " " + s.Name
+}
 
 // ownsLink reports whether underlay, as the instance with this mark, may
 // delete a link: it carries the mark, or it carries no mark at all and a
@@ -150,8 +161,9 @@ func planRelease(s snapshot, links []netlinkutil.Link, mark string, candidates [
 // planRestore plans reconcile at start: delete the links carrying this
 // instance's mark that no record owns, roll back every pending network (its
 // process died), re-create the needed owned parent links that are missing
-// (bases first), and release the ones nothing needs. Links without this
-// instance's mark are never deleted as strays.
+// (bases first), and release the ones nothing needs. Networks recorded on
+// an altname move to the link's kernel name. Links without this instance's
+// mark are never deleted as strays.
 func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
 	var plan []step
 	var kept []netlinkutil.Link // the links that stay after the strays go
@@ -164,6 +176,18 @@ func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
 		plan = append(plan, step{Op: opDeleteStray, Name: l.Name, Why: "it carries underlay's mark and no record owns it (left by a crash or a deleted network)"})
 	}
 	links = kept
+	var used []string
+	for name, n := range s.Use {
+		if _, owned := s.Owned[name]; n > 0 && !owned {
+			used = append(used, name)
+		}
+	}
+	sort.Strings(used)
+	for _, name := range used {
+		if l, ok := findLink(links, name); ok && l.Name != name {
+			plan = append(plan, step{Op: opRepoint, Name: name, To: l.Name, Why: "the parent was recorded by an altname of the link"})
+		}
+	}
 	after := snapshot{Use: map[string]int{}, Owned: s.Owned, EndpointLinks: s.EndpointLinks}
 	for k, v := range s.Use {
 		after.Use[k] = v

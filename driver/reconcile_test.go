@@ -183,3 +183,26 @@ func TestJanitorReleasesParentsUnderTheirLock(t *testing.T) {
 	f.d.janitorTick(context.Background())
 	f.wantLinks()
 }
+
+// A version before parent resolution recorded the parent as asked, an
+// altname included: at start such networks move to the kernel name, so a
+// conflicting network on the kernel name is refused.
+func TestRestoreMovesAltnameParentsToTheKernelName(t *testing.T) {
+	f := newFixture(t)
+	f.k.AddAltName("eth0", "lan0")
+	old := mv(netA, "lan0", "passthru", "198.18.1.0/24") // as an older version stored it: no options
+	if err := f.db.Update(func(tx *store.Tx) error { return tx.PutNetwork(old) }); err != nil {
+		t.Fatal(err)
+	}
+	f.restart()
+	n, _ := f.record(netA)
+	if n.Parent != "eth0" || requestedParent(n) != "lan0" {
+		t.Fatalf("record on %s asked %q, want eth0 asked lan0", n.Parent, requestedParent(n))
+	}
+	f.clock.Advance(time.Hour)
+	f.docker.setLive(netA)
+	wantErr(t, f.create(netReq{id: netB, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.2.0/24"}}), ErrConflict, "aaaaaaaaaaaa", "passthru")
+	// The same network asked again as before is reused.
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "lan0", "macvlan_mode": "passthru"}, v4: []string{"198.18.1.0/24"}})
+	f.wantNetworks(netA)
+}

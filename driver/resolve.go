@@ -70,7 +70,10 @@ func resolveParent(n store.Network, links []netlinkutil.Link) (resolution, error
 			// VLAN vid on the base exists under another name (a user's
 			// uv20, or eth0.10 asked as eth0.010): that is the link the
 			// network would use, so use it.
-			return resolution{Name: l.Name}, nil
+			if err := checkParentLink(l, n, links); err != nil {
+				return resolution{}, err
+			}
+			return resolution{Name: l.Name}, checkMTU(n, l.Name, l.MTU)
 		}
 	}
 	name := b.Name + "." + strconv.Itoa(vid)

@@ -15,7 +15,7 @@ func hostLinks() []netlinkutil.Link {
 	return []netlinkutil.Link{
 		{Name: "lo", Index: 1, Kind: "device", MTU: 65536},
 		{Name: "eth0", Index: 2, Kind: "device", MTU: 1500, AltNames: []string{"enp0s31f6", "lan0"}},
-		{Name: "uv20", Index: 3, Kind: "vlan", ParentIndex: 2, VLAN: 20, MTU: 1500},
+		{Name: "uv20", Index: 3, Kind: "vlan", ParentIndex: 2, VLAN: 20, MTU: 1400},
 		{Name: "eth0.10", Index: 4, Kind: "vlan", ParentIndex: 2, VLAN: 10, MTU: 1500, Alias: "underlay:x"},
 		{Name: "mv0", Index: 5, Kind: "macvlan", ParentIndex: 2, MTU: 1500},
 		{Name: "docker0", Index: 6, Kind: "bridge", MTU: 1500},
@@ -65,6 +65,7 @@ func TestResolveParent(t *testing.T) {
 		{name: "VLAN ID zero", n: asking("eth0.0"), err: []string{"outside 1-4094"}},
 		{name: "signed VLAN ID is a name, not a VLAN", n: asking("eth0.+5"), err: []string{"does not exist"}},
 		{name: "VLAN name too long for the kernel", n: asking("enx0123456789ab.100"), err: []string{"longer than the kernel's 15 bytes", "yourself"}},
+		{name: "MTU above the found VLAN's", n: func() store.Network { n := asking("eth0.20"); n.MTU = 1500; return n }(), err: []string{"mtu 1500", "uv20", "1400"}},
 		{name: "MTU above the base's", n: func() store.Network { n := asking("eth0.40"); n.MTU = 9000; return n }(), err: []string{"mtu 9000", "eth0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -65,7 +65,11 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 	for i, c := range cs {
 		holders[i] = c.Holder
 	}
-	if err := d.refuseIfLive(ctx, want, asked, cs, holders); err != nil {
+	// One deadline for the whole check: a lookup's time on Docker plus the
+	// grace wait, however many holders and however many questions.
+	checkCtx, cancel := context.WithTimeout(ctx, d.lookup+d.grace)
+	defer cancel()
+	if err := d.refuseIfLive(checkCtx, want, asked, cs, holders); err != nil {
 		return release, err
 	}
 	// Docker said 404 for every holder. Those younger than the grace period
@@ -75,7 +79,9 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 	var wait time.Duration
 	now := d.now()
 	for _, h := range holders {
-		if age := now.Sub(h.Created); !h.Created.IsZero() && age < d.grace {
+		// A clock stepped back makes a holder look younger than it can be:
+		// the wait is never longer than the grace period.
+		if age := min(max(now.Sub(h.Created), 0), d.grace); !h.Created.IsZero() && age < d.grace {
 			young = append(young, h)
 			wait = max(wait, d.grace-age)
 		}
@@ -90,7 +96,7 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 			return release, fmt.Errorf("waiting to ask Docker again about network %s, which holds parent %s: %w", short(young[0].ID), want.Parent, ctx.Err())
 		case <-t.C:
 		}
-		if err := d.refuseIfLive(ctx, want, asked, cs, young); err != nil {
+		if err := d.refuseIfLive(checkCtx, want, asked, cs, young); err != nil {
 			return release, err
 		}
 	}
