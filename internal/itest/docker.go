@@ -19,9 +19,11 @@ type FakeDocker struct {
 	mu    sync.Mutex
 	live  map[string]bool
 	calls int
-	delay time.Duration
-	mode  DockerMode
-	path  string
+	// answered counts, per network ID, the 200s and Docker 404s answered.
+	found, notFound map[string]int
+	delay           time.Duration
+	mode            DockerMode
+	path            string
 	// stop is closed at cleanup: it releases hung and delayed answers.
 	stop   chan struct{}
 	timers []*time.Timer
@@ -55,7 +57,7 @@ const APIVersion = "1.41"
 // request it holds.
 func NewFakeDocker(t testing.TB) *FakeDocker {
 	t.Helper()
-	f := &FakeDocker{live: map[string]bool{}, path: filepath.Join(t.TempDir(), "docker.sock"), stop: make(chan struct{})}
+	f := &FakeDocker{live: map[string]bool{}, found: map[string]int{}, notFound: map[string]int{}, path: filepath.Join(t.TempDir(), "docker.sock"), stop: make(chan struct{})}
 	l, err := net.Listen("unix", f.path)
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +104,13 @@ func (f *FakeDocker) serve(w http.ResponseWriter, r *http.Request) {
 	mode = f.mode // the test may have switched it during the delay
 	id, ok := strings.CutPrefix(r.URL.Path, "/networks/")
 	live := ok && r.Method == http.MethodGet && f.live[id]
+	if ok && mode == DockerAPI {
+		if live {
+			f.found[id]++
+		} else {
+			f.notFound[id]++
+		}
+	}
 	f.mu.Unlock()
 	switch mode {
 	case WebServer404:
@@ -184,6 +193,14 @@ func (f *FakeDocker) SetDelay(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.delay = d
+}
+
+// Answers returns how many times the fake, answering as Docker, said it
+// knows the network (200) and that it does not (Docker's 404).
+func (f *FakeDocker) Answers(id string) (found, notFound int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.found[id], f.notFound[id]
 }
 
 // Calls returns how many requests the fake received (answered or not).
