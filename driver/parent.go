@@ -46,11 +46,11 @@ func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error
 	if p.Kind == kindVLAN {
 		for _, l := range links {
 			if b, ok := findLink(links, p.Base); ok && l.Kind == kindVLAN && l.ParentIndex == b.Index && l.VLAN == p.VLAN {
-				return fmt.Errorf("create VLAN %d on %s as %s: the kernel already has that VLAN as %s, made by someone else: use -o parent=%s, or remove %s", p.VLAN, p.Base, p.Name, l.Name, l.Name, l.Name)
+				return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel already has that VLAN as %s, made by someone else: use -o parent=%s, or remove %s", ErrConflict, p.VLAN, p.Base, p.Name, l.Name, l.Name, l.Name)
 			}
 		}
 	}
-	return fmt.Errorf("create %s link %s: a link of that name exists and is not the one planned: remove it or use another parent: %w", p.Kind, p.Name, err)
+	return fmt.Errorf("%w: create %s link %s: a link of that name exists and is not the one planned: remove it or use another parent (%w)", ErrConflict, p.Kind, p.Name, err)
 }
 
 // isPlanned reports whether an existing link is exactly the parent link

@@ -77,6 +77,9 @@ func resolveParent(n store.Network, links []netlinkutil.Link) (resolution, error
 		}
 	}
 	name := b.Name + "." + strconv.Itoa(vid)
+	if l, ok := findLink(links, name); ok {
+		return resolution{}, invalidf("parent %s would be VLAN %d on %s named %s, but a %s link named %s exists and is not that VLAN: remove or rename it, or create VLAN %d on %s under another name and pass that name", asked, vid, b.Name, name, l.Kind, l.Name, vid, b.Name)
+	}
 	if len(name) > netlinkutil.MaxNameLen {
 		return resolution{}, invalidf("parent %s would be a VLAN link named %s, longer than the kernel's %d bytes: create VLAN %d on %s yourself under a shorter name and pass that name as -o parent", asked, name, netlinkutil.MaxNameLen, vid, b.Name)
 	}

@@ -21,6 +21,7 @@ func hostLinks() []netlinkutil.Link {
 		{Name: "docker0", Index: 6, Kind: "bridge", MTU: 1500},
 		{Name: "enx0123456789ab", Index: 7, Kind: "device", MTU: 9000},
 		{Name: "ule0123456789ab", Index: 8, Kind: "macvlan", ParentIndex: 2, MTU: 1500},
+		{Name: "eth0.5", Index: 9, Kind: "veth", MTU: 1500},
 	}
 }
 
@@ -61,6 +62,8 @@ func TestResolveParent(t *testing.T) {
 		{name: "VLAN on loopback refused", n: asking("lo.5"), err: []string{"loopback"}},
 		{name: "missing interface", n: asking("eth9"), err: []string{"eth9 does not exist"}},
 		{name: "missing base", n: asking("eth9.5"), err: []string{"eth9 does not exist"}},
+		{name: "the planned VLAN name is another link", n: asking("enx0123456789ab.5"), err: []string{"longer"}},
+		{name: "the planned VLAN name is taken by a link that is not the VLAN", n: asking("eth0.005"), err: []string{"eth0.5", "not that VLAN", "remove or rename"}},
 		{name: "VLAN ID out of range", n: asking("eth0.4095"), err: []string{"outside 1-4094"}},
 		{name: "VLAN ID zero", n: asking("eth0.0"), err: []string{"outside 1-4094"}},
 		{name: "signed VLAN ID is a name, not a VLAN", n: asking("eth0.+5"), err: []string{"does not exist"}},
