@@ -16,17 +16,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
 // ErrConflict is wrapped by the refusal of a network that cannot share its
 // parent with a live network.
-var ErrConflict = errors.New("parent conflict")
+var ErrConflict = pluginapi.ErrConflict
 
 // ErrNotFound is wrapped when a request names a network or endpoint
 // underlay does not know.
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = pluginapi.ErrNotFound
 
 // Store is the state as the driver uses it; *store.DB implements it.
 type Store interface {

@@ -118,7 +118,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		// write under the locks creates the network.
 		d.point("create-network/before-commit")
 		want.Created = d.now() // the grace period of the stale check counts from here
-		if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutNetwork(want) }); err != nil {
+		if err := d.store.Batch(func(tx *store.Tx) error { return commitNetwork(tx, want) }); err != nil {
 			return fmt.Errorf("create network %s: %w", short(want.ID), err)
 		}
 		d.point("create-network/after-commit")
@@ -172,7 +172,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		}
 		cur.Pending = nil
 		cur.Created = d.now()
-		return tx.PutNetwork(cur)
+		return commitNetwork(tx, cur)
 	}); err != nil {
 		return fmt.Errorf("create network %s: %w", short(want.ID), err)
 	}
@@ -180,6 +180,17 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	want.Pending = nil
 	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", requestedParent(want), "config", describe(want), "parent_created", true)
 	return nil
+}
+
+// commitNetwork writes a complete network and confirms the reservations of
+// the IPAM pools it names: Docker uses them.
+func commitNetwork(tx *store.Tx, n store.Network) error {
+	for _, p := range allPools(n) {
+		if err := tx.ConfirmIPAMPools(p.Subnet); err != nil {
+			return err
+		}
+	}
+	return tx.PutNetwork(n)
 }
 
 // undoCreate rolls back a failed create. If this request did not make the

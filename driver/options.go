@@ -1,8 +1,6 @@
 package driver
 
 import (
-	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
@@ -10,16 +8,15 @@ import (
 	"strings"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
 // ErrInvalid is wrapped by every error about a request's content.
-var ErrInvalid = errors.New("invalid request")
+var ErrInvalid = pluginapi.ErrInvalid
 
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
-}
+func invalidf(format string, args ...any) error { return pluginapi.Invalidf(format, args...) }
 
 // Driver option names (com.docker.network.generic), the same as Docker's
 // built-in macvlan and ipvlan drivers.

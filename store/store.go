@@ -1,6 +1,7 @@
 // Package store owns underlay's durable state: one bbolt file holding the
-// networks, their endpoints, the parent links underlay created, and the
-// pending reservations that make network creation crash-safe.
+// networks, their endpoints, the parent links underlay created, the
+// pending reservations that make network creation crash-safe, and the IPAM
+// driver's pools and addresses.
 //
 // Every read goes through View, every write through Update or Batch. A Tx
 // keeps the secondary indexes (networks by parent, endpoints by link name,
@@ -26,7 +27,7 @@ import (
 
 // SchemaVersion is the layout version this build writes. A file with a higher
 // version is refused; a file with a lower one is migrated on Open.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // ErrLocked is returned by Open when another process holds the state file.
 var ErrLocked = errors.New("state file is locked by another process")
@@ -89,6 +90,8 @@ var migrations = map[int]func(*bolt.Tx) error{
 			return indexAdd(byBase, p.Base, p.Name)
 		})
 	},
+	// 2 -> 3: the IPAM driver's pools and addresses.
+	2: migrateIPAM,
 }
 
 // Options tunes Open. The zero value is usable.

@@ -3,10 +3,13 @@
 //
 //	underlay serve [--socket PATH] [--state PATH] [--log-level debug|info|warn|error]
 //	               [--docker-host unix://PATH] [--scope local|global]
+//	               [--default-address-pool base=CIDR,size=N]... [--pool-reservation-timeout DURATION]
 //	underlay version
 //
-// The environment variables LOG_LEVEL, SCOPE, STATE and DOCKER_HOST set the
-// same as the flags (the managed plugin's `docker plugin set`); flags win.
+// The environment variables LOG_LEVEL, SCOPE, STATE, DOCKER_HOST,
+// DEFAULT_ADDRESS_POOLS (entries separated by spaces) and
+// POOL_RESERVATION_TIMEOUT set the same as the flags (the managed plugin's
+// `docker plugin set`); flags win.
 package main
 
 import (
@@ -17,6 +20,9 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
+
+	"github.com/underlay-net/underlay/ipam"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -29,6 +35,7 @@ func main() {
 const usage = `usage:
   underlay serve [--socket PATH] [--state PATH] [--log-level debug|info|warn|error]
                  [--docker-host unix://PATH] [--scope local|global]
+                 [--default-address-pool base=CIDR,size=N]... [--pool-reservation-timeout DURATION]
   underlay version
 `
 
@@ -99,6 +106,32 @@ type serveConfig struct {
 	LogLevel   string
 	DockerHost string
 	Scope      string
+	// Bases are the IPAM's default address pools; nil means the defaults.
+	Bases []ipam.Base
+	// Reservation is how long an unconfirmed auto pool stays reserved.
+	Reservation time.Duration
+	// ResolvConf is read for the nameservers auto pools avoid.
+	ResolvConf string
+}
+
+// basesFlag collects repeated --default-address-pool values.
+type basesFlag struct {
+	bases *[]ipam.Base
+	set   bool
+}
+
+func (f *basesFlag) String() string { return "" }
+
+func (f *basesFlag) Set(v string) error {
+	b, err := ipam.ParseBase(v)
+	if err != nil {
+		return err
+	}
+	if !f.set {
+		*f.bases, f.set = nil, true // flags replace the environment's list
+	}
+	*f.bases = append(*f.bases, b)
+	return nil
 }
 
 // parseServe reads the serve flags over defaults taken from the
@@ -118,9 +151,25 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.LogLevel, "log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
 	fs.StringVar(&c.DockerHost, "docker-host", envOr("DOCKER_HOST", "unix:///var/run/docker.sock"), "Docker API asked whether conflicting networks still exist (env DOCKER_HOST)")
 	fs.StringVar(&c.Scope, "scope", envOr("SCOPE", "local"), "driver scope: local or global (env SCOPE)")
+	if env := getenv("DEFAULT_ADDRESS_POOLS"); env != "" {
+		bases, err := ipam.ParseBases(env)
+		if err != nil {
+			return c, fmt.Errorf("DEFAULT_ADDRESS_POOLS: %w", err)
+		}
+		c.Bases = bases
+	}
+	fs.Var(&basesFlag{bases: &c.Bases}, "default-address-pool", "base=CIDR,size=N: a range automatic IPAM pools are cut from (repeatable; env DEFAULT_ADDRESS_POOLS, entries separated by spaces; default base=172.16.0.0/12,size=24)")
+	reservation := envOr("POOL_RESERVATION_TIMEOUT", "60s")
+	fs.StringVar(&reservation, "pool-reservation-timeout", reservation, "how long an automatic pool Docker has not used yet stays reserved (env POOL_RESERVATION_TIMEOUT)")
+	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf whose nameservers automatic pools avoid")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	d, err := time.ParseDuration(reservation)
+	if err != nil || d <= 0 {
+		return c, fmt.Errorf("--pool-reservation-timeout %q is not a positive duration: use for example 60s or 5m", reservation)
+	}
+	c.Reservation = d
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q\n%s", fs.Arg(0), usage)
 	}

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseServeDefaultsEnvAndFlags(t *testing.T) {
@@ -17,8 +20,9 @@ func TestParseServeDefaultsEnvAndFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := serveConfig{Socket: "/run/docker/plugins/underlay.sock", State: "/var/lib/underlay/underlay.db", LogLevel: "info", DockerHost: "unix:///var/run/docker.sock", Scope: "local"}
-	if c != want {
+	want := serveConfig{Socket: "/run/docker/plugins/underlay.sock", State: "/var/lib/underlay/underlay.db", LogLevel: "info", DockerHost: "unix:///var/run/docker.sock", Scope: "local",
+		Reservation: time.Minute, ResolvConf: "/etc/resolv.conf"}
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}
 	env = map[string]string{"LOG_LEVEL": "DEBUG", "SCOPE": "global", "STATE": "/s/u.db", "DOCKER_HOST": "unix:///d.sock"}
@@ -29,10 +33,29 @@ func TestParseServeDefaultsEnvAndFlags(t *testing.T) {
 	if err != nil || c.Scope != "local" || c.State != "/f.db" || c.LogLevel != "error" || c.DockerHost != "unix:///f.sock" || c.Socket != "/x.sock" {
 		t.Fatalf("flags must win over the environment: %+v %v", c, err)
 	}
-	for _, args := range [][]string{{"--scope", "cluster"}, {"--log-level", "trace"}, {"--docker-host", "/var/run/docker.sock"}, {"--socket", ""}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--scope", "cluster"}, {"--log-level", "trace"}, {"--docker-host", "/var/run/docker.sock"}, {"--socket", ""}, {"extra"}, {"--nope"},
+		{"--default-address-pool", "198.18.0.0/15"}, {"--default-address-pool", "base=198.18.0.0/15,size=8"}, {"--default-address-pool", "base=198.18.1.0/15,size=24"},
+		{"--default-address-pool", "base=198.18.0.0/15,size=24,x=1"}, {"--pool-reservation-timeout", "soon"}, {"--pool-reservation-timeout", "-1s"}} {
 		if _, err := parseServe(args, getenv, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+func TestParseServeAddressPools(t *testing.T) {
+	env := map[string]string{"DEFAULT_ADDRESS_POOLS": "base=198.18.0.0/16,size=24 base=2001:db8::/48,size=64", "POOL_RESERVATION_TIMEOUT": "5m"}
+	getenv := func(k string) string { return env[k] }
+	c, err := parseServe(nil, getenv, &bytes.Buffer{})
+	if err != nil || fmt.Sprint(c.Bases) != "[base=198.18.0.0/16,size=24 base=2001:db8::/48,size=64]" || c.Reservation != 5*time.Minute {
+		t.Fatalf("from the environment: %v %v %v", c.Bases, c.Reservation, err)
+	}
+	c, err = parseServe([]string{"--default-address-pool", "base=198.19.0.0/16,size=26", "--default-address-pool=base=198.18.128.0/17,size=24", "--pool-reservation-timeout", "2s"}, getenv, &bytes.Buffer{})
+	if err != nil || fmt.Sprint(c.Bases) != "[base=198.19.0.0/16,size=26 base=198.18.128.0/17,size=24]" || c.Reservation != 2*time.Second {
+		t.Fatalf("flags must replace the environment's pools: %v %v %v", c.Bases, c.Reservation, err)
+	}
+	env["DEFAULT_ADDRESS_POOLS"] = "base=198.18.0.0/16"
+	if _, err := parseServe(nil, getenv, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "DEFAULT_ADDRESS_POOLS") {
+		t.Fatalf("a bad DEFAULT_ADDRESS_POOLS: %v", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/docker/go-connections/sockets"
 	"github.com/underlay-net/underlay/driver"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/ipam"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -32,7 +35,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	log.Info("starting underlay", "version", versionString(), "socket", c.Socket, "state", c.State,
-		"scope", c.Scope, "docker_host", c.DockerHost)
+		"scope", c.Scope, "docker_host", c.DockerHost, "address_pools", fmt.Sprint(c.Bases), "pool_reservation", c.Reservation)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -52,12 +55,13 @@ func serve(c serveConfig, stderr io.Writer) error {
 			log.Error("close state file", "error", err)
 		}
 	}()
+	kernel := netlinkutil.New()
 	docker, err := driver.NewDockerAPI(c.DockerHost, 2*time.Second)
 	if err != nil {
 		return err
 	}
 	d, err := driver.New(driver.Config{
-		Store: db, Links: netlinkutil.New(), Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
+		Store: db, Links: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log),
 	})
@@ -77,7 +81,17 @@ func serve(c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer os.Remove(c.Socket)
-	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	im, err := ipam.New(ipam.Config{
+		Store: db, Host: kernel, Bases: c.Bases, Reservation: c.Reservation, Logger: log,
+		Nameservers: func() []netip.Addr { return ipam.ReadNameservers(c.ResolvConf) },
+	})
+	if err != nil {
+		return err
+	}
+	mux := pluginapi.NewMux("NetworkDriver", "IpamDriver")
+	d.Register(mux)
+	im.Register(mux)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	log.Info("serving the Docker network plugin API", "socket", c.Socket)

@@ -1,0 +1,158 @@
+package ipam
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// DefaultBases are the IPv4 ranges auto pools come from when none are
+// configured: /24s of 172.16.0.0/12 (Docker's own default range, so the
+// networks look familiar and stay clear of the 10/8 and 192.168/16 LANs
+// and VPNs most hosts sit on). There is no IPv6 default: a ULA of the
+// site's choosing must be configured.
+func DefaultBases() []Base {
+	return []Base{{Prefix: netip.MustParsePrefix("172.16.0.0/12"), Size: 24}}
+}
+
+// ParseBase parses one --default-address-pool value: base=CIDR,size=N.
+func ParseBase(s string) (Base, error) {
+	var b Base
+	var haveBase, haveSize bool
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		switch {
+		case !ok:
+			return Base{}, fmt.Errorf("default address pool %q: %q is not key=value: use base=CIDR,size=N (for example base=172.16.0.0/12,size=24)", s, kv)
+		case k == "base":
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				return Base{}, fmt.Errorf("default address pool %q: base %q is not a CIDR prefix: %w", s, v, err)
+			}
+			if p != p.Masked() {
+				return Base{}, fmt.Errorf("default address pool %q: base %s has host bits set: use %s", s, p, p.Masked())
+			}
+			b.Prefix, haveBase = p, true
+		case k == "size":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return Base{}, fmt.Errorf("default address pool %q: size %q is not a number", s, v)
+			}
+			b.Size, haveSize = n, true
+		default:
+			return Base{}, fmt.Errorf("default address pool %q: unknown key %q: use base=CIDR,size=N", s, k)
+		}
+	}
+	if !haveBase || !haveSize {
+		return Base{}, fmt.Errorf("default address pool %q needs both base and size: use base=CIDR,size=N", s)
+	}
+	if b.Size < b.Prefix.Bits() || b.Size > b.Prefix.Addr().BitLen()-2 {
+		return Base{}, fmt.Errorf("default address pool %q: size %d must be from %d (the base's length) to %d", s, b.Size, b.Prefix.Bits(), b.Prefix.Addr().BitLen()-2)
+	}
+	return b, nil
+}
+
+// ParseBases parses DEFAULT_ADDRESS_POOLS: entries separated by spaces.
+func ParseBases(s string) ([]Base, error) {
+	var out []Base
+	for _, f := range strings.Fields(s) {
+		b, err := ParseBase(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// validOptions are the --ipam-opt keys underlay reads.
+var validOptions = []string{OptParent, OptSize}
+
+// parsePoolRequest validates a RequestPool. Docker's own option keys
+// (com.docker.*) are passed through unread.
+func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bool, bases []Base) (poolRequest, error) {
+	r := poolRequest{Space: space, V6: v6}
+	switch space {
+	case LocalSpace, GlobalSpace:
+	case "":
+		r.Space = LocalSpace
+	default:
+		return r, invalidf("address space %q is not underlay's: use %s or %s (docker network create --ipam-driver underlay)", space, LocalSpace, GlobalSpace)
+	}
+	var unknown []string
+	for k := range opts {
+		if !strings.HasPrefix(k, dockerKeyPrefix) && k != OptParent && k != OptSize {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return r, invalidf("unknown --ipam-opt %q: underlay's IPAM reads %s", unknown[0], strings.Join(validOptions, ", "))
+	}
+	family := map[bool]string{false: "IPv4", true: "IPv6"}[v6]
+	width := map[bool]int{false: 32, true: 128}[v6]
+	if pool != "" {
+		p, err := netip.ParsePrefix(pool)
+		if err != nil || p.Addr().Is6() != v6 || p.Addr().Is4In6() {
+			return r, invalidf("pool %q is not an %s subnet in CIDR form (such as %s)", pool, family, map[bool]string{false: "198.18.1.0/24", true: "2001:db8:1::/64"}[v6])
+		}
+		r.Pool = p.Masked()
+	}
+	if subPool != "" {
+		p, err := netip.ParsePrefix(subPool)
+		if err != nil || p.Addr().Is6() != v6 {
+			return r, invalidf("--ip-range %q is not an %s range in CIDR form", subPool, family)
+		}
+		if r.Pool.IsValid() && (!r.Pool.Contains(p.Addr()) || p.Bits() < r.Pool.Bits()) {
+			return r, invalidf("--ip-range %s is not inside the pool %s: pick a range inside the subnet", p, r.Pool)
+		}
+		r.Range = p.Masked()
+	}
+	r.Parent = opts[OptParent]
+	if v, ok := opts[OptSize]; ok && v != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(v, "/"))
+		if err != nil || n < 1 || n > width-2 {
+			return r, invalidf("--ipam-opt size=%s is not a prefix length from 1 to %d", v, width-2)
+		}
+		if r.Pool.IsValid() {
+			return r, invalidf("--ipam-opt size=%s applies to automatic pools: drop it, or drop --subnet", v)
+		}
+		fits := false
+		for _, b := range familyBases(bases, v6) {
+			fits = fits || n >= b.Prefix.Bits()
+		}
+		if !fits && len(familyBases(bases, v6)) > 0 {
+			return r, invalidf("--ipam-opt size=%d is larger than every configured %s base (%s): ask for a longer prefix, or widen the bases with --default-address-pool", n, family, describeBases(bases, v6))
+		}
+		r.Size = n
+	}
+	if r.Parent != "" && !r.Pool.IsValid() && v6 {
+		return r, invalidf("--ipam-opt parent=%s learns only an IPv4 LAN: give the IPv6 side --subnet", r.Parent)
+	}
+	return r, nil
+}
+
+// ReadNameservers returns the nameserver addresses of a resolv.conf; a
+// missing file has none.
+func ReadNameservers(path string) []netip.Addr {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []netip.Addr
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(strings.SplitN(fields[1], "%", 2)[0]); err == nil {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,306 @@
+// Package ipam is underlay's IpamDriver: Docker's remote IPAM protocol on
+// the daemon's socket. It picks free subnets (free of the host's addresses,
+// routes and nameservers, of every pool it holds and of every unexpired
+// reservation), records each pick in the same store transaction that saw
+// the state (so concurrent requests, and processes, never collide), and
+// hands out addresses durably. The allocator (alloc.go) is pure; this file
+// gathers the snapshot and records the result.
+package ipam
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Address spaces underlay answers in GetDefaultAddressSpaces.
+const (
+	LocalSpace  = "underlay-local"
+	GlobalSpace = "underlay-global"
+)
+
+// Option keys (--ipam-opt) and Docker's keys.
+const (
+	OptSize         = "size"
+	OptParent       = "parent"
+	keyRequestType  = "RequestAddressType"
+	typeGateway     = "com.docker.network.gateway"
+	dataGateway     = "com.docker.network.gateway"
+	dockerKeyPrefix = "com.docker."
+)
+
+// Store is the state as the IPAM driver uses it; *store.DB implements it.
+type Store interface {
+	View(func(*store.Tx) error) error
+	Batch(func(*store.Tx) error) error
+}
+
+// Host is what the IPAM driver reads of the host; *netlinkutil.Kernel
+// implements it. It never calls Docker: dockerd calls IPAM while starting.
+type Host interface {
+	Get(ctx context.Context, name string) (netlinkutil.Link, error)
+	Addrs(ctx context.Context) ([]netlinkutil.Addr, error)
+	Routes(ctx context.Context) ([]netlinkutil.Route, error)
+}
+
+// Config is what an IPAM is made of.
+type Config struct {
+	Store Store
+	Host  Host
+	// Bases are the ranges auto pools are cut from; nil means
+	// DefaultBases.
+	Bases []Base
+	// Reservation is how long an auto pool stays reserved before Docker
+	// confirms it; zero means 60 seconds.
+	Reservation time.Duration
+	// Nameservers returns the host's resolvers (resolv.conf); nil means
+	// none.
+	Nameservers func() []netip.Addr
+	Now         func() time.Time
+	Logger      *slog.Logger
+}
+
+// IPAM implements the remote IpamDriver protocol.
+type IPAM struct {
+	store       Store
+	host        Host
+	bases       []Base
+	reservation time.Duration
+	nameservers func() []netip.Addr
+	now         func() time.Time
+	log         *slog.Logger
+}
+
+// New returns an IPAM driver.
+func New(c Config) (*IPAM, error) {
+	if c.Store == nil || c.Host == nil {
+		return nil, errors.New("ipam needs a store and the host")
+	}
+	if c.Bases == nil {
+		c.Bases = DefaultBases()
+	}
+	if c.Reservation == 0 {
+		c.Reservation = 60 * time.Second
+	}
+	if c.Nameservers == nil {
+		c.Nameservers = func() []netip.Addr { return nil }
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &IPAM{store: c.Store, host: c.Host, bases: c.Bases, reservation: c.Reservation,
+		nameservers: c.Nameservers, now: c.Now, log: c.Logger}, nil
+}
+
+// poolRequest is a validated RequestPool.
+type poolRequest struct {
+	Space  string
+	Pool   netip.Prefix // invalid when auto
+	Range  netip.Prefix // invalid when none
+	Parent string
+	Size   int
+	V6     bool
+}
+
+// RequestPool hands out a pool: the one asked for, the LAN of a parent, or
+// the lowest free prefix of the bases, recorded in one transaction.
+func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opts map[string]string, v6 bool) (store.IPAMPool, error) {
+	req, err := parsePoolRequest(space, pool, subPool, opts, v6, m.bases)
+	if err != nil {
+		return store.IPAMPool{}, err
+	}
+	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: req.Parent, Created: m.now()}
+	if req.Range.IsValid() {
+		rec.Range = req.Range.String()
+	}
+	switch {
+	case req.Pool.IsValid():
+		rec.Prefix = req.Pool.String()
+	case req.Parent != "":
+		lan, gw, err := m.parentLAN(ctx, req.Parent)
+		if err != nil {
+			return store.IPAMPool{}, err
+		}
+		rec.Prefix = lan.String()
+		if gw.IsValid() {
+			rec.Gateway = gw.String()
+		}
+	}
+	if rec.Prefix != "" {
+		if req.Range.IsValid() && !netip.MustParsePrefix(rec.Prefix).Contains(req.Range.Addr()) {
+			return store.IPAMPool{}, invalidf("--ip-range %s is not inside the pool %s: pick a range inside the subnet", req.Range, rec.Prefix)
+		}
+		err := m.store.Batch(func(tx *store.Tx) error {
+			held, err := tx.IPAMPools()
+			if err != nil {
+				return err
+			}
+			if h, ok := overlapping(held, netip.MustParsePrefix(rec.Prefix), rec.Space, rec.Parent, m.now()); ok {
+				return fmt.Errorf("%w: pool %s overlaps pool %s that underlay already handed out (pool ID %s, parent %q): use another --subnet, or remove the network that uses it",
+					pluginapi.ErrConflict, rec.Prefix, h.Prefix, h.ID, h.Parent)
+			}
+			return tx.PutIPAMPool(rec)
+		})
+		if err != nil {
+			return store.IPAMPool{}, err
+		}
+		m.log.Info("pool handed out", "pool", rec.ID, "prefix", rec.Prefix, "parent", rec.Parent, "gateway", rec.Gateway)
+		return rec, nil
+	}
+	return m.autoPool(ctx, req, rec)
+}
+
+// autoPool picks the lowest free prefix and reserves it in the same
+// transaction.
+func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool) (store.IPAMPool, error) {
+	if len(familyBases(m.bases, req.V6)) == 0 {
+		return store.IPAMPool{}, invalidf("no IPv%s base is configured for automatic pools: add one with --default-address-pool base=CIDR,size=N (or DEFAULT_ADDRESS_POOLS), or pass --subnet", map[bool]string{false: "4", true: "6"}[req.V6])
+	}
+	inUse, err := m.hostPrefixes(ctx)
+	if err != nil {
+		return store.IPAMPool{}, err
+	}
+	now := m.now()
+	rec.Auto = true
+	rec.Pending = &store.Reservation{Token: rec.ID, Deadline: now.Add(m.reservation)}
+	err = m.store.Batch(func(tx *store.Tx) error {
+		held, err := tx.IPAMPools()
+		if err != nil {
+			return err
+		}
+		taken := append([]netip.Prefix(nil), inUse...)
+		for _, h := range held {
+			if h.Expired(now) {
+				if err := tx.DeleteIPAMPool(h.ID); err != nil { // free again
+					return err
+				}
+				m.log.Info("pool reservation expired unconfirmed: free again", "pool", h.ID, "prefix", h.Prefix)
+				continue
+			}
+			if p, err := netip.ParsePrefix(h.Prefix); err == nil {
+				taken = append(taken, p)
+			}
+		}
+		p, err := pickPool(m.bases, req.V6, req.Size, taken)
+		if err != nil {
+			return fmt.Errorf("%w: no free /%d is left in the configured bases (%s): widen them with --default-address-pool base=CIDR,size=N (or DEFAULT_ADDRESS_POOLS), or pass --subnet",
+				err, req.Size, describeBases(m.bases, req.V6))
+		}
+		rec.Prefix = p.String()
+		return tx.PutIPAMPool(rec)
+	})
+	if err != nil {
+		return store.IPAMPool{}, err
+	}
+	m.log.Info("pool reserved", "pool", rec.ID, "prefix", rec.Prefix, "until", rec.Pending.Deadline)
+	return rec, nil
+}
+
+// overlapping finds a live pool of the space that overlaps p on the same
+// parent (pools on different parents are on different wires).
+func overlapping(held []store.IPAMPool, p netip.Prefix, space, parent string, now time.Time) (store.IPAMPool, bool) {
+	for _, h := range held {
+		hp, err := netip.ParsePrefix(h.Prefix)
+		if err != nil || h.Expired(now) || h.Space != space || h.Parent != parent {
+			continue
+		}
+		if hp.Overlaps(p) {
+			return h, true
+		}
+	}
+	return store.IPAMPool{}, false
+}
+
+// hostPrefixes is everything of the host an auto pool must not overlap:
+// its addresses, its routes other than default routes, its nameservers.
+func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, error) {
+	addrs, err := m.host.Addrs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	routes, err := m.host.Routes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		out = append(out, netip.PrefixFrom(a.Prefix.Addr(), a.Prefix.Addr().BitLen()))
+	}
+	for _, r := range routes {
+		if !r.Default() {
+			out = append(out, r.Dst)
+		}
+	}
+	for _, ns := range m.nameservers() {
+		out = append(out, netip.PrefixFrom(ns, ns.BitLen()))
+	}
+	return out, nil
+}
+
+// parentLAN is a parent's connected IPv4 prefix and the gateway of the
+// default route through it, when that gateway is on the prefix.
+func (m *IPAM) parentLAN(ctx context.Context, parent string) (netip.Prefix, netip.Addr, error) {
+	l, err := m.host.Get(ctx, parent)
+	if errors.Is(err, netlinkutil.ErrNotFound) {
+		return netip.Prefix{}, netip.Addr{}, invalidf("--ipam-opt parent=%s: no such interface on this host: name the interface whose LAN the network is on", parent)
+	}
+	if err != nil {
+		return netip.Prefix{}, netip.Addr{}, err
+	}
+	addrs, err := m.host.Addrs(ctx)
+	if err != nil {
+		return netip.Prefix{}, netip.Addr{}, err
+	}
+	var lan netip.Prefix
+	for _, a := range addrs {
+		if a.LinkIndex == l.Index && a.Prefix.Addr().Is4() && a.Prefix.Bits() < 32 {
+			lan = a.Prefix.Masked()
+			break
+		}
+	}
+	if !lan.IsValid() {
+		return netip.Prefix{}, netip.Addr{}, invalidf("--ipam-opt parent=%s: %s has no IPv4 address to learn its LAN from: give the network --subnet and --gateway instead", parent, l.Name)
+	}
+	routes, err := m.host.Routes(ctx)
+	if err != nil {
+		return netip.Prefix{}, netip.Addr{}, err
+	}
+	for _, r := range routes {
+		if r.Default() && r.LinkIndex == l.Index && r.Gateway.IsValid() && lan.Contains(r.Gateway) {
+			return lan, r.Gateway, nil
+		}
+	}
+	return lan, netip.Addr{}, nil
+}
+
+// ReleasePool forgets a pool and its addresses; an unknown ID is fine.
+func (m *IPAM) ReleasePool(_ context.Context, id string) error {
+	if id == "" {
+		return invalidf("ReleasePool without PoolID")
+	}
+	if err := m.store.Batch(func(tx *store.Tx) error { return tx.DeleteIPAMPool(id) }); err != nil {
+		return fmt.Errorf("release pool %s: %w", id, err)
+	}
+	m.log.Info("pool released", "pool", id)
+	return nil
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func invalidf(format string, args ...any) error { return pluginapi.Invalidf(format, args...) }

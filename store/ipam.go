@@ -1,0 +1,136 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The IPAM driver's state: the pools it handed out and the addresses it
+// allocated in each. Since schema 3.
+
+var (
+	bucketIPAMPools = []byte("ipam-pools")
+	// pool ID -> set of allocated addresses.
+	bucketIPAMAddrs = []byte("ipam-addresses")
+)
+
+// IPAMPool is one pool underlay's IPAM handed out.
+type IPAMPool struct {
+	// ID is the PoolID Docker passes back.
+	ID string `json:"id"`
+	// Space is the address space it was requested in.
+	Space string `json:"space"`
+	// Prefix is the pool in canonical CIDR form.
+	Prefix string `json:"prefix"`
+	// Range is the SubPool (--ip-range) addresses are handed out from.
+	Range string `json:"range,omitempty"`
+	// Parent is the parent IPAM option: pools on different parents may
+	// overlap (different wires); a pool of a parent is its LAN.
+	Parent string `json:"parent,omitempty"`
+	// Gateway is the LAN's gateway of a parent pool, a plain address.
+	Gateway string `json:"gateway,omitempty"`
+	// Auto is set for pools underlay picked itself.
+	Auto bool `json:"auto,omitempty"`
+	// Pending is set on an auto pool until Docker confirms it (its first
+	// address, or a CreateNetwork naming it); expired, it is free again.
+	Pending *Reservation `json:"pending,omitempty"`
+	// Created is when the pool was handed out.
+	Created time.Time `json:"created,omitzero"`
+}
+
+// Expired reports whether the pool is an unconfirmed reservation past its
+// deadline at now.
+func (p IPAMPool) Expired(now time.Time) bool {
+	return p.Pending != nil && !now.Before(p.Pending.Deadline)
+}
+
+// IPAMPools returns every pool, in ID order.
+func (t *Tx) IPAMPools() ([]IPAMPool, error) {
+	var out []IPAMPool
+	err := t.b(bucketIPAMPools).ForEach(func(k, v []byte) error {
+		var p IPAMPool
+		if err := json.Unmarshal(v, &p); err != nil {
+			return fmt.Errorf("%w: IPAM pool record %q: %w", ErrCorrupt, k, err)
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}
+
+// IPAMPool returns one pool.
+func (t *Tx) IPAMPool(id string) (IPAMPool, bool, error) {
+	return get[IPAMPool](t.b(bucketIPAMPools), id)
+}
+
+// PutIPAMPool writes a pool record.
+func (t *Tx) PutIPAMPool(p IPAMPool) error {
+	return put(t.b(bucketIPAMPools), p.ID, p)
+}
+
+// DeleteIPAMPool removes a pool and its addresses; a missing one is not an
+// error.
+func (t *Tx) DeleteIPAMPool(id string) error {
+	if t.b(bucketIPAMAddrs).Bucket([]byte(id)) != nil {
+		if err := t.b(bucketIPAMAddrs).DeleteBucket([]byte(id)); err != nil {
+			return err
+		}
+	}
+	return t.b(bucketIPAMPools).Delete([]byte(id))
+}
+
+// ConfirmIPAMPools clears the reservation of every pending pool with the
+// prefix (a CreateNetwork named it).
+func (t *Tx) ConfirmIPAMPools(prefix string) error {
+	pools, err := t.IPAMPools()
+	if err != nil {
+		return err
+	}
+	for _, p := range pools {
+		if p.Prefix == prefix && p.Pending != nil {
+			p.Pending = nil
+			if err := t.PutIPAMPool(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// IPAMAddresses returns the addresses allocated in a pool.
+func (t *Tx) IPAMAddresses(id string) []string {
+	return indexMembers(t.b(bucketIPAMAddrs), id)
+}
+
+// IPAMAddressUsed reports whether an address of a pool is allocated.
+func (t *Tx) IPAMAddressUsed(id, addr string) bool {
+	set := t.b(bucketIPAMAddrs).Bucket([]byte(id))
+	return set != nil && set.Get([]byte(addr)) != nil
+}
+
+// PutIPAMAddress records an allocated address.
+func (t *Tx) PutIPAMAddress(id, addr string) error {
+	set, err := t.b(bucketIPAMAddrs).CreateBucketIfNotExists([]byte(id))
+	if err != nil {
+		return err
+	}
+	return set.Put([]byte(addr), []byte{1})
+}
+
+// DeleteIPAMAddress frees an address; a missing one is not an error.
+func (t *Tx) DeleteIPAMAddress(id, addr string) error {
+	return indexRemove(t.b(bucketIPAMAddrs), id, addr)
+}
+
+// migrateIPAM is the schema 2 -> 3 step: the IPAM buckets.
+func migrateIPAM(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketIPAMPools, bucketIPAMAddrs} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
