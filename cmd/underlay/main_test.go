@@ -124,7 +124,7 @@ func TestManagedPluginConfig(t *testing.T) {
 	switch {
 	case strings.Join(cfg.Entrypoint, " ") != "/underlay serve":
 		t.Errorf("entrypoint %v", cfg.Entrypoint)
-	case len(cfg.Interface.Types) != 1 || cfg.Interface.Types[0] != "docker.networkdriver/1.0":
+	case strings.Join(cfg.Interface.Types, " ") != "docker.networkdriver/1.0 docker.ipamdriver/1.0":
 		t.Errorf("interface types %v", cfg.Interface.Types)
 	case "/run/docker/plugins/"+cfg.Interface.Socket != def.Socket:
 		t.Errorf("socket %s is not the daemon's default %s", cfg.Interface.Socket, def.Socket)
@@ -146,7 +146,7 @@ func TestManagedPluginConfig(t *testing.T) {
 			settable[e.Name] = true
 		}
 	}
-	for _, name := range []string{"LOG_LEVEL", "SCOPE", "DOCKER_HOST"} {
+	for _, name := range []string{"LOG_LEVEL", "SCOPE", "DOCKER_HOST", "DEFAULT_ADDRESS_POOLS", "POOL_RESERVATION_TIMEOUT"} {
 		if !settable[name] {
 			t.Errorf("env %s is not settable", name)
 		}
