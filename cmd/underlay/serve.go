@@ -34,6 +34,9 @@ func serve(c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if c.Bases == nil {
+		c.Bases = ipam.DefaultBases()
+	}
 	log.Info("starting underlay", "version", versionString(), "socket", c.Socket, "state", c.State,
 		"scope", c.Scope, "docker_host", c.DockerHost, "address_pools", fmt.Sprint(c.Bases), "pool_reservation", c.Reservation)
 

@@ -15,7 +15,7 @@ import (
 func TestActivateCapabilitiesAndScope(t *testing.T) {
 	_, d := setup(t, itest.DaemonOptions{})
 	code, body, err := d.Post("/Plugin.Activate", nil)
-	if err != nil || code != 200 || !strings.Contains(string(body), `"Implements":["NetworkDriver"]`) {
+	if err != nil || code != 200 || !strings.Contains(string(body), `"Implements":["NetworkDriver","IpamDriver"]`) {
 		t.Fatalf("Activate: %d %s %v", code, body, err)
 	}
 	var caps network.CapabilitiesResponse
