@@ -2,11 +2,13 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -22,6 +24,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err != nil {
 		return err
 	}
+	refs := ipamRefs(req)
 	asked := requestedParent(want)
 	log := d.log.With("network", want.ID, "parent", asked)
 	unlockNet, err := d.locks.acquire(ctx, exclusive(networkLock(want.ID)))
@@ -97,11 +100,26 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 			return fmt.Errorf("%w: parent %s became link %s while this request waited for it (someone created it meanwhile): retry", ErrConflict, asked, res.Name)
 		}
 	}
-	return d.createNetwork(ctx, want, res.Create)
+	return d.createNetwork(ctx, want, res.Create, refs)
 }
 
-// resolve lists the host's links once and resolves the network's parent.
+// resolve resolves the network's parent over the host's links. When the
+// asked link exists and is an ordinary parent, one lookup (the kernel
+// resolves altnames) is the whole view the decision needs; otherwise (a
+// VLAN to find or create, a link to refuse naming its lower link) it lists
+// every link once.
 func (d *Driver) resolve(ctx context.Context, n store.Network) (resolution, error) {
+	name := requestedParent(n)
+	if name == "" {
+		name = dummyName(n.ID)
+	}
+	l, err := d.links.Get(ctx, name)
+	switch {
+	case err == nil && !netlinkutil.IsEndpointKind(l.Kind):
+		return resolveParent(n, []netlinkutil.Link{l})
+	case err != nil && !errors.Is(err, netlinkutil.ErrNotFound):
+		return resolution{}, err
+	}
 	links, err := d.links.List(ctx)
 	if err != nil {
 		return resolution{}, err
@@ -112,13 +130,13 @@ func (d *Driver) resolve(ctx context.Context, n store.Network) (resolution, erro
 // createNetwork reserves, builds and commits a new network. plan is the
 // parent link to create, nil when it exists. The caller holds the network
 // and parent locks and has ruled out conflicts.
-func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *store.ParentLink) (err error) {
+func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *store.ParentLink, refs []ipamRef) (err error) {
 	if plan == nil {
 		// The parent exists: nothing changes in the kernel, so one atomic
 		// write under the locks creates the network.
 		d.point("create-network/before-commit")
 		want.Created = d.now() // the grace period of the stale check counts from here
-		if err := d.store.Batch(func(tx *store.Tx) error { return commitNetwork(tx, want) }); err != nil {
+		if err := d.store.Batch(func(tx *store.Tx) error { return commitNetwork(tx, want, refs) }); err != nil {
 			return fmt.Errorf("create network %s: %w", short(want.ID), err)
 		}
 		d.point("create-network/after-commit")
@@ -172,7 +190,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		}
 		cur.Pending = nil
 		cur.Created = d.now()
-		return commitNetwork(tx, cur)
+		return commitNetwork(tx, cur, refs)
 	}); err != nil {
 		return fmt.Errorf("create network %s: %w", short(want.ID), err)
 	}
@@ -182,11 +200,25 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	return nil
 }
 
+// ipamRef names a pool by the IPAM address space it came from.
+type ipamRef struct{ space, pool string }
+
+// ipamRefs lists the request's pools with their address spaces.
+func ipamRefs(req *network.CreateNetworkRequest) []ipamRef {
+	var out []ipamRef
+	for _, d := range append(append([]*network.IPAMData{}, req.IPv4Data...), req.IPv6Data...) {
+		if d != nil {
+			out = append(out, ipamRef{space: d.AddressSpace, pool: d.Pool})
+		}
+	}
+	return out
+}
+
 // commitNetwork writes a complete network and confirms the reservations of
-// the IPAM pools it names: Docker uses them.
-func commitNetwork(tx *store.Tx, n store.Network) error {
-	for _, p := range allPools(n) {
-		if err := tx.ConfirmIPAMPools(p.Subnet); err != nil {
+// the pools of underlay's IPAM it names: Docker uses them.
+func commitNetwork(tx *store.Tx, n store.Network, refs []ipamRef) error {
+	for _, r := range refs {
+		if err := tx.ConfirmIPAMPools(r.space, r.pool); err != nil {
 			return err
 		}
 	}

@@ -69,12 +69,17 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 			if !pool.Contains(want) {
 				return invalidf("address %s is not in pool %s: pick an address inside the subnet", want, pool)
 			}
+			if !usable(pool, want) {
+				return invalidf("address %s is reserved in pool %s (its network, broadcast or subnet-router anycast address): pick another address inside the subnet", want, pool)
+			}
 			if used(want) && !(gateway && want.String() == rec.Gateway && !tx.IPAMAddressUsed(poolID, want.String())) {
 				return fmt.Errorf("%w: address %s of pool %s is already in use (handed out, the host's own, or the LAN's gateway): pick another or let underlay choose", pluginapi.ErrConflict, want, pool)
 			}
 			a = want
 		case gateway && rec.Gateway != "":
-			a = netip.MustParseAddr(rec.Gateway)
+			if a, err = netip.ParseAddr(rec.Gateway); err != nil {
+				return fmt.Errorf("%w: pool %s has gateway %q", store.ErrCorrupt, poolID, rec.Gateway)
+			}
 		case gateway:
 			a = firstUsable(pool)
 			if used(a) {

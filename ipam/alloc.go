@@ -48,10 +48,12 @@ func pickPool(bases []Base, v6 bool, size int, taken []netip.Prefix) (netip.Pref
 	return netip.Prefix{}, errExhausted
 }
 
+// familyBases are the valid bases of a family (a zero Base has no family:
+// its prefix is invalid, and walking it would panic).
 func familyBases(bases []Base, v6 bool) []Base {
 	var out []Base
 	for _, b := range bases {
-		if b.Prefix.Addr().Is6() == v6 {
+		if b.Prefix.IsValid() && b.Prefix.Addr().Is6() == v6 {
 			out = append(out, b)
 		}
 	}
@@ -99,7 +101,15 @@ func firstFree(base netip.Prefix, bits int, taken []netip.Prefix) (netip.Prefix,
 func pickAddress(pool, rng netip.Prefix, used func(netip.Addr) bool) (netip.Addr, error) {
 	span := pool
 	if rng.IsValid() {
-		span = rng
+		// Walk the part of the range inside the pool only: a range wider
+		// than the pool, or outside it (another family, a bad record),
+		// would otherwise be enumerated address by address.
+		if !rng.Overlaps(pool) {
+			return netip.Addr{}, fmt.Errorf("%w: range %s is not inside pool %s", errExhausted, rng, pool)
+		}
+		if rng.Bits() > pool.Bits() {
+			span = rng
+		}
 	}
 	for a := span.Masked().Addr(); a.IsValid() && span.Contains(a); a = a.Next() {
 		if usable(pool, a) && !used(a) {
@@ -131,6 +141,9 @@ func firstUsable(pool netip.Prefix) netip.Addr {
 
 // lastAddr is the highest address of a prefix.
 func lastAddr(p netip.Prefix) netip.Addr {
+	if !p.IsValid() {
+		return netip.Addr{}
+	}
 	width := p.Addr().BitLen()
 	host := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(width-p.Bits())), big.NewInt(1))
 	return fromInt(new(big.Int).Or(toInt(p.Masked().Addr()), host), width)

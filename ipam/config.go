@@ -33,6 +33,9 @@ func ParseBase(s string) (Base, error) {
 			if err != nil {
 				return Base{}, fmt.Errorf("default address pool %q: base %q is not a CIDR prefix: %w", s, v, err)
 			}
+			if p.Addr().Is4In6() {
+				return Base{}, fmt.Errorf("default address pool %q: base %s is an IPv4-mapped IPv6 prefix: give the IPv4 base (such as 172.16.0.0/12) or an IPv6 one (such as fd00:1::/48)", s, p)
+			}
 			if p != p.Masked() {
 				return Base{}, fmt.Errorf("default address pool %q: base %s has host bits set: use %s", s, p, p.Masked())
 			}
@@ -112,14 +115,25 @@ func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bo
 		}
 		r.Range = p.Masked()
 	}
-	r.Parent = opts[OptParent]
-	if v, ok := opts[OptSize]; ok && v != "" {
+	if v, ok := opts[OptParent]; ok {
+		if v == "" {
+			return r, invalidf("--ipam-opt parent= names no interface: give the interface whose LAN the network is on (parent=eth0), or drop it")
+		}
+		r.Parent = v
+	}
+	if r.Range.IsValid() && !r.Pool.IsValid() && r.Parent == "" {
+		return r, invalidf("--ip-range %s needs --subnet: an automatic pool is not known in advance", r.Range)
+	}
+	if v, ok := opts[OptSize]; ok {
 		n, err := strconv.Atoi(strings.TrimPrefix(v, "/"))
 		if err != nil || n < 1 || n > width-2 {
 			return r, invalidf("--ipam-opt size=%s is not a prefix length from 1 to %d", v, width-2)
 		}
 		if r.Pool.IsValid() {
 			return r, invalidf("--ipam-opt size=%s applies to automatic pools: drop it, or drop --subnet", v)
+		}
+		if r.Parent != "" {
+			return r, invalidf("--ipam-opt size=%s applies to automatic pools, and parent=%s makes the pool the LAN of %s: drop one of them", v, r.Parent, r.Parent)
 		}
 		fits := false
 		for _, b := range familyBases(bases, v6) {

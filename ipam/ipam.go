@@ -139,15 +139,20 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 		}
 	}
 	if rec.Prefix != "" {
-		if req.Range.IsValid() && !netip.MustParsePrefix(rec.Prefix).Contains(req.Range.Addr()) {
+		pool := netip.MustParsePrefix(rec.Prefix)
+		if req.Range.IsValid() && (!pool.Contains(req.Range.Addr()) || req.Range.Bits() < pool.Bits()) {
 			return store.IPAMPool{}, invalidf("--ip-range %s is not inside the pool %s: pick a range inside the subnet", req.Range, rec.Prefix)
 		}
+		now := m.now()
 		err := m.store.Batch(func(tx *store.Tx) error {
-			held, err := tx.IPAMPools()
+			// Expired reservations are free: drop them here too, or a
+			// CreateNetwork naming this pool's prefix would confirm (revive)
+			// an expired reservation of it as well.
+			held, err := m.purgeExpired(tx, now)
 			if err != nil {
 				return err
 			}
-			if h, ok := overlapping(held, netip.MustParsePrefix(rec.Prefix), rec.Space, rec.Parent, m.now()); ok {
+			if h, ok := overlapping(held, pool, rec.Space, rec.Parent, now); ok {
 				return fmt.Errorf("%w: pool %s overlaps pool %s that underlay already handed out (pool ID %s, parent %q): use another --subnet, or remove the network that uses it",
 					pluginapi.ErrConflict, rec.Prefix, h.Prefix, h.ID, h.Parent)
 			}
@@ -176,27 +181,24 @@ func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool
 	rec.Auto = true
 	rec.Pending = &store.Reservation{Token: rec.ID, Deadline: now.Add(m.reservation)}
 	err = m.store.Batch(func(tx *store.Tx) error {
-		held, err := tx.IPAMPools()
+		held, err := m.purgeExpired(tx, now)
 		if err != nil {
 			return err
 		}
 		taken := append([]netip.Prefix(nil), inUse...)
 		for _, h := range held {
-			if h.Expired(now) {
-				if err := tx.DeleteIPAMPool(h.ID); err != nil { // free again
-					return err
-				}
-				m.log.Info("pool reservation expired unconfirmed: free again", "pool", h.ID, "prefix", h.Prefix)
-				continue
-			}
 			if p, err := netip.ParsePrefix(h.Prefix); err == nil {
 				taken = append(taken, p)
 			}
 		}
 		p, err := pickPool(m.bases, req.V6, req.Size, taken)
 		if err != nil {
-			return fmt.Errorf("%w: no free /%d is left in the configured bases (%s): widen them with --default-address-pool base=CIDR,size=N (or DEFAULT_ADDRESS_POOLS), or pass --subnet",
-				err, req.Size, describeBases(m.bases, req.V6))
+			size := "pool of the bases' sizes"
+			if req.Size != 0 {
+				size = fmt.Sprintf("/%d", req.Size)
+			}
+			return fmt.Errorf("%w: %w: no free %s is left in the configured bases (%s): widen them with --default-address-pool base=CIDR,size=N (or DEFAULT_ADDRESS_POOLS), or pass --subnet",
+				pluginapi.ErrConflict, err, size, describeBases(m.bases, req.V6))
 		}
 		rec.Prefix = p.String()
 		return tx.PutIPAMPool(rec)
@@ -206,6 +208,27 @@ func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool
 	}
 	m.log.Info("pool reserved", "pool", rec.ID, "prefix", rec.Prefix, "until", rec.Pending.Deadline)
 	return rec, nil
+}
+
+// purgeExpired deletes the reservations expired at now (free again) and
+// returns the pools left.
+func (m *IPAM) purgeExpired(tx *store.Tx, now time.Time) ([]store.IPAMPool, error) {
+	held, err := tx.IPAMPools()
+	if err != nil {
+		return nil, err
+	}
+	live := held[:0]
+	for _, h := range held {
+		if !h.Expired(now) {
+			live = append(live, h)
+			continue
+		}
+		if err := tx.DeleteIPAMPool(h.ID); err != nil {
+			return nil, err
+		}
+		m.log.Info("pool reservation expired unconfirmed: free again", "pool", h.ID, "prefix", h.Prefix)
+	}
+	return live, nil
 }
 
 // overlapping finds a live pool of the space that overlaps p on the same

@@ -150,12 +150,24 @@ func transient(err error) bool {
 
 // retry runs op until it succeeds, fails for good, the attempts run out or
 // ctx ends.
+//
+// A dump interrupted by a concurrent change (links created and deleted
+// while it runs) is retried at once and many more times: under heavy link
+// churn most dumps race with something, and waiting longer does not help.
 func (k *Kernel) retry(ctx context.Context, op func() error) error {
 	delay := k.backoff
 	var err error
-	for i := 0; i < k.attempts; i++ {
+	attempts := k.attempts
+	for i := 0; i < attempts; i++ {
 		if err = op(); err == nil || !transient(err) {
 			return err
+		}
+		if errors.Is(err, netlink.ErrDumpInterrupted) {
+			attempts = max(attempts, dumpAttempts)
+			if cerr := ctx.Err(); cerr != nil {
+				return fmt.Errorf("%w (gave up: %w)", err, cerr)
+			}
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -164,8 +176,11 @@ func (k *Kernel) retry(ctx context.Context, op func() error) error {
 		}
 		delay *= 2
 	}
-	return fmt.Errorf("%w (still failing after %d attempts)", err, k.attempts)
+	return fmt.Errorf("%w (still failing after %d attempts)", err, attempts)
 }
+
+// dumpAttempts bounds the retries of an interrupted dump.
+const dumpAttempts = 100
 
 func convert(l netlink.Link) Link {
 	a := l.Attrs()

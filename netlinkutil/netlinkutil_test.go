@@ -20,7 +20,7 @@ func TestPermanentErrorsAreNotRetried(t *testing.T) {
 		attempts int
 	}{
 		{unix.EBUSY, 1}, {unix.EADDRINUSE, 1}, {unix.EEXIST, 1}, {unix.EINVAL, 1},
-		{unix.EINTR, 6}, {unix.EAGAIN, 6}, {unix.ENOBUFS, 6}, {netlink.ErrDumpInterrupted, 6},
+		{unix.EINTR, 6}, {unix.EAGAIN, 6}, {unix.ENOBUFS, 6}, {netlink.ErrDumpInterrupted, dumpAttempts},
 	} {
 		calls := 0
 		err := k.retry(context.Background(), func() error { calls++; return fmt.Errorf("op: %w", tc.err) })

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -82,15 +83,21 @@ func (t *Tx) DeleteIPAMPool(id string) error {
 	return t.b(bucketIPAMPools).Delete([]byte(id))
 }
 
-// ConfirmIPAMPools clears the reservation of every pending pool with the
-// prefix (a CreateNetwork named it).
-func (t *Tx) ConfirmIPAMPools(prefix string) error {
+// ConfirmIPAMPools clears the reservation of every pending pool of the
+// address space with the prefix (a CreateNetwork named it, with its IPAM
+// address space: a network of another IPAM driver on the same prefix
+// confirms nothing). The prefix is compared in canonical
+// form, so 172.16.0.1/24 confirms the pool 172.16.0.0/24.
+func (t *Tx) ConfirmIPAMPools(space, prefix string) error {
 	pools, err := t.IPAMPools()
 	if err != nil {
 		return err
 	}
+	if p, err := netip.ParsePrefix(prefix); err == nil {
+		prefix = p.Masked().String()
+	}
 	for _, p := range pools {
-		if p.Prefix == prefix && p.Pending != nil {
+		if p.Space == space && p.Prefix == prefix && p.Pending != nil {
 			p.Pending = nil
 			if err := t.PutIPAMPool(p); err != nil {
 				return err

@@ -82,11 +82,19 @@ func TestStaleLibnetworkOrderOneWinner(t *testing.T) {
 				msg, _ := timedCreate(d, passthru(ids[i], fmt.Sprintf("198.18.%d.0/24", i)))
 				if msg == "" {
 					// libnetwork stores the network after the driver's
-					// answer. A moment in libnetwork, but long enough here
-					// for the next loser's question to reach the fake first
-					// even under -race with 64 requests in flight (the ask
-					// took 40 ms there; with 50 ms it sometimes came late).
-					docker.LearnAfter(ids[i], 200*time.Millisecond)
+					// answer. Docker's store here lags until a loser has
+					// asked about the winner (plus 50 ms), however slow the
+					// machine: the worst case of that order, every run.
+					go func() {
+						deadline := time.Now().Add(30 * time.Second)
+						for time.Now().Before(deadline) {
+							if _, notFound := docker.Answers(ids[i]); notFound > 0 {
+								break
+							}
+							time.Sleep(time.Millisecond)
+						}
+						docker.LearnAfter(ids[i], 50*time.Millisecond)
+					}()
 				}
 				return msg
 			})
