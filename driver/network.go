@@ -2,9 +2,9 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/docker/go-plugins-helpers/network"
