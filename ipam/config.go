@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,7 +74,7 @@ func ParseBases(s string) ([]Base, error) {
 }
 
 // validOptions are the --ipam-opt keys underlay reads.
-var validOptions = []string{OptParent, OptSize}
+var validOptions = []string{OptParent, OptSize, OptSize6}
 
 // parsePoolRequest validates a RequestPool. Docker's own option keys
 // (com.docker.*) are passed through unread.
@@ -88,7 +89,7 @@ func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bo
 	}
 	var unknown []string
 	for k := range opts {
-		if !strings.HasPrefix(k, dockerKeyPrefix) && k != OptParent && k != OptSize {
+		if !strings.HasPrefix(k, dockerKeyPrefix) && !slices.Contains(validOptions, k) {
 			unknown = append(unknown, k)
 		}
 	}
@@ -124,23 +125,27 @@ func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bo
 	if r.Range.IsValid() && !r.Pool.IsValid() && r.Parent == "" {
 		return r, invalidf("--ip-range %s needs --subnet: an automatic pool is not known in advance", r.Range)
 	}
-	if v, ok := opts[OptSize]; ok {
+	// Docker sends the same options with the IPv4 and the IPv6 request of a
+	// dual-stack network: size is the IPv4 prefix length, size6 the IPv6
+	// one, and each family reads only its own.
+	key := map[bool]string{false: OptSize, true: OptSize6}[v6]
+	if v, ok := opts[key]; ok {
 		n, err := strconv.Atoi(strings.TrimPrefix(v, "/"))
 		if err != nil || n < 1 || n > width-2 {
-			return r, invalidf("--ipam-opt size=%s is not a prefix length from 1 to %d", v, width-2)
+			return r, invalidf("--ipam-opt %s=%s is not an %s prefix length from 1 to %d", key, v, family, width-2)
 		}
 		if r.Pool.IsValid() {
-			return r, invalidf("--ipam-opt size=%s applies to automatic pools: drop it, or drop --subnet", v)
+			return r, invalidf("--ipam-opt %s=%s applies to automatic pools: drop it, or drop the %s --subnet", key, v, family)
 		}
 		if r.Parent != "" {
-			return r, invalidf("--ipam-opt size=%s applies to automatic pools, and parent=%s makes the pool the LAN of %s: drop one of them", v, r.Parent, r.Parent)
+			return r, invalidf("--ipam-opt %s=%s applies to automatic pools, and parent=%s makes the pool the LAN of %s: drop one of them", key, v, r.Parent, r.Parent)
 		}
 		fits := false
 		for _, b := range familyBases(bases, v6) {
 			fits = fits || n >= b.Prefix.Bits()
 		}
 		if !fits && len(familyBases(bases, v6)) > 0 {
-			return r, invalidf("--ipam-opt size=%d is larger than every configured %s base (%s): ask for a longer prefix, or widen the bases with --default-address-pool", n, family, describeBases(bases, v6))
+			return r, invalidf("--ipam-opt %s=%d is larger than every configured %s base (%s): ask for a longer prefix, or widen the bases with --default-address-pool", key, n, family, describeBases(bases, v6))
 		}
 		r.Size = n
 	}

@@ -22,6 +22,9 @@ import (
 	"github.com/underlay-net/underlay/store"
 )
 
+// mainTable is the routing table whose default route names a LAN's gateway.
+const mainTable = 254
+
 // Address spaces underlay answers in GetDefaultAddressSpaces.
 const (
 	LocalSpace  = "underlay-local"
@@ -31,6 +34,7 @@ const (
 // Option keys (--ipam-opt) and Docker's keys.
 const (
 	OptSize         = "size"
+	OptSize6        = "size6"
 	OptParent       = "parent"
 	keyRequestType  = "RequestAddressType"
 	typeGateway     = "com.docker.network.gateway"
@@ -128,6 +132,15 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 	switch {
 	case req.Pool.IsValid():
 		rec.Prefix = req.Pool.String()
+		if req.Parent != "" && !req.V6 {
+			// The LAN's gateway, when the subnet given is the parent's LAN
+			// (the way to use parent= on engines that check automatic
+			// pools against the host's routes: the LAN always overlaps its
+			// connected route there).
+			if lan, gw, err := m.parentLAN(ctx, req.Parent); err == nil && gw.IsValid() && lan.Overlaps(req.Pool) && req.Pool.Contains(gw) {
+				rec.Gateway = gw.String()
+			}
+		}
 	case req.Parent != "":
 		lan, gw, err := m.parentLAN(ctx, req.Parent)
 		if err != nil {
@@ -153,8 +166,12 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 				return err
 			}
 			if h, ok := overlapping(held, pool, rec.Space, rec.Parent, now); ok {
-				return fmt.Errorf("%w: pool %s overlaps pool %s that underlay already handed out (pool ID %s, parent %q): use another --subnet, or remove the network that uses it",
-					pluginapi.ErrConflict, rec.Prefix, h.Prefix, h.ID, h.Parent)
+				hint := ""
+				if req.Parent != "" && !req.Pool.IsValid() {
+					hint = fmt.Sprintf(". If nothing uses it, this is Docker asking again: engines up to 26 check a pool they did not ask for by subnet against the host's routes, and a LAN always overlaps its own connected route: pass --subnet %s with --ipam-opt parent=%s", rec.Prefix, req.Parent)
+				}
+				return fmt.Errorf("%w: pool %s overlaps pool %s that underlay already handed out (pool ID %s, parent %q): use another --subnet, or remove the network that uses it%s",
+					pluginapi.ErrConflict, rec.Prefix, h.Prefix, h.ID, h.Parent, hint)
 			}
 			return tx.PutIPAMPool(rec)
 		})
@@ -232,8 +249,14 @@ func (m *IPAM) purgeExpired(tx *store.Tx, now time.Time) ([]store.IPAMPool, erro
 }
 
 // overlapping finds a live pool of the space that overlaps p on the same
-// parent (pools on different parents are on different wires).
+// parent (pools on different parents are on different wires). The global
+// space is swarm's: its allocator on the manager and each node's
+// libnetwork ask for the same subnet, and libnetwork itself checks no
+// overlap in global scope, so neither does underlay.
 func overlapping(held []store.IPAMPool, p netip.Prefix, space, parent string, now time.Time) (store.IPAMPool, bool) {
+	if space == GlobalSpace {
+		return store.IPAMPool{}, false
+	}
 	for _, h := range held {
 		hp, err := netip.ParsePrefix(h.Prefix)
 		if err != nil || h.Expired(now) || h.Space != space || h.Parent != parent {
@@ -301,7 +324,7 @@ func (m *IPAM) parentLAN(ctx context.Context, parent string) (netip.Prefix, neti
 		return netip.Prefix{}, netip.Addr{}, err
 	}
 	for _, r := range routes {
-		if r.Default() && r.LinkIndex == l.Index && r.Gateway.IsValid() && lan.Contains(r.Gateway) {
+		if r.Default() && r.Table == mainTable && r.LinkIndex == l.Index && r.Gateway.IsValid() && lan.Contains(r.Gateway) {
 			return lan, r.Gateway, nil
 		}
 	}

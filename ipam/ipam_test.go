@@ -326,7 +326,8 @@ func TestParentPool(t *testing.T) {
 			addr(3, "10.9.0.2/16").
 			route(2, 0, "192.168.1.0/24", "").
 			route(3, 0, "0.0.0.0/0", "10.9.0.1"). // default route via another link
-			route(2, 100, "0.0.0.0/0", "192.168.1.1").
+			route(2, 100, "0.0.0.0/0", "192.168.1.254"). // a policy table's: not the LAN's gateway
+			route(2, 0, "0.0.0.0/0", "192.168.1.1").
 			route(2, 0, "::/0", "fe80::9")
 	}
 	e := newEnv(t, host(), nil)
@@ -521,8 +522,8 @@ func TestAutoPoolIPv6(t *testing.T) {
 	if a := e.address(t, p.ID, "", nil); a.String() != "fd00:1:0:2::2/64" {
 		t.Fatalf("IPv6 address %v", a)
 	}
-	if p := e.pool(t, "", "", "", map[string]string{OptSize: "56"}, true); p.Prefix != "fd00:1:0:100::/56" {
-		t.Fatalf("IPv6 size=56: %s", p.Prefix)
+	if p := e.pool(t, "", "", "", map[string]string{OptSize6: "56", OptSize: "26"}, true); p.Prefix != "fd00:1:0:100::/56" {
+		t.Fatalf("IPv6 size6=56 (size=26 is IPv4's): %s", p.Prefix)
 	}
 	if p := e.auto(t); p.Prefix != "172.16.0.0/24" {
 		t.Fatalf("IPv4 beside IPv6 bases: %s", p.Prefix)
@@ -833,7 +834,7 @@ func TestPoolOptionErrors(t *testing.T) {
 		{name: "size empty", opts: map[string]string{OptSize: ""}, words: []string{"size=", "1 to 30"}},
 		{name: "size 0", opts: map[string]string{OptSize: "0"}, words: []string{"size=0", "1 to 30"}},
 		{name: "size 31", opts: map[string]string{OptSize: "31"}, words: []string{"size=31", "1 to 30"}},
-		{name: "IPv6 size 127", opts: map[string]string{OptSize: "127"}, v6: true, words: []string{"size=127", "1 to 126"}},
+		{name: "IPv6 size 127", opts: map[string]string{OptSize6: "127"}, v6: true, words: []string{"size6=127", "1 to 126"}},
 		{name: "size larger than every base", opts: map[string]string{OptSize: "8"}, words: []string{"size=8", "base=172.16.0.0/12,size=24", "--default-address-pool"}},
 		{name: "size with a pool", pool: "10.0.0.0/24", opts: map[string]string{OptSize: "24"}, words: []string{"size=24", "--subnet"}},
 		{name: "size with a parent", opts: map[string]string{OptSize: "24", OptParent: "eth0"}, words: []string{"size=24", "parent=eth0"}},
@@ -926,4 +927,40 @@ func TestHTTPRoutes(t *testing.T) {
 		t.Fatalf("refusal %+v", refusal)
 	}
 	call(t, e.m, "RequestPool", `{"AddressSpace":"underlay-local","Pool":"172.16.0.0/16"}`, http.StatusConflict, &refusal)
+}
+
+// Swarm asks for a global pool on the manager's allocator and again on the
+// node that runs a task: the same subnet twice in the global space is fine.
+func TestGlobalSpaceTakesTheSameSubnetAgain(t *testing.T) {
+	e := newEnv(t, newHost(), nil)
+	a := e.pool(t, GlobalSpace, "198.18.9.0/24", "", nil, false)
+	b := e.pool(t, GlobalSpace, "198.18.9.0/24", "", nil, false)
+	if a.ID == b.ID || a.Prefix != b.Prefix {
+		t.Fatalf("global pools %+v and %+v", a, b)
+	}
+	if _, err := e.m.RequestPool(context.Background(), LocalSpace, "198.18.9.0/24", "", nil, false); err != nil {
+		t.Fatalf("the local space is apart from the global one: %v", err)
+	}
+	if _, err := e.m.RequestPool(context.Background(), LocalSpace, "198.18.9.128/25", "", nil, false); err == nil {
+		t.Fatal("an overlapping local pool was granted")
+	}
+}
+
+// A subnet given with parent= learns the LAN's gateway: the way to use a
+// parent's LAN on engines that check automatic pools against host routes.
+func TestExplicitPoolOfTheParentLANLearnsItsGateway(t *testing.T) {
+	host := newHost().addr(2, "192.168.1.10/24").route(2, 0, "192.168.1.0/24", "").route(2, 0, "0.0.0.0/0", "192.168.1.1")
+	e := newEnv(t, host, nil)
+	p := e.pool(t, "", "192.168.1.0/24", "", map[string]string{OptParent: "eth0"}, false)
+	if p.Gateway != "192.168.1.1" {
+		t.Fatalf("pool %+v: want the LAN gateway 192.168.1.1", p)
+	}
+	if a := e.address(t, p.ID, "", nil); a.String() != "192.168.1.2/24" {
+		t.Fatalf("first address %s: want 192.168.1.2 (.1 is the LAN gateway, .10 the host's)", a)
+	}
+	// A second LAN pool asked without a subnet is refused with the way out.
+	_, err := e.m.RequestPool(context.Background(), "", "", "", map[string]string{OptParent: "eth0"}, false)
+	if err == nil || !strings.Contains(err.Error(), "--subnet 192.168.1.0/24 with --ipam-opt parent=eth0") {
+		t.Fatalf("a second LAN pool: %v", err)
+	}
 }
