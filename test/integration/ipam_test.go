@@ -594,7 +594,7 @@ func TestIPAMRefusalsAndUnknownReleases(t *testing.T) {
 		{ipam.RequestPoolRequest{Options: map[string]string{"size": "abc"}}, "size=abc"},
 		{ipam.RequestPoolRequest{Options: map[string]string{"size": "8"}}, "size=8"},
 		{ipam.RequestPoolRequest{Pool: "198.18.0.0/24", Options: map[string]string{"size": "26"}}, "size=26"},
-		{ipam.RequestPoolRequest{V6: true, Options: map[string]string{"size": "130"}}, "size=130"},
+		{ipam.RequestPoolRequest{V6: true, Options: map[string]string{"size6": "130"}}, "size6=130"},
 		{ipam.RequestPoolRequest{V6: true}, "--default-address-pool"},
 	} {
 		if p, code, msg := d.RequestPool(tc.req); code != 400 || !strings.Contains(msg, tc.want) {
