@@ -69,7 +69,7 @@ fuzz:
 	GO=$(GO) test/fuzz.sh $(FUZZTIME)
 
 # Benchmarks (not tests): driver vs floor, scale, Docker built-in vs
-# underlay. Prints one table. BENCH=driver,scale,docker picks sections.
+# underlay. Prints one table. BENCH=driver,scale,docker,ipam picks sections.
 bench: build
 	UNDERLAY_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -tags bench -count=1 -run '^TestBench$$' -v -timeout 60m ./test/bench/
 

@@ -142,6 +142,7 @@ func TestBench(t *testing.T) {
 	}{
 		{"driver", benchDriver},
 		{"scale", benchScale},
+		{"ipam", benchIPAM},
 		{"docker", benchDocker},
 	}
 	only := os.Getenv("BENCH")

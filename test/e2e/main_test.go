@@ -42,7 +42,11 @@ const (
 	// pluginLogLevel is debug: every request the plugin serves is in
 	// dockerd's log, which a failed test prints.
 	pluginLogLevel = "debug"
-	cgroupParent   = "/underlay-e2e"
+	// pluginAddressPools is the IPAM's DEFAULT_ADDRESS_POOLS: automatic
+	// pools come from 198.18.64.0/18 only (never anything outside
+	// 198.18.0.0/15, and clear of the fixed subnets the tests use).
+	pluginAddressPools = "base=198.18.64.0/18,size=24"
+	cgroupParent       = "/underlay-e2e"
 	// plugin is the managed plugin's name, and the driver name networks use
 	// (engine 20.10 resolves a managed network driver only by its full
 	// name:tag).
@@ -58,10 +62,11 @@ var dataDir = filepath.Join(os.TempDir(), "underlay-e2e")
 
 // parents are the veth parents in the namespace (each with a peer
 // NAME-p); one per test so a failed test cannot block the next.
-var parents = []string{"vp1", "vp2", "vp3", "vp4", "vp5", "vp6", "vp7", "vp8", "vp9"}
+var parents = []string{"vp1", "vp2", "vp3", "vp4", "vp5", "vp6", "vp7", "vp8", "vp9", "vp10", "vp11", "vp12"}
 
 // pluginSettings are the suite's `docker plugin set` values.
-var pluginSettings = []string{"DOCKER_HOST=" + pluginDockerHost, "LOG_LEVEL=" + pluginLogLevel, "SCOPE=local"}
+var pluginSettings = []string{"DOCKER_HOST=" + pluginDockerHost, "LOG_LEVEL=" + pluginLogLevel, "SCOPE=local",
+	"DEFAULT_ADDRESS_POOLS=" + pluginAddressPools}
 
 // suite is the shared environment; nil when the suite is skipped.
 var suite *env

@@ -95,7 +95,7 @@ func TestSwarm(t *testing.T) {
 			}
 		}
 		sw7 := e.must(t, "network", "inspect", "-f", "{{.Id}}", "sw7")
-		if log := e.logSinceMark(); !strings.Contains(log, "route=AllocateNetwork duration") || !strings.Contains(log, sw7) {
+		if log := e.logSinceMark(); !strings.Contains(log, "AllocateNetwork duration") || !strings.Contains(log, sw7) {
 			t.Errorf("the swarm manager did not call AllocateNetwork for %s (the plugin logs at debug)", sw7)
 		}
 		e.must(t, "service", "rm", "s7")

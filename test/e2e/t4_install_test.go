@@ -73,7 +73,7 @@ func TestPluginInstallAndUpgrade(t *testing.T) {
 	// The user's side: install under the name underlay (the plugin from
 	// make plugin goes first), telling it where the Docker API socket is.
 	e.must(t, "plugin", "rm", "-f", plugin)
-	e.must(t, "plugin", "install", "--grant-all-permissions", "--alias", "underlay", v1, "DOCKER_HOST="+pluginDockerHost, "LOG_LEVEL="+pluginLogLevel)
+	e.must(t, "plugin", "install", "--grant-all-permissions", "--alias", "underlay", v1, "DOCKER_HOST="+pluginDockerHost, "LOG_LEVEL="+pluginLogLevel, "DEFAULT_ADDRESS_POOLS="+pluginAddressPools)
 	if out := e.must(t, "plugin", "inspect", "-f", "{{.Enabled}} {{.PluginReference}}", plugin); out != "true "+v1 {
 		t.Fatalf("installed plugin: %s, want enabled from %s", out, v1)
 	}
