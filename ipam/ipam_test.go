@@ -325,7 +325,7 @@ func TestParentPool(t *testing.T) {
 			addr(2, "192.168.1.11/24"). // a second address in the LAN
 			addr(3, "10.9.0.2/16").
 			route(2, 0, "192.168.1.0/24", "").
-			route(3, 0, "0.0.0.0/0", "10.9.0.1"). // default route via another link
+			route(3, 0, "0.0.0.0/0", "10.9.0.1").        // default route via another link
 			route(2, 100, "0.0.0.0/0", "192.168.1.254"). // a policy table's: not the LAN's gateway
 			route(2, 0, "0.0.0.0/0", "192.168.1.1").
 			route(2, 0, "::/0", "fe80::9")
