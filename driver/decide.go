@@ -68,7 +68,7 @@ func decide(want store.Network, same *store.Network, onParent []store.Network) d
 // this host (that may differ after a reboot, and the network is the same).
 func sameConfig(a, b store.Network) bool {
 	return a.ID == b.ID && a.Type == b.Type && requestedParent(a) == requestedParent(b) && a.Mode == b.Mode &&
-		a.Flag == b.Flag && a.MTU == b.MTU && a.Internal == b.Internal &&
+		a.Flag == b.Flag && a.MTU == b.MTU && a.Internal == b.Internal && a.HostAddress == b.HostAddress &&
 		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6)
 }
 

@@ -171,6 +171,19 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.J
 			return nil, fmt.Errorf("join endpoint %s: record the join: %w", short(ep.ID), err)
 		}
 	}
+	if err := d.routeToEndpoint(ctx, n, *ep, false); err != nil {
+		// The host's link went missing: make it again, with this route.
+		unlockParent, lerr := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+		if lerr != nil {
+			return nil, lerr
+		}
+		a, _ := endpointV4(*ep)
+		err = d.ensureShim(ctx, *n, []netip.Addr{a})
+		unlockParent()
+		if err != nil {
+			return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", short(ep.ID), err)
+		}
+	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
 	return joinResponse(*n, *ep), nil
 }
@@ -270,11 +283,16 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 // no known endpoint owns), then commits the change record gives for the
 // endpoint's record, if there is one and it gives one.
 func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record func(store.Endpoint) func(*store.Tx) error) error {
-	unlock, _, ep, err := d.lockEndpoint(ctx, netID, epID)
+	unlock, n, ep, err := d.lockEndpoint(ctx, netID, epID)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	if ep != nil {
+		if err := d.routeToEndpoint(ctx, n, *ep, true); err != nil {
+			return fmt.Errorf("remove the host's route to endpoint %s: %w", short(epID), err)
+		}
+	}
 	link := endpointLinkName(epID)
 	known := ep != nil
 	if known {

@@ -25,12 +25,30 @@ func (d *Driver) readSnapshot(withEndpoints bool) (snapshot, error) {
 		for _, p := range parents {
 			s.Owned[p.Name] = p
 		}
+		if err != nil {
+			return err
+		}
 		if withEndpoints {
 			s.EndpointLinks = tx.EndpointLinks()
+			s.Shims, err = d.readShims(tx)
 		}
 		return err
 	})
 	return s, err
+}
+
+// readShims lists the networks with a host address and their routes.
+func (d *Driver) readShims(tx *store.Tx) (map[string]shimState, error) {
+	out := map[string]shimState{}
+	err := tx.ForEachNetwork(func(n store.Network) error {
+		if n.HostAddress == "" || n.Pending != nil {
+			return nil
+		}
+		routes, err := d.joinedRoutes(tx, n.ID)
+		out[shimName(n.ID)] = shimState{Network: n, Routes: routes}
+		return err
+	})
+	return out, err
 }
 
 // errBusy ends a plan's releases when a parent link is locked by a request:
@@ -75,6 +93,17 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) error {
 			log.Warn("moving networks recorded on an altname to the link's kernel name", "to", s.To)
 			if err := d.repoint(s.Name, s.To); err != nil {
 				errs = append(errs, fmt.Errorf("move the networks on %s to %s: %w", s.Name, s.To, err))
+			}
+		case opShim, opRoutes:
+			if busy {
+				continue
+			}
+			if err := d.repairShim(ctx, s, held); errors.Is(err, errBusy) {
+				busy = true
+			} else if err != nil {
+				// The parent may be gone: the network stays, the watcher
+				// tries again when links come back.
+				log.Error("could not make the host link of a network", "error", err)
 			}
 		case opDeleteStray:
 			log.Warn("deleting link no record owns")

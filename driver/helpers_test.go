@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"context"
 	"errors"
 	"path/filepath"
@@ -136,6 +137,7 @@ type netReq struct {
 	opts     map[string]string
 	v4, v6   []string // "subnet[,gateway]"
 	internal bool
+	aux      []string // aux addresses of the first IPv4 pool
 }
 
 func createReq(r netReq) *network.CreateNetworkRequest {
@@ -156,6 +158,12 @@ func createReq(r netReq) *network.CreateNetworkRequest {
 		return out
 	}
 	req.IPv4Data = pools(r.v4)
+	if len(r.aux) > 0 && len(req.IPv4Data) > 0 {
+		req.IPv4Data[0].AuxAddresses = map[string]any{}
+		for i, a := range r.aux {
+			req.IPv4Data[0].AuxAddresses[fmt.Sprintf("aux%d", i)] = a + "/24"
+		}
+	}
 	if len(r.v6) > 0 {
 		req.Options[labelEnableIPv6] = true
 		req.IPv6Data = pools(r.v6)

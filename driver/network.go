@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -44,7 +45,17 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		}
 		defer unlock()
 		log.Info("network exists with the same configuration: reusing it", "link", same.Parent)
-		return d.ensureParent(ctx, *same)
+		if err := d.ensureParent(ctx, *same); err != nil {
+			return err
+		}
+		var routes []netip.Addr
+		if err := d.store.View(func(tx *store.Tx) (err error) {
+			routes, err = d.joinedRoutes(tx, same.ID)
+			return err
+		}); err != nil {
+			return err
+		}
+		return d.ensureShim(ctx, *same, routes)
 	}
 	res, err := d.resolve(ctx, want)
 	if err != nil {
@@ -132,8 +143,17 @@ func (d *Driver) resolve(ctx context.Context, n store.Network) (resolution, erro
 // and parent locks and has ruled out conflicts.
 func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *store.ParentLink, refs []ipamRef) (err error) {
 	if plan == nil {
-		// The parent exists: nothing changes in the kernel, so one atomic
-		// write under the locks creates the network.
+		// The parent exists: nothing changes in the kernel but the host's
+		// link, if asked for, so one atomic write under the locks creates
+		// the network.
+		if err := d.ensureShim(ctx, want, nil); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				_ = d.deleteOwnedLink(context.WithoutCancel(ctx), shimName(want.ID), true)
+			}
+		}()
 		d.point("create-network/before-commit")
 		want.Created = d.now() // the grace period of the stale check counts from here
 		if err := d.store.Batch(func(tx *store.Tx) error { return commitNetwork(tx, want, refs) }); err != nil {
@@ -179,6 +199,14 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	}
 	created = true
 	d.point("create-network/after-parent-link")
+	if err := d.ensureShim(ctx, want, nil); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), shimName(want.ID), true)
+		}
+	}()
 	d.point("create-network/before-commit")
 	if err := d.store.Batch(func(tx *store.Tx) error {
 		cur, ok, err := tx.Network(want.ID)
@@ -310,6 +338,11 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	for _, ep := range eps {
 		if err := d.deleteOwnedLink(ctx, ep.Link, true); err != nil {
 			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, short(ep.ID), err)
+		}
+	}
+	if n.HostAddress != "" {
+		if err := d.deleteOwnedLink(ctx, shimName(n.ID), true); err != nil {
+			return fmt.Errorf("delete the host's link %s of network %s: %w", shimName(n.ID), short(n.ID), err)
 		}
 	}
 	d.point("delete-network/after-link-delete")

@@ -27,6 +27,8 @@ const (
 	OptIpvlanMode  = "ipvlan_mode"
 	OptIpvlanFlag  = "ipvlan_flag"
 	OptMTU         = "mtu"
+	// OptHostAddress is the host's own address on the network (shim.go).
+	OptHostAddress = "host_address"
 )
 
 // Top-level option keys Docker sends with CreateNetwork.
@@ -47,7 +49,7 @@ const (
 	maxMTU = 65535
 )
 
-var validOptions = []string{OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
+var validOptions = []string{OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
 
 // The mode and flag names come from the one list in netlinkutil.
 var (
@@ -276,9 +278,13 @@ func parseNetwork(req *network.CreateNetworkRequest) (store.Network, error) {
 	if err := overlapsWithin(allPools(store.Network{IPv4: v4, IPv6: v6})); err != nil {
 		return store.Network{}, err
 	}
+	hostAddr, err := parseHostAddress(o, v4, req.IPv4Data)
+	if err != nil {
+		return store.Network{}, err
+	}
 	n := store.Network{
 		ID: req.NetworkID, Type: o.Type, Parent: o.Parent, Mode: o.Mode, Flag: o.Flag, MTU: o.MTU,
-		Internal: internal || o.Parent == "", IPv4: v4, IPv6: v6, Options: o.Given,
+		Internal: internal || o.Parent == "", IPv4: v4, IPv6: v6, Options: o.Given, HostAddress: hostAddr,
 	}
 	if o.Parent == "" {
 		n.Parent = dummyName(req.NetworkID)

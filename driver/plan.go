@@ -23,6 +23,9 @@ type snapshot struct {
 	// EndpointLinks are the host link names of recorded endpoints (only
 	// read for reconcile).
 	EndpointLinks map[string]bool
+	// Shims are the networks with a host address and the routes their
+	// host link carries (read for reconcile and repair), by link name.
+	Shims map[string]shimState
 }
 
 // op is what one step does.
@@ -49,10 +52,14 @@ const (
 	// version that kept the parent as asked) to the link's kernel name,
 	// so conflicts and locks see one parent.
 	opRepoint
+	// opShim makes a network's missing host link with its routes.
+	opShim
+	// opRoutes puts back the routes of an existing host link.
+	opRoutes
 )
 
 func (o op) String() string {
-	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint"}[o]
+	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes"}[o]
 }
 
 // step is one action of a plan.
@@ -64,6 +71,9 @@ type step struct {
 	Parent store.ParentLink
 	// To is the kernel name the networks on Name move to (opRepoint).
 	To string
+	// Shim is the network whose host link the step makes (opShim,
+	// opRoutes).
+	Shim shimState
 	// Why explains the step in the log.
 	Why string
 }
@@ -169,7 +179,8 @@ func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
 	var kept []netlinkutil.Link // the links that stay after the strays go
 	for _, l := range links {
 		_, owned := s.Owned[l.Name]
-		if l.Alias != mark || owned || s.EndpointLinks[l.Name] {
+		_, shim := s.Shims[l.Name]
+		if l.Alias != mark || owned || shim || s.EndpointLinks[l.Name] {
 			kept = append(kept, l)
 			continue
 		}
@@ -223,5 +234,25 @@ func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
 			plan = append(plan, step{Op: opRecreate, Name: name, Parent: s.Owned[name], Why: "a network needs it and it is missing (a reboot?)"})
 		}
 	}
-	return append(plan, planRelease(after, links, mark, owned)...)
+	plan = append(plan, planRelease(after, links, mark, owned)...)
+	return append(plan, planShims(s, links)...)
+}
+
+// planShims makes every missing host link of a network with a host
+// address, with its routes, and puts the routes of the existing ones back.
+func planShims(s snapshot, links []netlinkutil.Link) []step {
+	names := make([]string, 0, len(s.Shims))
+	for name := range s.Shims {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var plan []step
+	for _, name := range names {
+		st := step{Op: opShim, Name: name, Shim: s.Shims[name], Why: "the network's host link is missing"}
+		if l, ok := findLink(links, name); ok && l.Name == name {
+			st.Op, st.Why = opRoutes, "the host link's routes to joined endpoints"
+		}
+		plan = append(plan, st)
+	}
+	return plan
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -100,6 +101,15 @@ type Links interface {
 	AddEndpoint(ctx context.Context, ep Endpoint) error
 	// Delete removes the named link; a missing link is not an error.
 	Delete(ctx context.Context, name string) error
+	// AddShim creates a macvlan or ipvlan link of the host (marked with
+	// ep.Mark) with addr as a host address, up.
+	AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) error
+	// AddHostRoute routes one address through a link (replacing).
+	AddHostRoute(ctx context.Context, dst netip.Addr, dev string) error
+	// DelHostRoute deletes that route; a missing one is not an error.
+	DelHostRoute(ctx context.Context, dst netip.Addr, dev string) error
+	// Subscribe streams link events until ctx ends.
+	Subscribe(ctx context.Context, onError func(error)) (<-chan LinkEvent, error)
 }
 
 // Kernel implements Links with netlink in the process's network namespace.

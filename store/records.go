@@ -25,6 +25,10 @@ type Network struct {
 	// IPv4 and IPv6 are the address pools Docker's IPAM gave the network.
 	IPv4 []Pool `json:"ipv4,omitempty"`
 	IPv6 []Pool `json:"ipv6,omitempty"`
+	// HostAddress is the host's own IPv4 address on the network: underlay
+	// keeps a shim link with it on the parent and a /32 route to every
+	// joined endpoint through it. Empty without host_address.
+	HostAddress string `json:"host_address,omitempty"`
 	// Options are the validated driver options as the user gave them.
 	Options map[string]string `json:"options,omitempty"`
 	// Pending is set from the reservation until the network is complete.

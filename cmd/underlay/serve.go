@@ -78,6 +78,9 @@ func serve(c serveConfig, stderr io.Writer) error {
 	}
 	log.Info("state restored and reconciled with the kernel", "duration", time.Since(start), "mark", db.InstanceID())
 	d.RunJanitor(5 * time.Second)
+	if err := d.Watch(ctx); err != nil {
+		log.Error("cannot watch link events: links underlay owns are repaired only at the next start", "error", err)
+	}
 
 	l, err := listen(c.Socket)
 	if err != nil {

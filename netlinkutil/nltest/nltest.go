@@ -11,6 +11,7 @@ package nltest
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sort"
 	"sync"
 
@@ -25,11 +26,17 @@ type Kernel struct {
 	next  int
 	fault func(op, name string) error
 	calls map[string]int
+	// addrs are the host addresses of shims, by link name; routes the
+	// host routes, destination -> link name.
+	addrs  map[string][]netip.Addr
+	routes map[netip.Addr]string
+	subs   []chan netlinkutil.LinkEvent
 }
 
 // New returns a kernel holding only lo.
 func New() *Kernel {
-	k := &Kernel{links: map[string]*netlinkutil.Link{}, next: 1, calls: map[string]int{}}
+	k := &Kernel{links: map[string]*netlinkutil.Link{}, next: 1, calls: map[string]int{},
+		addrs: map[string][]netip.Addr{}, routes: map[netip.Addr]string{}}
 	k.put(netlinkutil.Link{Name: "lo", Kind: "device", MTU: 65536})
 	return k
 }
@@ -38,6 +45,18 @@ func (k *Kernel) put(l netlinkutil.Link) {
 	l.Index = k.next
 	k.next++
 	k.links[l.Name] = &l
+	k.emit(netlinkutil.LinkEvent{Link: l})
+}
+
+// emit sends an event to every subscriber without blocking (a full
+// subscriber misses it, as a real socket's overrun would).
+func (k *Kernel) emit(ev netlinkutil.LinkEvent) {
+	for _, c := range k.subs {
+		select {
+		case c <- ev:
+		default:
+		}
+	}
 }
 
 // AddHostLink adds a link as if the administrator had made it (a NIC, a
@@ -153,6 +172,13 @@ func (k *Kernel) remove(name string) {
 		k.remove(c.Name)
 	}
 	delete(k.links, name)
+	delete(k.addrs, name)
+	for dst, dev := range k.routes {
+		if dev == name {
+			delete(k.routes, dst)
+		}
+	}
+	k.emit(netlinkutil.LinkEvent{Deleted: true, Link: *l})
 }
 
 func (k *Kernel) checkNew(name string) error {
@@ -324,4 +350,89 @@ func (k *Kernel) Parent(name string) string {
 		return p.Name
 	}
 	return ""
+}
+
+// AddShim implements netlinkutil.Links.
+func (k *Kernel) AddShim(ctx context.Context, ep netlinkutil.Endpoint, addr netip.Addr) error {
+	if err := k.AddEndpoint(ctx, ep); err != nil {
+		return err
+	}
+	if err := k.begin("shim", ep.Name); err != nil {
+		_ = k.Delete(ctx, ep.Name)
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.addrs[ep.Name] = append(k.addrs[ep.Name], addr)
+	return nil
+}
+
+// AddHostRoute implements netlinkutil.Links.
+func (k *Kernel) AddHostRoute(_ context.Context, dst netip.Addr, dev string) error {
+	if err := k.begin("route", dev); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.links[dev]; !ok {
+		return fmt.Errorf("route %s: %w: %s", dst, netlinkutil.ErrNotFound, dev)
+	}
+	k.routes[dst] = dev
+	return nil
+}
+
+// DelHostRoute implements netlinkutil.Links.
+func (k *Kernel) DelHostRoute(_ context.Context, dst netip.Addr, dev string) error {
+	if err := k.begin("route-delete", dev); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.routes[dst] == dev {
+		delete(k.routes, dst)
+	}
+	return nil
+}
+
+// Subscribe implements netlinkutil.Links.
+func (k *Kernel) Subscribe(ctx context.Context, _ func(error)) (<-chan netlinkutil.LinkEvent, error) {
+	c := make(chan netlinkutil.LinkEvent, 256)
+	k.mu.Lock()
+	k.subs = append(k.subs, c)
+	k.mu.Unlock()
+	out := make(chan netlinkutil.LinkEvent)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev := <-c:
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Addrs returns a link's host addresses.
+func (k *Kernel) Addrs(name string) []netip.Addr {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]netip.Addr(nil), k.addrs[name]...)
+}
+
+// Routes returns the host routes, destination -> link name.
+func (k *Kernel) Routes() map[netip.Addr]string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[netip.Addr]string, len(k.routes))
+	for d, l := range k.routes {
+		out[d] = l
+	}
+	return out
 }

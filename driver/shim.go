@@ -1,0 +1,136 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// host_address: the host reaching its own containers. The kernel passes no
+// traffic between a parent and its macvlan/ipvlan children, so the host
+// gets a child of its own on the parent (the shim, named ulh + 12
+// characters of the network ID) with its address on the network, and a /32
+// route to every joined endpoint through it. Both are state: re-made at
+// start and by the repair watcher, removed with the network.
+
+const shimPrefix = "ulh"
+
+// shimName is the host's link on a network.
+func shimName(networkID string) string { return shimPrefix + idPart(networkID) }
+
+// parseHostAddress validates host_address against the network's mode and
+// IPv4 pools; "" when it is not given.
+func parseHostAddress(o netOptions, v4 []store.Pool, data []*network.IPAMData) (string, error) {
+	v, ok := o.Given[OptHostAddress]
+	if !ok || v == "" {
+		return "", nil
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil || !a.Is4() {
+		return "", invalidf("host_address %q is not an IPv4 address: give the host's address on the network, such as 198.18.1.2", v)
+	}
+	switch {
+	case o.Parent == "":
+		return "", invalidf("host_address=%s needs a parent: an internal network has no wire for the host to join", a)
+	case o.Type == typeMacvlan && o.Mode != netlinkutil.MacvlanBridge:
+		return "", invalidf("host_address=%s needs macvlan_mode=bridge: in %s mode the kernel passes no traffic between the host's link and the containers' on one parent", a, o.Mode)
+	case o.Type == typeIpvlan && o.Flag != netlinkutil.IpvlanFlagBridge:
+		return "", invalidf("host_address=%s needs ipvlan_flag=bridge: with %s the kernel passes no traffic between the host's link and the containers' on one parent", a, o.Flag)
+	}
+	for i, p := range v4 {
+		sub, err := netip.ParsePrefix(p.Subnet)
+		if err != nil || !sub.Contains(a) {
+			continue
+		}
+		if p.Gateway == a.String() {
+			return "", invalidf("host_address=%s is the gateway of %s: give the host another address of the subnet, reserved with --aux-address host=ADDR", a, sub)
+		}
+		if i < len(data) && data[i] != nil && auxHas(data[i].AuxAddresses, a) {
+			return a.String(), nil
+		}
+		return "", invalidf("host_address=%s is not reserved from Docker's IPAM, which would hand it to a container: add --aux-address host=%s to docker network create", a, a)
+	}
+	return "", invalidf("host_address=%s is in none of the network's IPv4 subnets: give an address of the --subnet, reserved with --aux-address host=ADDR", a)
+}
+
+// auxHas reports whether the aux addresses reserve a.
+func auxHas(aux map[string]any, a netip.Addr) bool {
+	for _, v := range aux {
+		if s, ok := v.(string); ok {
+			if b, err := parseAddr(s); err == nil && b == a {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// shimSpec is the shim's link: a child of the network's type and mode.
+func (d *Driver) shimSpec(n store.Network) netlinkutil.Endpoint {
+	return netlinkutil.Endpoint{Name: shimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: d.mark}
+}
+
+// ensureShim makes the network's shim if it has a host address and the
+// shim is missing, with the routes to its joined endpoints. The caller
+// holds the parent's lock.
+func (d *Driver) ensureShim(ctx context.Context, n store.Network, routes []netip.Addr) error {
+	if n.HostAddress == "" {
+		return nil
+	}
+	name := shimName(n.ID)
+	if _, err := d.links.Get(ctx, name); err != nil {
+		addr, perr := netip.ParseAddr(n.HostAddress)
+		if perr != nil {
+			return fmt.Errorf("%w: network %s has host address %q", store.ErrCorrupt, short(n.ID), n.HostAddress)
+		}
+		if err := d.links.AddShim(ctx, d.shimSpec(n), addr); err != nil {
+			return fmt.Errorf("create the host's link %s on %s for network %s: %w", name, n.Parent, short(n.ID), err)
+		}
+		d.log.Info("host link ready", "network", n.ID, "link", name, "address", n.HostAddress, "parent", n.Parent)
+	}
+	for _, r := range routes {
+		if err := d.links.AddHostRoute(ctx, r, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// joinedRoutes lists the IPv4 addresses of a network's endpoints joined
+// in this boot: the /32 routes its shim carries.
+func (d *Driver) joinedRoutes(tx *store.Tx, networkID string) ([]netip.Addr, error) {
+	eps, err := tx.Endpoints(networkID)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, ep := range eps {
+		if a, ok := endpointV4(ep); ok && ep.Sandbox != "" && ep.Boot == d.boot {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// endpointV4 is an endpoint's IPv4 address, if it has one.
+func endpointV4(ep store.Endpoint) (netip.Addr, bool) {
+	p, err := netip.ParsePrefix(ep.IPv4)
+	return p.Addr(), err == nil
+}
+
+// routeToEndpoint adds (or, with del, removes) the host's /32 route to an
+// endpoint of a network with a host address.
+func (d *Driver) routeToEndpoint(ctx context.Context, n *store.Network, ep store.Endpoint, del bool) error {
+	a, ok := endpointV4(ep)
+	if n == nil || n.HostAddress == "" || !ok {
+		return nil
+	}
+	if del {
+		return d.links.DelHostRoute(ctx, a, shimName(n.ID))
+	}
+	return d.links.AddHostRoute(ctx, a, shimName(n.ID))
+}

@@ -1,0 +1,123 @@
+package netlinkutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The host's own link on a network (a "shim": a macvlan or ipvlan link of
+// the host namespace on the parent, with the host's address), its /32
+// routes to the containers, and the link events the repair watcher reads.
+
+// AddShim creates the shim as AddEndpoint does, gives it addr as a host
+// address (/32 or /128: no subnet route, so a LAN address the host may
+// already have on the parent keeps working) and brings it up. A failed add
+// leaves nothing.
+func (k *Kernel) AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) error {
+	if err := k.AddEndpoint(ctx, ep); err != nil {
+		return err
+	}
+	fail := func(what string, err error) error {
+		_ = k.Delete(context.WithoutCancel(ctx), ep.Name)
+		return fmt.Errorf("%s shim %s: %w", what, ep.Name, err)
+	}
+	l, err := k.h.LinkByName(ep.Name)
+	if err != nil {
+		return fail("look up", err)
+	}
+	ip := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(addr.BitLen(), addr.BitLen())}}
+	if err := k.retry(ctx, func() error { return k.h.AddrReplace(l, ip) }); err != nil {
+		return fail("address", err)
+	}
+	if err := k.retry(ctx, func() error { return k.h.LinkSetUp(l) }); err != nil {
+		return fail("bring up", err)
+	}
+	return nil
+}
+
+// AddHostRoute routes dst (one address) through the link dev; an existing
+// route to dst is replaced.
+func (k *Kernel) AddHostRoute(ctx context.Context, dst netip.Addr, dev string) error {
+	r, err := k.hostRoute(ctx, dst, dev)
+	if err != nil {
+		return err
+	}
+	if err := k.retry(ctx, func() error { return k.h.RouteReplace(r) }); err != nil {
+		return fmt.Errorf("route %s via %s: %w", dst, dev, err)
+	}
+	return nil
+}
+
+// DelHostRoute deletes the route to dst through dev; a missing route or
+// link is not an error.
+func (k *Kernel) DelHostRoute(ctx context.Context, dst netip.Addr, dev string) error {
+	r, err := k.hostRoute(ctx, dst, dev)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	err = k.retry(ctx, func() error { return k.h.RouteDel(r) })
+	if err == nil || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("delete route %s via %s: %w", dst, dev, err)
+}
+
+func (k *Kernel) hostRoute(ctx context.Context, dst netip.Addr, dev string) (*netlink.Route, error) {
+	idx, err := k.index(ctx, dev)
+	if err != nil {
+		return nil, err
+	}
+	return &netlink.Route{
+		LinkIndex: idx, Scope: netlink.SCOPE_LINK,
+		Dst: &net.IPNet{IP: dst.AsSlice(), Mask: net.CIDRMask(dst.BitLen(), dst.BitLen())},
+	}, nil
+}
+
+// LinkEvent is a link appearing or going away.
+type LinkEvent struct {
+	Deleted bool
+	Link    Link
+}
+
+// Subscribe streams the link events of the namespace until ctx ends. The
+// channel is closed when the subscription ends (ctx, or a socket error,
+// which is reported through onError).
+func (k *Kernel) Subscribe(ctx context.Context, onError func(error)) (<-chan LinkEvent, error) {
+	updates := make(chan netlink.LinkUpdate, 256)
+	done := make(chan struct{})
+	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{ErrorCallback: onError})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to link events: %w", err)
+	}
+	out := make(chan LinkEvent, 256)
+	go func() {
+		defer close(out)
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case u, ok := <-updates:
+				if !ok {
+					return
+				}
+				ev := LinkEvent{Deleted: u.Header.Type == unix.RTM_DELLINK, Link: convert(u.Link)}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
