@@ -1,9 +1,9 @@
 package driver
 
 import (
-	"fmt"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sort"
 	"strings"

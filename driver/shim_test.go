@@ -171,7 +171,9 @@ func TestWatcherRepairsOwnedLinks(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	f.wantLinks() // the endpoint's link went with its base
 	var nets []store.Network
-	_ = f.db.View(func(tx *store.Tx) error { return tx.ForEachNetwork(func(n store.Network) error { nets = append(nets, n); return nil }) })
+	_ = f.db.View(func(tx *store.Tx) error {
+		return tx.ForEachNetwork(func(n store.Network) error { nets = append(nets, n); return nil })
+	})
 	if len(nets) != 0 {
 		t.Fatalf("networks %v", nets)
 	}
