@@ -13,7 +13,11 @@ import (
 // link.
 
 // readSnapshot reads the planners' view of the state in one transaction.
-func (d *Driver) readSnapshot(withEndpoints bool) (snapshot, error) {
+// With links (reconcile and repair), it also reads which of those links
+// carrying this instance's mark are endpoint links on record, and the
+// networks with a host address: nothing it reads grows with the number of
+// endpoints.
+func (d *Driver) readSnapshot(withEndpoints bool, links ...netlinkutil.Link) (snapshot, error) {
 	s := snapshot{Owned: map[string]store.ParentLink{}}
 	err := d.store.View(func(tx *store.Tx) error {
 		var err error
@@ -29,7 +33,17 @@ func (d *Driver) readSnapshot(withEndpoints bool) (snapshot, error) {
 			return err
 		}
 		if withEndpoints {
-			s.EndpointLinks = tx.EndpointLinks()
+			s.EndpointLinks = map[string]bool{}
+			for _, l := range links {
+				if l.Alias != d.mark {
+					continue
+				}
+				if _, known, err := tx.EndpointByLink(l.Name); err != nil {
+					return err
+				} else if known {
+					s.EndpointLinks[l.Name] = true
+				}
+			}
 			s.Shims, err = d.readShims(tx)
 		}
 		return err
@@ -40,7 +54,7 @@ func (d *Driver) readSnapshot(withEndpoints bool) (snapshot, error) {
 // readShims lists the networks with a host address and their routes.
 func (d *Driver) readShims(tx *store.Tx) (map[string]shimState, error) {
 	out := map[string]shimState{}
-	err := tx.ForEachNetwork(func(n store.Network) error {
+	err := tx.ForEachNetworkWithHostAddress(func(n store.Network) error {
 		if n.HostAddress == "" || n.Pending != nil {
 			return nil
 		}

@@ -16,13 +16,13 @@ import (
 // deleted. Links of other owners (another underlay instance's mark, or no
 // mark and no record) are never touched.
 func (d *Driver) Restore(ctx context.Context) error {
-	s, err := d.readSnapshot(true)
-	if err != nil {
-		return fmt.Errorf("read state: %w", err)
-	}
 	links, err := d.links.List(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile state with the kernel: %w", err)
+	}
+	s, err := d.readSnapshot(true, links...)
+	if err != nil {
+		return fmt.Errorf("read state: %w", err)
 	}
 	plan := planRestore(s, links, d.mark)
 	d.log.Info("reconcile plan", "steps", len(plan), "plan", fmt.Sprint(plan))

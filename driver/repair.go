@@ -60,11 +60,11 @@ func planRepair(s snapshot, links []netlinkutil.Link, mark string) []step {
 // Steps that cannot be done yet are logged at DEBUG: the first pass logs
 // the loss at WARN.
 func (d *Driver) repair(ctx context.Context) (complete bool, err error) {
-	s, err := d.readSnapshot(true)
+	links, err := d.links.List(ctx)
 	if err != nil {
 		return false, err
 	}
-	links, err := d.links.List(ctx)
+	s, err := d.readSnapshot(true, links...)
 	if err != nil {
 		return false, err
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -118,16 +119,6 @@ func (t *Tx) ParentUse() map[string]int {
 	return out
 }
 
-// EndpointLinks returns the host link names of every endpoint.
-func (t *Tx) EndpointLinks() map[string]bool {
-	out := map[string]bool{}
-	_ = t.b(bucketLinks).ForEach(func(k, _ []byte) error {
-		out[string(k)] = true
-		return nil
-	})
-	return out
-}
-
 // PutNetwork writes the network record and its index entries.
 func (t *Tx) PutNetwork(n Network) error {
 	old, ok, err := t.Network(n.ID)
@@ -202,6 +193,21 @@ func (t *Tx) Pending() ([]Network, error) {
 // ForEachNetwork calls fn for every network in ID order.
 func (t *Tx) ForEachNetwork(fn func(Network) error) error {
 	return t.b(bucketNetworks).ForEach(func(k, v []byte) error {
+		var n Network
+		if err := json.Unmarshal(v, &n); err != nil {
+			return fmt.Errorf("%w: network record %q: %w", ErrCorrupt, k, err)
+		}
+		return fn(n)
+	})
+}
+
+// ForEachNetworkWithHostAddress calls fn for every network whose record
+// has a host address, in ID order, decoding only those.
+func (t *Tx) ForEachNetworkWithHostAddress(fn func(Network) error) error {
+	return t.b(bucketNetworks).ForEach(func(k, v []byte) error {
+		if !bytes.Contains(v, []byte(`"host_address":`)) {
+			return nil
+		}
 		var n Network
 		if err := json.Unmarshal(v, &n); err != nil {
 			return fmt.Errorf("%w: network record %q: %w", ErrCorrupt, k, err)

@@ -14,6 +14,11 @@ type Net struct {
 	// V4 and V6 are pools as "subnet" or "subnet,gateway-cidr".
 	V4, V6   []string
 	Internal bool
+	// AuxV4 are the aux addresses (docker network create --aux-address
+	// name=ADDR) of the pools in V4, by position: AuxV4[i] belongs to V4[i],
+	// name to address in CIDR form with the pool's mask, as libnetwork
+	// sends them ("198.18.1.2/24").
+	AuxV4 []map[string]string
 }
 
 // Request returns the CreateNetwork request as libnetwork sends it.
@@ -27,6 +32,14 @@ func (n Net) Request() *network.CreateNetworkRequest {
 		req.Options["com.docker.network.internal"] = true
 	}
 	req.IPv4Data = pools(n.V4)
+	for i, aux := range n.AuxV4 {
+		if i < len(req.IPv4Data) && len(aux) > 0 {
+			req.IPv4Data[i].AuxAddresses = map[string]any{}
+			for k, v := range aux {
+				req.IPv4Data[i].AuxAddresses[k] = v
+			}
+		}
+	}
 	if len(n.V6) > 0 {
 		req.Options["com.docker.network.enable_ipv6"] = true
 		req.IPv6Data = pools(n.V6)
