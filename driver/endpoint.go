@@ -288,6 +288,16 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		return err
 	}
 	defer unlock()
+	if ep != nil && n != nil && n.HostAddress != "" {
+		// The route goes and the record changes under the parent's lock,
+		// which the repair of the host link holds while it reads the
+		// routes and puts them back: no route outlives its endpoint.
+		unlockParent, err := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+		if err != nil {
+			return err
+		}
+		defer unlockParent()
+	}
 	if ep != nil {
 		if err := d.routeToEndpoint(ctx, n, *ep, true); err != nil {
 			return fmt.Errorf("remove the host's route to endpoint %s: %w", short(epID), err)

@@ -37,10 +37,23 @@ func (d *Driver) repairShim(ctx context.Context, s step, held string) error {
 		}
 		defer unlock()
 	}
-	if cur, err := d.network(n.ID); err != nil || cur == nil || cur.HostAddress != n.HostAddress {
+	// Under the lock, the store says what is true now: the network may
+	// have gone, and the routes are read again (Leave removes a route and
+	// commits under this lock).
+	var routes []netip.Addr
+	var cur *store.Network
+	if err := d.store.View(func(tx *store.Tx) error {
+		nv, ok, err := tx.Network(n.ID)
+		if err != nil || !ok {
+			return err
+		}
+		cur = &nv
+		routes, err = d.joinedRoutes(tx, n.ID)
+		return err
+	}); err != nil || cur == nil || cur.HostAddress != n.HostAddress || cur.Parent != n.Parent {
 		return err // the network went away or changed meanwhile
 	}
-	return d.ensureShim(ctx, n, s.Shim.Routes)
+	return d.ensureShim(ctx, *cur, routes)
 }
 
 // planRepair is what a repair pass does: the needed owned parent links
@@ -86,7 +99,15 @@ func (d *Driver) repair(ctx context.Context) (complete bool, err error) {
 			if !ok {
 				return false, nil
 			}
-			err := d.createParentLink(ctx, st.Parent)
+			var still bool
+			err := d.store.View(func(tx *store.Tx) error {
+				_, owned, err := tx.ParentLink(st.Name)
+				still = owned && parentNeeded(tx, st.Name)
+				return err
+			})
+			if err == nil && still {
+				err = d.createParentLink(ctx, st.Parent)
+			}
 			unlock()
 			if err != nil {
 				d.log.Debug("cannot re-make a parent link yet (its base is missing?): waiting for links to come back", "link", st.Name, "error", err)
