@@ -42,7 +42,10 @@ func (k *Kernel) AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) erro
 }
 
 // AddHostRoute routes dst (one address) through the link dev; an existing
-// route to dst is replaced.
+// route to dst is replaced, and the neighbour entry dev holds for dst is
+// flushed: a container started again gets a new endpoint with a new MAC on
+// the same address, and the old entry would keep the host talking to the
+// old MAC until the kernel gives up on it.
 func (k *Kernel) AddHostRoute(ctx context.Context, dst netip.Addr, dev string) error {
 	r, err := k.hostRoute(ctx, dst, dev)
 	if err != nil {
@@ -51,7 +54,14 @@ func (k *Kernel) AddHostRoute(ctx context.Context, dst netip.Addr, dev string) e
 	if err := k.retry(ctx, func() error { return k.h.RouteReplace(r) }); err != nil {
 		return fmt.Errorf("route %s via %s: %w", dst, dev, err)
 	}
+	k.flushNeighbour(r.LinkIndex, dst)
 	return nil
+}
+
+// flushNeighbour forgets the link's neighbour entry for an address (none
+// is fine).
+func (k *Kernel) flushNeighbour(index int, a netip.Addr) {
+	_ = k.h.NeighDel(&netlink.Neigh{LinkIndex: index, IP: a.AsSlice()})
 }
 
 // DelHostRoute deletes the route to dst through dev; a missing route or
@@ -65,6 +75,7 @@ func (k *Kernel) DelHostRoute(ctx context.Context, dst netip.Addr, dev string) e
 		return err
 	}
 	err = k.retry(ctx, func() error { return k.h.RouteDel(r) })
+	k.flushNeighbour(r.LinkIndex, dst)
 	if err == nil || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) {
 		return nil
 	}
