@@ -3,9 +3,14 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +30,13 @@ const (
 	haGateway = "198.18.200.1"
 	haHost    = "198.18.200.2"
 	haCtr     = "198.18.200.10"
+	// haReach is how long each ping direction may take once the
+	// container runs and the host link and route are in place. A working
+	// host link answers at once; a budget as long as the kernel's
+	// neighbour timeouts (a REACHABLE entry lasts 15-45 s, then 5 s of
+	// DELAY and 3 unicast probes) would hide a neighbour entry that still
+	// holds the MAC of the container's previous endpoint.
+	haReach = 10 * time.Second
 )
 
 // nsPing pings addr once from the suite's namespace (never from the host's
@@ -84,9 +96,10 @@ func shimCheck(shim string, routes ...string) error {
 
 // TestHostAddress: the refusal without the aux address; then the host
 // pings the container and the container pings the host after the network
-// is created, after a dockerd restart, a dockerd crash, the plugin
-// force-disabled (its host link deleted meanwhile) and enabled, the plugin
-// process killed, and the host link deleted under the running plugin.
+// is created, after a container restart, a dockerd restart, a dockerd
+// crash, the plugin force-disabled (its host link deleted meanwhile) and
+// enabled, the plugin process killed, and the host link deleted under the
+// running plugin.
 func TestHostAddress(t *testing.T) {
 	e := need(t)
 	e.ensurePlugin(t)
@@ -126,26 +139,66 @@ func TestHostAddress(t *testing.T) {
 		} else if strings.Contains(" "+strings.Join(host, " ")+" ", " "+shim+" ") {
 			t.Errorf("%s: %s is in the host's own namespace; want it only in %s", phase, shim, nsName)
 		}
-		within(t, 30*time.Second, phase+": the host ("+nsName+") pings "+c.name+" at "+c.ip, func() error {
+		// Only the container's own namespace carries its address: a
+		// namespace of an earlier start kept alive (by a mount of it in
+		// some mount namespace) with its eth0 still on the parent would
+		// answer for the container.
+		eventually(t, 10*time.Second, phase+": only "+c.name+"'s network namespace carries "+c.ip, func() error {
+			return onlyHolder(e, c.name, c.ip)
+		})
+		// Host first: the container's own ARP request for the host
+		// would refresh the host's neighbour entry and hide a stale one.
+		within(t, haReach, phase+": the host ("+nsName+") pings "+c.name+" at "+c.ip, func() error {
 			return nsPing(c.ip)
 		}, func() { e.hostAddrDiag(t, shim, c.name) })
-		within(t, 30*time.Second, phase+": "+c.name+" pings the host at "+haHost, func() error {
+		within(t, haReach, phase+": "+c.name+" pings the host at "+haHost, func() error {
 			_, err := e.exec(c.name, "ping", "-c", "1", "-W", "2", haHost)
 			return err
 		}, func() { e.hostAddrDiag(t, shim, c.name) })
-		t.Logf("%s: host and %s reach each other", phase, c.name)
+		mac, _ := e.exec(c.name, "cat", "/sys/class/net/eth0/address")
+		neigh, _ := nsIP("-4", "neigh", "show", c.ip, "dev", shim)
+		started, _ := e.docker("inspect", "-f", "{{.State.StartedAt}}", c.name)
+		// The MAC the host's pings went to is the container's.
+		if f := strings.Fields(neigh); len(f) < 3 || f[1] != "lladdr" || f[2] != mac {
+			t.Errorf("%s: the host's neighbour entry for %s is %q, but %s's eth0 has MAC %s: the host's pings were answered by another interface", phase, c.ip, neigh, c.name, mac)
+		}
+		t.Logf("%s: host and %s reach each other (%s started %s, eth0 MAC %s; host's neighbour entry: %s)", phase, c.name, c.name, started, mac, neigh)
 	}
 	check(t, "after create")
 
+	// prime starts a phase from a defined state, whatever an earlier
+	// phase left: the host has just resolved the container afresh (its
+	// neighbour entry flushed, then one ping), as a host talking to the
+	// container would have.
+	prime := func(t *testing.T) {
+		t.Helper()
+		if out, err := nsIP("-4", "neigh", "flush", "dev", shim); err != nil {
+			t.Fatalf("flush the host's neighbour entries on %s: %v: %s", shim, err, out)
+		}
+		eventually(t, 30*time.Second, "before the phase: the host reaches "+c.name, func() error {
+			return nsPing(c.ip)
+		})
+	}
+
+	// Every start of the container is a new endpoint (a new random MAC
+	// unless --mac-address) with the same address.
+	t.Run("container restart", func(t *testing.T) {
+		prime(t)
+		e.must(t, "restart", "-t", "1", c.name)
+		check(t, "after docker restart "+c.name)
+	})
 	t.Run("dockerd restart", func(t *testing.T) {
+		prime(t)
 		e.restartDockerd(t)
 		check(t, "after a dockerd restart")
 	})
 	t.Run("dockerd crash", func(t *testing.T) {
+		prime(t)
 		e.crashDockerd(t)
 		check(t, "after a dockerd crash")
 	})
 	t.Run("plugin disable -f, host link deleted, enable", func(t *testing.T) {
+		prime(t)
 		e.must(t, "plugin", "disable", "-f", plugin)
 		eventually(t, 30*time.Second, "plugin process gone", func() error {
 			if p := pluginPids(); len(p) > 0 {
@@ -164,7 +217,7 @@ func TestHostAddress(t *testing.T) {
 			t.Logf("%s is already gone with the plugin disabled", shim)
 		}
 		// Control: without the host link the host does not reach the
-		// container, so the pings above prove the link.
+		// container, so the pings of check prove the link.
 		if err := nsPing(c.ip); err == nil {
 			t.Fatalf("the host pings %s with %s deleted; want no route", c.ip, shim)
 		}
@@ -172,6 +225,7 @@ func TestHostAddress(t *testing.T) {
 		check(t, "after the plugin was disabled, its host link deleted, and enabled")
 	})
 	t.Run("plugin killed", func(t *testing.T) {
+		prime(t)
 		old := pluginPids()
 		if len(old) != 1 {
 			t.Fatalf("plugin processes %v, want one", old)
@@ -188,6 +242,7 @@ func TestHostAddress(t *testing.T) {
 		check(t, "after the plugin process was killed")
 	})
 	t.Run("host link deleted under the running plugin", func(t *testing.T) {
+		prime(t)
 		before := ifindex(t, shim)
 		if _, err := nsIP("link", "del", "dev", shim); err != nil {
 			t.Fatal(err)
@@ -250,4 +305,147 @@ func (e *env) hostAddrDiag(t *testing.T, shim, c string) {
 		out, err := e.exec(c, "sh", "-c", cmd)
 		t.Logf("%s: %s: %v\n%s", c, cmd, err, out)
 	}
+	// The usual cause: the host's neighbour entry for the container's
+	// address still holds the MAC of its previous endpoint.
+	mac, err := e.exec(c, "cat", "/sys/class/net/eth0/address")
+	neigh, nerr := nsIP("-4", "neigh", "show", haCtr, "dev", shim)
+	if err == nil && nerr == nil {
+		if f := strings.Fields(neigh); len(f) >= 3 && f[1] == "lladdr" && f[2] != mac {
+			t.Errorf("stale neighbour entry: the host's %s holds %s for %s, but %s's eth0 has MAC %s (the container's previous endpoint's MAC; nothing replaced or flushed the entry when the endpoint changed)", shim, f[2], haCtr, c, mac)
+		}
+	}
+}
+
+// nsInode is the inode of a namespace file (the namespace's identity).
+func nsInode(path string) (uint64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("stat %s: no inode", path)
+	}
+	return st.Ino, nil
+}
+
+// netnsHolders finds every network namespace on the machine, other than
+// the suite's, that has an interface with IPv4 address addr: those of
+// processes, and those held only by a mount of the namespace file (nsfs)
+// in some mount namespace, such as a plugin's. It maps each namespace's
+// inode to where it was found. It only reads.
+func netnsHolders(addr string) (map[uint64][]string, error) {
+	suiteNS, err := nsInode(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	paths := map[uint64]string{}
+	where := map[uint64][]string{}
+	add := func(path, desc string) {
+		ino, err := nsInode(path)
+		if err != nil || ino == suiteNS {
+			return
+		}
+		if _, ok := paths[ino]; !ok {
+			paths[ino] = path
+		}
+		where[ino] = append(where[ino], desc)
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	mntSeen := map[uint64]bool{}
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		cmd := strings.TrimSpace(strings.ReplaceAll(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00", " "))
+		if len(cmd) > 60 {
+			cmd = cmd[:60]
+		}
+		add(fmt.Sprintf("/proc/%d/ns/net", pid), fmt.Sprintf("process %d (%s)", pid, cmd))
+		mnt, err := nsInode(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		if err != nil || mntSeen[mnt] {
+			continue
+		}
+		mntSeen[mnt] = true
+		f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE OPTS
+			fields := strings.Fields(sc.Text())
+			sep := -1
+			for i, fl := range fields {
+				if fl == "-" {
+					sep = i
+					break
+				}
+			}
+			if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) || fields[sep+1] != "nsfs" || strings.Contains(fields[4], "\\") {
+				continue
+			}
+			add(filepath.Join(fmt.Sprintf("/proc/%d/root", pid), fields[4]), fmt.Sprintf("mount %s in the mount namespace of process %d (%s)", fields[4], pid, cmd))
+		}
+		f.Close()
+	}
+	out := map[uint64][]string{}
+	for ino, path := range paths {
+		b, err := exec.Command("nsenter", "--net="+path, "--", "ip", "-o", "-4", "addr", "show").CombinedOutput()
+		if err != nil {
+			continue // a namespace of a process that has just exited
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, " inet "+addr+"/") {
+				dev := strings.Fields(l)[1]
+				link, _ := exec.Command("nsenter", "--net="+path, "--", "ip", "-o", "link", "show", "dev", dev).CombinedOutput()
+				mac := ""
+				if f := strings.Fields(string(link)); len(f) > 0 {
+					for i, x := range f {
+						if x == "link/ether" && i+1 < len(f) {
+							mac = f[i+1]
+						}
+					}
+				}
+				sort.Strings(where[ino])
+				out[ino] = append([]string{fmt.Sprintf("%s MAC %s", dev, mac)}, where[ino]...)
+			}
+		}
+	}
+	return out, nil
+}
+
+// onlyHolder is nil when the container's network namespace is the only
+// one on the machine (besides the suite's) that carries addr.
+func onlyHolder(e *env, name, addr string) error {
+	pid, err := e.docker("inspect", "-f", "{{.State.Pid}}", name)
+	if err != nil {
+		return err
+	}
+	own, err := nsInode("/proc/" + pid + "/ns/net")
+	if err != nil {
+		return err
+	}
+	holders, err := netnsHolders(addr)
+	if err != nil {
+		return err
+	}
+	var others []string
+	for ino, where := range holders {
+		if ino != own {
+			others = append(others, fmt.Sprintf("net:[%d]: %s", ino, strings.Join(where, "; ")))
+		}
+	}
+	if len(others) > 0 {
+		sort.Strings(others)
+		return fmt.Errorf("%s (pid %s, net:[%d]) is not alone: other network namespaces carry %s on an interface: %s", name, pid, own, addr, strings.Join(others, " | "))
+	}
+	if _, ok := holders[own]; !ok {
+		return fmt.Errorf("%s's network namespace net:[%d] does not carry %s", name, own, addr)
+	}
+	return nil
 }
