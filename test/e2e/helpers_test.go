@@ -24,8 +24,9 @@ func (e *env) must(t *testing.T, args ...string) string {
 	return out
 }
 
-// eventually retries f every 250 ms until it succeeds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+// within retries f every 250 ms until it succeeds or timeout passes; diag
+// runs before the failure.
+func within(t *testing.T, timeout time.Duration, what string, f func() error, diag func()) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -34,10 +35,36 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 			return
 		}
 		if time.Now().After(deadline) {
+			diag()
 			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// eventually retries f every 250 ms until it succeeds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	within(t, timeout, what, f, func() {})
+}
+
+// killPlugin SIGKILLs the plugin's process and waits until dockerd has
+// started it again.
+func (e *env) killPlugin(t *testing.T) {
+	t.Helper()
+	old := pluginPids()
+	if len(old) != 1 {
+		t.Fatalf("plugin processes %v, want one", old)
+	}
+	if err := syscall.Kill(old[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "dockerd restarts the killed plugin", func() error {
+		if p := pluginPids(); len(p) != 1 || p[0] == old[0] {
+			return fmt.Errorf("plugin processes %v (killed %d)", p, old[0])
+		}
+		return nil
+	})
 }
 
 // network creates a network and removes it at cleanup; it returns the ID.

@@ -5,7 +5,6 @@ package e2e
 import (
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -55,19 +54,7 @@ func TestRestarts(t *testing.T) {
 		check("the plugin was disabled and enabled")
 	})
 	t.Run("plugin killed", func(t *testing.T) {
-		old := pluginPids()
-		if len(old) != 1 {
-			t.Fatalf("plugin processes %v, want one", old)
-		}
-		if err := syscall.Kill(old[0], syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 60*time.Second, "dockerd restarts the killed plugin", func() error {
-			if p := pluginPids(); len(p) != 1 || p[0] == old[0] {
-				return fmt.Errorf("plugin processes %v (killed %d)", p, old[0])
-			}
-			return nil
-		})
+		e.killPlugin(t)
 		check("the plugin process was killed")
 	})
 

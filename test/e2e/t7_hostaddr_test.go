@@ -238,19 +238,7 @@ func TestHostAddress(t *testing.T) {
 	})
 	t.Run("plugin killed", func(t *testing.T) {
 		prime(t)
-		old := pluginPids()
-		if len(old) != 1 {
-			t.Fatalf("plugin processes %v, want one", old)
-		}
-		if err := syscall.Kill(old[0], syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 60*time.Second, "dockerd restarts the killed plugin", func() error {
-			if p := pluginPids(); len(p) != 1 || p[0] == old[0] {
-				return fmt.Errorf("plugin processes %v (killed %d)", p, old[0])
-			}
-			return nil
-		})
+		e.killPlugin(t)
 		check(t, "after the plugin process was killed")
 	})
 	t.Run("host link deleted under the running plugin", func(t *testing.T) {
@@ -279,23 +267,6 @@ func TestHostAddress(t *testing.T) {
 	})
 	e.must(t, "network", "rm", "n7")
 	e.wantNoLeak(t, "after the network was removed")
-}
-
-// within is eventually with diagnostics: diag runs before the failure.
-func within(t *testing.T, timeout time.Duration, what string, f func() error, diag func()) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			diag()
-			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 // hostAddrDiag logs both ends of a failed ping: the host link, the
