@@ -69,13 +69,20 @@ func (d *Driver) readShims(tx *store.Tx) (map[string]shimState, error) {
 // they are planned again at the janitor's next tick or the next start.
 var errBusy = errors.New("parent link in use by a request")
 
+// outcome is how far a plan got: busy when a parent lock was taken by a
+// request (try again shortly), failed when a link could not be made (its
+// base is missing: try again when links come back).
+type outcome struct{ busy, failed bool }
+
 // execute carries out a plan in order. held is the parent link whose lock
-// the caller holds ("" for none); the lock of every other link a release
-// deletes is only tried, and the first busy one ends the releases. Every
-// release re-checks the store under the lock, since the plan was made from
-// a snapshot. Failed steps are logged and joined; the others still run.
-func (d *Driver) execute(ctx context.Context, plan []step, held string) error {
+// the caller holds ("" for none); the lock of every other link a step
+// makes or deletes is only tried, and the first busy one ends those steps.
+// Every such step re-checks the store under the lock, since the plan was
+// made from a snapshot. Failed steps are logged (store errors joined); the
+// others still run.
+func (d *Driver) execute(ctx context.Context, plan []step, held string) (outcome, error) {
 	var errs []error
+	var out outcome
 	busy := false
 	for _, s := range plan {
 		log := d.log.With("step", s.Op.String(), "link", s.Name, "why", s.Why)
@@ -86,11 +93,19 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) error {
 				errs = append(errs, fmt.Errorf("roll back network %s: %w", short(s.Name), err))
 			}
 		case opRecreate:
-			log.Info("re-creating missing parent link underlay created", "kind", s.Parent.Kind)
-			if err := d.createParentLink(ctx, s.Parent); err != nil {
-				// The base may be gone: the networks stay, and the next
-				// request on them reports it.
-				log.Error("could not re-create a parent link underlay created", "error", err)
+			if busy {
+				continue
+			}
+			if err := d.recreate(ctx, s, held); errors.Is(err, errBusy) {
+				busy = true
+			} else if err != nil {
+				// The base may be gone: the networks stay, the watcher
+				// tries again when links come back, and the next request
+				// on them reports it.
+				log.Warn("could not re-create a parent link underlay created", "error", err)
+				out.failed = true
+			} else {
+				log.Warn("re-created a missing parent link underlay created", "kind", s.Parent.Kind)
 			}
 		case opKeep:
 			log.Warn("keeping a parent link underlay created that no network needs")
@@ -117,7 +132,10 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) error {
 			} else if err != nil {
 				// The parent may be gone: the network stays, the watcher
 				// tries again when links come back.
-				log.Error("could not make the host link of a network", "error", err)
+				log.Warn("could not make the host link of a network", "error", err)
+				out.failed = true
+			} else if s.Op == opShim {
+				log.Warn("made the missing host link of a network, with its routes")
 			}
 		case opDeleteStray:
 			log.Warn("deleting link no record owns")
@@ -126,7 +144,29 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	out.busy = busy
+	return out, errors.Join(errs...)
+}
+
+// recreate makes a missing parent link underlay owns, under its lock
+// (tried unless held), if a network still needs it.
+func (d *Driver) recreate(ctx context.Context, s step, held string) error {
+	if s.Name != held {
+		unlock, ok := d.locks.tryExclusive(parentLock(s.Name))
+		if !ok {
+			return errBusy
+		}
+		defer unlock()
+	}
+	var still bool
+	if err := d.store.View(func(tx *store.Tx) error {
+		_, owned, err := tx.ParentLink(s.Name)
+		still = owned && parentNeeded(tx, s.Name)
+		return err
+	}); err != nil || !still {
+		return err
+	}
+	return d.createParentLink(ctx, s.Parent)
 }
 
 // release deletes (opRelease) or only forgets (opForget) an owned parent
@@ -191,7 +231,8 @@ func (d *Driver) releaseParent(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return d.execute(ctx, planRelease(s, links, d.mark, []string{name}), name)
+	_, err = d.execute(ctx, planRelease(s, links, d.mark, []string{name}), name)
+	return err
 }
 
 // deleteOwnedLink is the one way underlay deletes a link: only one that is

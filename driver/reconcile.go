@@ -26,7 +26,7 @@ func (d *Driver) Restore(ctx context.Context) error {
 	}
 	plan := planRestore(s, links, d.mark)
 	d.log.Info("reconcile plan", "steps", len(plan), "plan", fmt.Sprint(plan))
-	if err := d.execute(ctx, plan, ""); err != nil {
+	if _, err := d.execute(ctx, plan, ""); err != nil {
 		return fmt.Errorf("reconcile state with the kernel: %w", err)
 	}
 	return nil
@@ -90,7 +90,7 @@ func (d *Driver) janitorTick(ctx context.Context) {
 	for name := range s.Owned {
 		owned = append(owned, name)
 	}
-	if err := d.execute(ctx, planRelease(s, links, d.mark, owned), ""); err != nil {
+	if _, err := d.execute(ctx, planRelease(s, links, d.mark, owned), ""); err != nil {
 		d.log.Error("janitor: release parent links", "error", err)
 	}
 }

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"time"
 
@@ -68,63 +67,28 @@ func planRepair(s snapshot, links []netlinkutil.Link, mark string) []step {
 	return plan
 }
 
-// repair runs one repair pass. It reports whether everything needed is in
-// place (false: a base is missing or a lock was busy; try again later).
-// Steps that cannot be done yet are logged at DEBUG: the first pass logs
-// the loss at WARN.
-func (d *Driver) repair(ctx context.Context) (complete bool, err error) {
+// repair runs one repair pass over a fresh snapshot, with the executor
+// every plan uses.
+func (d *Driver) repair(ctx context.Context) (outcome, error) {
 	links, err := d.links.List(ctx)
 	if err != nil {
-		return false, err
+		return outcome{failed: true}, err
 	}
 	s, err := d.readSnapshot(true, links...)
 	if err != nil {
-		return false, err
+		return outcome{failed: true}, err
 	}
-	plan := planRepair(s, links, d.mark)
 	var todo []step
-	for _, st := range plan {
+	for _, st := range planRepair(s, links, d.mark) {
 		if st.Op != opRoutes {
 			todo = append(todo, st)
 		}
 	}
 	if len(todo) == 0 {
-		return true, nil
+		return outcome{}, nil
 	}
 	d.log.Debug("repair pass", "plan", stepsString(todo))
-	for _, st := range todo {
-		switch st.Op {
-		case opRecreate:
-			unlock, ok := d.locks.tryExclusive(parentLock(st.Name))
-			if !ok {
-				return false, nil
-			}
-			var still bool
-			err := d.store.View(func(tx *store.Tx) error {
-				_, owned, err := tx.ParentLink(st.Name)
-				still = owned && parentNeeded(tx, st.Name)
-				return err
-			})
-			if err == nil && still {
-				err = d.createParentLink(ctx, st.Parent)
-			}
-			unlock()
-			if err != nil {
-				d.log.Debug("cannot re-make a parent link yet (its base is missing?): waiting for links to come back", "link", st.Name, "error", err)
-				return false, nil
-			}
-			d.log.Warn("re-made a parent link underlay owns", "link", st.Name)
-		case opShim:
-			if err := d.repairShim(ctx, st, ""); errors.Is(err, errBusy) {
-				return false, nil
-			} else if err != nil {
-				d.log.Debug("cannot re-make a host link yet: waiting for links to come back", "link", st.Name, "error", err)
-				return false, nil
-			}
-			d.log.Warn("re-made the host link of a network with its routes", "link", st.Name)
-		}
-	}
-	return true, nil
+	return d.execute(ctx, todo, "")
 }
 
 func stepsString(steps []step) string {
@@ -187,13 +151,15 @@ func (d *Driver) Watch(ctx context.Context) error {
 					break drain
 				}
 			}
-			complete, err := d.repair(ctx)
+			out, err := d.repair(ctx)
 			if err != nil {
 				d.log.Error("repair pass failed", "error", err)
 			}
-			waiting = !complete || err != nil
-			if waiting {
-				retry.Reset(time.Second) // a busy lock; a missing base also comes back as an event
+			// A missing base comes back as a link event; a busy lock or a
+			// failed pass is tried again shortly.
+			waiting = out.failed || out.busy || err != nil
+			if out.busy || err != nil {
+				retry.Reset(time.Second)
 			}
 		}
 	}()
