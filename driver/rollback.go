@@ -105,4 +105,3 @@ func (d *Driver) dropPending(id, token string) (parent string, err error) {
 	})
 	return parent, err
 }
-
