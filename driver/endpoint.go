@@ -177,8 +177,13 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.J
 		if lerr != nil {
 			return nil, lerr
 		}
-		a, _ := endpointV4(*ep)
-		err = d.ensureShim(ctx, *n, []netip.Addr{a})
+		var routes []netip.Addr // every joined endpoint's, this one's included
+		if err = d.store.View(func(tx *store.Tx) (err error) {
+			routes, err = d.joinedRoutes(tx, n.ID)
+			return err
+		}); err == nil {
+			err = d.ensureShim(ctx, *n, routes)
+		}
 		unlockParent()
 		if err != nil {
 			return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", short(ep.ID), err)

@@ -103,31 +103,47 @@ func stepsString(steps []step) string {
 }
 
 // Watch repairs owned links as they go away, until ctx ends: it is started
-// after Restore and runs beside the janitor.
+// after Restore and runs beside the janitor. A subscription that ends (a
+// socket overrun loses events) is made again after a second, followed by a
+// repair pass for what was missed.
 func (d *Driver) Watch(ctx context.Context) error {
-	events, err := d.links.Subscribe(ctx, func(err error) {
-		d.log.Error("link events: the subscription failed; links are repaired at the next start", "error", err)
-	})
+	events, err := d.subscribe(ctx)
 	if err != nil {
 		return err
 	}
 	go func() {
-		waiting := false
-		retry := time.NewTimer(time.Hour)
-		retry.Stop()
+		waiting := true // one pass at once: a link may have gone since Restore
+		retry := time.NewTimer(0)
 		for {
 			trigger := false
 			select {
 			case <-ctx.Done():
+				retry.Stop()
 				return
 			case ev, ok := <-events:
 				if !ok {
-					return
+					d.log.Warn("link events: the subscription ended; subscribing again")
+					for events == nil || !ok {
+						select {
+						case <-ctx.Done():
+							return
+						case <-time.After(time.Second):
+						}
+						if events, err = d.subscribe(ctx); err == nil {
+							ok = true
+						}
+					}
+					waiting, trigger = true, true
+					break
 				}
-				if ev.Deleted && ev.Link.Alias == d.mark {
+				// Endpoint links come and go with every container (moved
+				// into sandboxes, deleted): only parents and host links are
+				// repaired.
+				owned := ev.Deleted && ev.Link.Alias == d.mark && !isEndpointLinkName(ev.Link.Name)
+				if owned {
 					d.log.Warn("a link underlay owns went away; re-making it if networks need it", "link", ev.Link.Name, "kind", ev.Link.Kind)
 				}
-				trigger = (ev.Deleted && ev.Link.Alias == d.mark) || (!ev.Deleted && waiting)
+				trigger = owned || (!ev.Deleted && waiting)
 			case <-retry.C:
 				trigger = waiting
 			}
@@ -164,4 +180,11 @@ func (d *Driver) Watch(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// subscribe opens the link event stream.
+func (d *Driver) subscribe(ctx context.Context) (<-chan netlinkutil.LinkEvent, error) {
+	return d.links.Subscribe(ctx, func(err error) {
+		d.log.Warn("link events: receive error", "error", err)
+	})
 }

@@ -178,3 +178,15 @@ func TestWatcherRepairsOwnedLinks(t *testing.T) {
 		t.Fatalf("networks %v", nets)
 	}
 }
+
+// A Join that finds the host link gone makes it again with the routes of
+// every joined endpoint, not only its own.
+func TestJoinRemakesTheHostLinkWithEveryRoute(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
+	shim := shimName(netA)
+	f.mustEndpoint(netA, epA, "198.18.1.10/24")
+	f.k.Remove(shim)
+	f.mustEndpoint(netA, epB, "198.18.1.11/24")
+	f.wantRoutes(map[string]string{"198.18.1.10": shim, "198.18.1.11": shim})
+}

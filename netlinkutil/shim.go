@@ -20,6 +20,10 @@ import (
 // already have on the parent keeps working) and brings it up. A failed add
 // leaves nothing.
 func (k *Kernel) AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) error {
+	// Marked last: a link deleted because it could not be set up carries
+	// no mark, so its deletion does not wake the repair watcher again.
+	mark := ep.Mark
+	ep.Mark = ""
 	if err := k.AddEndpoint(ctx, ep); err != nil {
 		return err
 	}
@@ -37,6 +41,11 @@ func (k *Kernel) AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) erro
 	}
 	if err := k.retry(ctx, func() error { return k.h.LinkSetUp(l) }); err != nil {
 		return fail("bring up", err)
+	}
+	if mark != "" {
+		if err := k.retry(ctx, func() error { return k.h.LinkSetAlias(l, mark) }); err != nil {
+			return fail("mark", err)
+		}
 	}
 	return nil
 }
@@ -112,7 +121,13 @@ func (k *Kernel) Subscribe(ctx context.Context, onError func(error)) (<-chan Lin
 	out := make(chan LinkEvent, 256)
 	go func() {
 		defer close(out)
-		defer close(done)
+		defer func() {
+			// netlink's receiver may be blocked sending: drain until it
+			// sees done and closes the channel.
+			close(done)
+			for range updates {
+			}
+		}()
 		for {
 			select {
 			case <-ctx.Done():
