@@ -104,8 +104,6 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) (outcome
 				// on them reports it.
 				log.Warn("could not re-create a parent link underlay created", "error", err)
 				out.failed = true
-			} else {
-				log.Warn("re-created a missing parent link underlay created", "kind", s.Parent.Kind)
 			}
 		case opKeep:
 			log.Warn("keeping a parent link underlay created that no network needs")
@@ -166,6 +164,7 @@ func (d *Driver) recreate(ctx context.Context, s step, held string) error {
 	}); err != nil || !still {
 		return err
 	}
+	d.log.Warn("re-creating missing parent link underlay created", "link", s.Name, "kind", s.Parent.Kind, "why", s.Why)
 	return d.createParentLink(ctx, s.Parent)
 }
 
