@@ -146,16 +146,27 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) (outcome
 	return out, errors.Join(errs...)
 }
 
+// tryParent takes a parent link's lock for a plan's step, unless the
+// caller holds it already; errBusy when a request has it.
+func (d *Driver) tryParent(name, held string) (func(), error) {
+	if name == held {
+		return func() {}, nil
+	}
+	unlock, ok := d.locks.tryExclusive(parentLock(name))
+	if !ok {
+		return nil, errBusy
+	}
+	return unlock, nil
+}
+
 // recreate makes a missing parent link underlay owns, under its lock
 // (tried unless held), if a network still needs it.
 func (d *Driver) recreate(ctx context.Context, s step, held string) error {
-	if s.Name != held {
-		unlock, ok := d.locks.tryExclusive(parentLock(s.Name))
-		if !ok {
-			return errBusy
-		}
-		defer unlock()
+	unlock, err := d.tryParent(s.Name, held)
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	var still bool
 	if err := d.store.View(func(tx *store.Tx) error {
 		_, owned, err := tx.ParentLink(s.Name)
@@ -171,13 +182,11 @@ func (d *Driver) recreate(ctx context.Context, s step, held string) error {
 // release deletes (opRelease) or only forgets (opForget) an owned parent
 // link, under its lock, if the store still says nothing needs it.
 func (d *Driver) release(ctx context.Context, s step, held string) error {
-	if s.Name != held {
-		unlock, ok := d.locks.tryExclusive(parentLock(s.Name))
-		if !ok {
-			return errBusy
-		}
-		defer unlock()
+	unlock, err := d.tryParent(s.Name, held)
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	var still bool
 	if err := d.store.View(func(tx *store.Tx) error {
 		_, owned, err := tx.ParentLink(s.Name)

@@ -29,13 +29,11 @@ type shimState struct {
 // under the network's parent lock, tried unless held.
 func (d *Driver) repairShim(ctx context.Context, s step, held string) error {
 	n := s.Shim.Network
-	if n.Parent != held {
-		unlock, ok := d.locks.tryExclusive(parentLock(n.Parent))
-		if !ok {
-			return errBusy
-		}
-		defer unlock()
+	unlock, err := d.tryParent(n.Parent, held)
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	// Under the lock, the store says what is true now: the network may
 	// have gone, and the routes are read again (Leave removes a route and
 	// commits under this lock).
