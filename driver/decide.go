@@ -22,9 +22,13 @@ const (
 	// replace: the same ID with another configuration is a stale duplicate
 	// from an older incarnation; remove it, then create.
 	replace
+	// move: the same ID and configuration, but its parent option resolves
+	// to another link on this host now (parentMoved): remove the old copy,
+	// then create it on the new link.
+	move
 )
 
-func (v verdict) String() string { return [...]string{"create", "reuse", "replace"}[v] }
+func (v verdict) String() string { return [...]string{"create", "reuse", "replace", "move"}[v] }
 
 // conflict is a network on the same parent that the new one cannot share
 // the parent with.
@@ -47,10 +51,14 @@ type decision struct {
 func decide(want store.Network, same *store.Network, onParent []store.Network) decision {
 	var d decision
 	if same != nil {
-		if same.Pending == nil && sameConfig(want, *same) {
+		switch {
+		case same.Pending == nil && sameConfig(want, *same) && (want.Parent == "" || want.Parent == same.Parent):
 			return decision{Verdict: reuse}
+		case same.Pending == nil && sameConfig(want, *same):
+			d.Verdict = move
+		default:
+			d.Verdict = replace
 		}
-		d.Verdict = replace
 	}
 	for _, h := range onParent {
 		if h.ID == want.ID {
@@ -61,6 +69,22 @@ func decide(want store.Network, same *store.Network, onParent []store.Network) d
 		}
 	}
 	return d
+}
+
+// keepParent reports whether a network must stay on its link although
+// its parent option now resolves to another one: the link still exists
+// and an endpoint of the network is joined in this boot (a container runs
+// on it).
+func keepParent(linkExists bool, eps []store.Endpoint, boot string) bool {
+	if !linkExists {
+		return false
+	}
+	for _, ep := range eps {
+		if ep.Sandbox != "" && ep.Boot == boot {
+			return true
+		}
+	}
+	return false
 }
 
 // sameConfig reports whether two records describe the same network, as

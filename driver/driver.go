@@ -10,6 +10,7 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,6 +41,9 @@ type Store interface {
 type Config struct {
 	Store Store
 	Links netlinkutil.Links
+	// Routes lists the host's routes, which parent=auto picks a link by;
+	// nil refuses parent=auto.
+	Routes RouteLister
 	// Docker is asked whether conflicting holders still exist; nil means
 	// every holder is treated as live.
 	Docker NetworkChecker
@@ -71,10 +75,16 @@ type Config struct {
 	Now func() time.Time
 }
 
+// RouteLister lists the routes of every table (netlinkutil.Kernel).
+type RouteLister interface {
+	Routes(ctx context.Context) ([]netlinkutil.Route, error)
+}
+
 // Driver implements the remote NetworkDriver protocol.
 type Driver struct {
 	store   Store
 	links   netlinkutil.Links
+	routes  RouteLister
 	docker  NetworkChecker
 	grace   time.Duration
 	lookup  time.Duration
@@ -122,7 +132,7 @@ func New(c Config) (*Driver, error) {
 		c.Now = time.Now
 	}
 	return &Driver{
-		store: c.Store, links: c.Links, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		store: c.Store, links: c.Links, routes: c.Routes, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, now: c.Now, locks: newLocker(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),

@@ -38,7 +38,13 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err != nil {
 		return err
 	}
+	moving := false
 	if same != nil && same.Pending == nil && sameConfig(want, *same) {
+		if moving, err = d.parentMoved(ctx, want, *same); err != nil {
+			return err
+		}
+	}
+	if same != nil && same.Pending == nil && sameConfig(want, *same) && !moving {
 		unlock, err := d.locks.acquire(ctx, exclusive(parentLock(same.Parent)))
 		if err != nil {
 			return err
@@ -62,6 +68,9 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		return err
 	}
 	want.Parent = res.Name
+	if res.Why != "" {
+		log.Info("parent resolved on this host", "link", res.Name, "why", res.Why)
+	}
 	parents := []lockReq{exclusive(parentLock(want.Parent))}
 	if same != nil {
 		parents = append(parents, exclusive(parentLock(same.Parent)))
@@ -83,9 +92,14 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	log.Debug("create network decision", "link", want.Parent, "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))
 	switch dec.Verdict {
 	case reuse: // sameConfig above already answered this; a pending same is not reused
-	case replace:
-		log.Warn("replacing stale duplicate of network (same ID, other configuration)",
-			"old_parent", same.Parent, "old", describe(*same), "new", describe(want))
+	case replace, move:
+		if dec.Verdict == move {
+			log.Info("the parent option now resolves to another link on this host: moving the network there (its old endpoints are gone)",
+				"old_link", same.Parent, "link", want.Parent, "why", res.Why)
+		} else {
+			log.Warn("replacing stale duplicate of network (same ID, other configuration)",
+				"old_parent", same.Parent, "old", describe(*same), "new", describe(want))
+		}
 		d.point("create-network/before-remove-stale")
 		if err := d.removeNetwork(ctx, *same); err != nil {
 			return fmt.Errorf("remove the stale copy of network %s: %w", short(want.ID), err)
@@ -114,28 +128,35 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	return d.createNetwork(ctx, want, res.Create, refs)
 }
 
-// resolve resolves the network's parent over the host's links. When the
-// asked link exists and is an ordinary parent, one lookup (the kernel
-// resolves altnames) is the whole view the decision needs; otherwise (a
-// VLAN to find or create, a link to refuse naming its lower link) it lists
-// every link once.
-func (d *Driver) resolve(ctx context.Context, n store.Network) (resolution, error) {
-	name := requestedParent(n)
-	if name == "" {
-		name = dummyName(n.ID)
+// parentMoved reports whether a network that comes back with the same
+// configuration must move to another link: its parent option resolves
+// differently on this host now (a per-node option after NICs were renamed,
+// or a candidate that appeared), and the old link is gone or no endpoint
+// of the network is joined in this boot. A network whose containers still
+// run on the old link stays there (logged). A resolution that fails is
+// left to the reuse path, which says what is missing.
+func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (bool, error) {
+	res, err := d.resolve(ctx, want)
+	if err != nil || res.Name == same.Parent {
+		return false, nil
 	}
-	l, err := d.links.Get(ctx, name)
-	switch {
-	case err == nil && !netlinkutil.IsEndpointKind(l.Kind):
-		return resolveParent(n, []netlinkutil.Link{l})
-	case err != nil && !errors.Is(err, netlinkutil.ErrNotFound):
-		return resolution{}, err
+	_, gone := d.links.Get(ctx, same.Parent)
+	if gone != nil && !errors.Is(gone, netlinkutil.ErrNotFound) {
+		return false, gone
 	}
-	links, err := d.links.List(ctx)
-	if err != nil {
-		return resolution{}, err
+	var eps []store.Endpoint
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		eps, err = tx.Endpoints(same.ID)
+		return err
+	}); err != nil {
+		return false, err
 	}
-	return resolveParent(n, links)
+	if keepParent(gone == nil, eps, d.boot) {
+		d.log.Warn("the parent option now resolves to another link on this host, but containers of the network still run on its link: keeping it (docker network rm and create move it)",
+			"network", same.ID, "link", same.Parent, "would_be", res.Name, "why", res.Why)
+		return false, nil
+	}
+	return true, nil
 }
 
 // createNetwork reserves, builds and commits a new network. plan is the
@@ -306,35 +327,6 @@ func (d *Driver) network(id string) (*store.Network, error) {
 		return nil, err
 	}
 	return &n, nil
-}
-
-// AllocateNetwork validates the driver options on the swarm manager
-// (global scope) and answers them, so every node's CreateNetwork receives
-// them: answering nothing would lose the parent.
-func (d *Driver) AllocateNetwork(_ context.Context, req *network.AllocateNetworkRequest) (*network.AllocateNetworkResponse, error) {
-	if req.NetworkID == "" {
-		return nil, invalidf("AllocateNetwork without NetworkID")
-	}
-	o, err := parseOptions(req.Options)
-	if err != nil {
-		return nil, err
-	}
-	return &network.AllocateNetworkResponse{Options: o.Given}, nil
-}
-
-// FreeNetwork is the manager's counterpart of AllocateNetwork; underlay
-// holds nothing for it.
-func (d *Driver) FreeNetwork(_ context.Context, req *network.FreeNetworkRequest) error {
-	if req.NetworkID == "" {
-		return invalidf("FreeNetwork without NetworkID")
-	}
-	return nil
-}
-
-// GetCapabilities answers the configured scope; the links reach beyond the
-// host, so connectivity is global, as for Docker's built-in drivers.
-func (d *Driver) GetCapabilities(context.Context) *network.CapabilitiesResponse {
-	return &network.CapabilitiesResponse{Scope: d.scope, ConnectivityScope: "global"}
 }
 
 func newToken() string {

@@ -136,10 +136,17 @@ func parseOptions(given map[string]string) (netOptions, error) {
 		}
 		o.MTU = mtu
 	}
-	if err := checkParentName(o.Parent); err != nil {
+	if _, err := parseParent(o.Parent); err != nil {
 		return netOptions{}, err
 	}
 	return o, nil
+}
+
+// longVLAN reports whether a name too long for a link is IFACE.VID with a
+// valid IFACE: the resolver explains that the VLAN needs a shorter name.
+func longVLAN(name string) bool {
+	base, _, ok := splitVLAN(name)
+	return ok && len(base) <= netlinkutil.MaxNameLen
 }
 
 func valueOr(v, def string) string {
@@ -154,7 +161,7 @@ func checkParentName(name string) error {
 	switch {
 	case name == "":
 		return nil
-	case len(name) > netlinkutil.MaxNameLen:
+	case len(name) > netlinkutil.MaxNameLen && !longVLAN(name):
 		return invalidf("parent %q is %d bytes long; Linux interface names are at most %d bytes: use the interface's real name", name, len(name), netlinkutil.MaxNameLen)
 	case name == "lo":
 		return invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")

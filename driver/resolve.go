@@ -22,16 +22,34 @@ import (
 type resolution struct {
 	// Name is the kernel name of the parent link.
 	Name string
+	// Why says how a per-node parent option (candidates, auto) chose the
+	// link; empty for a plain name.
+	Why string
 	// Create is the parent link underlay must create, or nil when Name
 	// exists.
 	Create *store.ParentLink
 }
 
-// resolveParent is pure: it decides over one list of the host's links.
-// n carries the requested parent (empty for an internal network), the ID
-// and the MTU.
-func resolveParent(n store.Network, links []netlinkutil.Link) (resolution, error) {
-	asked := requestedParent(n)
+// resolveParent is pure: it decides over one list of the host's links
+// (and its routes, which only parent=auto reads). n carries the requested
+// parent (empty for an internal network), the ID, the MTU and the subnets.
+func resolveParent(n store.Network, links []netlinkutil.Link, routes []netlinkutil.Route) (resolution, error) {
+	spec, err := parseParent(requestedParent(n))
+	if err != nil {
+		return resolution{}, err
+	}
+	asked, why, err := pickParent(n, spec, links, routes)
+	if err != nil {
+		return resolution{}, err
+	}
+	res, err := resolveName(n, asked, links)
+	res.Why = why
+	return res, err
+}
+
+// resolveName resolves one parent name, as the user gave it or as
+// pickParent chose it; "" is an internal network's dummy.
+func resolveName(n store.Network, asked string, links []netlinkutil.Link) (resolution, error) {
 	if asked == "" {
 		name := dummyName(n.ID)
 		if l, ok := findLink(links, name); ok {

@@ -72,7 +72,7 @@ func TestResolveParent(t *testing.T) {
 		{name: "MTU above the base's", n: func() store.Network { n := asking("eth0.40"); n.MTU = 9000; return n }(), err: []string{"mtu 9000", "eth0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := resolveParent(tc.n, hostLinks())
+			got, err := resolveParent(tc.n, hostLinks(), nil)
 			if len(tc.err) > 0 {
 				if err == nil {
 					t.Fatalf("resolved to %+v, want a refusal", got)

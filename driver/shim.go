@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -21,6 +22,11 @@ const shimPrefix = "ulh"
 
 // shimName is the host's link on a network.
 func shimName(networkID string) string { return shimPrefix + idPart(networkID) }
+
+// isShimName reports whether a name has the form of a host link.
+func isShimName(name string) bool {
+	return len(name) == len(shimPrefix)+idChars && strings.HasPrefix(name, shimPrefix)
+}
 
 // parseHostAddress validates host_address against the network's mode and
 // IPv4 pools; "" when it is not given.

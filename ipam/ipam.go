@@ -22,9 +22,6 @@ import (
 	"github.com/underlay-net/underlay/store"
 )
 
-// mainTable is the routing table whose default route names a LAN's gateway.
-const mainTable = 254
-
 // Address spaces underlay answers in GetDefaultAddressSpaces.
 const (
 	LocalSpace  = "underlay-local"
@@ -324,7 +321,7 @@ func (m *IPAM) parentLAN(ctx context.Context, parent string) (netip.Prefix, neti
 		return netip.Prefix{}, netip.Addr{}, err
 	}
 	for _, r := range routes {
-		if r.Default() && r.Table == mainTable && r.LinkIndex == l.Index && r.Gateway.IsValid() && lan.Contains(r.Gateway) {
+		if r.Default() && r.Table == netlinkutil.MainTable && r.LinkIndex == l.Index && r.Gateway.IsValid() && lan.Contains(r.Gateway) {
 			return lan, r.Gateway, nil
 		}
 	}

@@ -27,10 +27,22 @@ type Route struct {
 	Gateway   netip.Addr
 	LinkIndex int
 	Table     int
+	// Priority is the route's metric; the lowest wins.
+	Priority int
 }
+
+// MainTable is the routing table ordinary routes live in (RT_TABLE_MAIN).
+const MainTable = unix.RT_TABLE_MAIN
 
 // Default reports whether the route is a default route.
 func (r Route) Default() bool { return r.Dst.Bits() == 0 }
+
+// Connected reports whether the route is a main-table route straight onto
+// its link (no gateway) to a prefix other than the default: the route of
+// a LAN the link is on.
+func (r Route) Connected() bool {
+	return r.Table == MainTable && !r.Gateway.IsValid() && !r.Default() && r.LinkIndex > 0
+}
 
 // Addrs returns every address of every link, both families.
 func (k *Kernel) Addrs(ctx context.Context) ([]Addr, error) {
@@ -67,7 +79,7 @@ func (k *Kernel) Routes(ctx context.Context) ([]Route, error) {
 			}
 		}
 		gw, _ := netip.AddrFromSlice(r.Gw)
-		out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: r.LinkIndex, Table: r.Table})
+		out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: r.LinkIndex, Table: r.Table, Priority: r.Priority})
 	}
 	return out, nil
 }

@@ -64,7 +64,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	d, err := driver.New(driver.Config{
-		Store: db, Links: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
+		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log),
 	})
