@@ -73,14 +73,15 @@ func decide(want store.Network, same *store.Network, onParent []store.Network) d
 
 // keepParent reports whether a network must stay on its link although
 // its parent option now resolves to another one: the link still exists
-// and an endpoint of the network is joined in this boot (a container runs
-// on it).
+// and an endpoint of the network lives on it: joined in this boot (a
+// container runs) or not joined yet (a container is starting). Endpoints
+// joined in an earlier boot are over.
 func keepParent(linkExists bool, eps []store.Endpoint, boot string) bool {
 	if !linkExists {
 		return false
 	}
 	for _, ep := range eps {
-		if ep.Sandbox != "" && ep.Boot == boot {
+		if ep.Sandbox == "" || ep.Boot == boot {
 			return true
 		}
 	}

@@ -363,7 +363,7 @@ func (d *Driver) EndpointInfo(ctx context.Context, req *network.InfoRequest) (*n
 		return nil, notFound("endpoint", req.EndpointID)
 	}
 	v := map[string]string{"link": ep.Link, "parent": n.Parent, "type": n.Type, "mode": n.Mode}
-	if asked := requestedParent(*n); asked != n.Parent {
+	if asked := requestedParent(*n); asked != "" && asked != n.Parent {
 		v["parent_option"] = asked // the parent as asked; "parent" is the link this host chose
 	}
 	if ep.MAC != "" {

@@ -3,12 +3,15 @@ package driver
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
 )
 
 // Fuzz targets: option parsing, CreateNetwork decoding and validation, and
@@ -98,6 +101,29 @@ func FuzzRoutes(f *testing.F) {
 			if strings.Contains(msg, "internal error") {
 				t.Fatalf("%s panicked on %q: %s", path, body, msg)
 			}
+		}
+	})
+}
+
+// FuzzParseParent: any parent option is parsed without panicking, and
+// whatever parses resolves over a node's links and routes to a link or a
+// refusal of the request (ErrInvalid).
+func FuzzParseParent(f *testing.F) {
+	for _, seed := range []string{"eth0", "eth0.10", "ens3,ens4", "auto", "auto.10", "auto.x", ",", "a,,b", "auto,eth0", "lo.1", "ens3.20,eth0.010"} {
+		f.Add(seed, "198.18.40.0/24")
+	}
+	routes := []netlinkutil.Route{rt("198.18.40.0/24", 2, 0, ""), rt("0.0.0.0/0", 3, 0, "198.18.60.1")}
+	f.Fuzz(func(t *testing.T, parent, subnet string) {
+		if _, err := parseParent(parent); err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("parseParent(%q) = %v, not ErrInvalid", parent, err)
+			}
+			return
+		}
+		n := asking(parent)
+		n.IPv4 = []store.Pool{{Subnet: subnet}}
+		if _, err := resolveParent(n, nodeLinks(), routes); err != nil && !errors.Is(err, ErrInvalid) {
+			t.Fatalf("resolveParent(%q, %q) = %v, not ErrInvalid", parent, subnet, err)
 		}
 	})
 }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net/netip"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -38,34 +35,28 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err != nil {
 		return err
 	}
-	moving := false
+	var res resolution
+	resolved := false
 	if same != nil && same.Pending == nil && sameConfig(want, *same) {
-		if moving, err = d.parentMoved(ctx, want, *same); err != nil {
-			return err
-		}
-	}
-	if same != nil && same.Pending == nil && sameConfig(want, *same) && !moving {
-		unlock, err := d.locks.acquire(ctx, exclusive(parentLock(same.Parent)))
+		r, moving, err := d.parentMoved(ctx, want, *same)
 		if err != nil {
 			return err
 		}
-		defer unlock()
-		log.Info("network exists with the same configuration: reusing it", "link", same.Parent)
-		if err := d.ensureParent(ctx, *same); err != nil {
-			return err
+		if !moving {
+			unlock, err := d.locks.acquire(ctx, exclusive(parentLock(same.Parent)))
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			log.Info("network exists with the same configuration: reusing it", "link", same.Parent)
+			return d.reuse(ctx, *same)
 		}
-		var routes []netip.Addr
-		if err := d.store.View(func(tx *store.Tx) (err error) {
-			routes, err = d.joinedRoutes(tx, same.ID)
-			return err
-		}); err != nil {
-			return err
-		}
-		return d.ensureShim(ctx, *same, routes)
+		res, resolved = r, true
 	}
-	res, err := d.resolve(ctx, want)
-	if err != nil {
-		return err
+	if !resolved {
+		if res, err = d.resolve(ctx, want); err != nil {
+			return err
+		}
 	}
 	want.Parent = res.Name
 	if res.Why != "" {
@@ -90,11 +81,21 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	}
 	dec := decide(want, same, onParent)
 	log.Debug("create network decision", "link", want.Parent, "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))
+	if dec.Verdict == move && len(dec.Conflicts) > 0 {
+		// A move the new link's rules refuse must not cost the network
+		// its working copy: rule out stale holders before anything goes.
+		release, err := d.clearStaleHolders(ctx, want, asked, dec.Conflicts)
+		defer release()
+		if err != nil {
+			return d.stayPut(ctx, *same, want.Parent, err)
+		}
+		dec.Conflicts = nil
+	}
 	switch dec.Verdict {
-	case reuse: // sameConfig above already answered this; a pending same is not reused
+	case reuse: // the reuse path above answered this; a pending same is not reused
 	case replace, move:
 		if dec.Verdict == move {
-			log.Info("the parent option now resolves to another link on this host: moving the network there (its old endpoints are gone)",
+			log.Info("the parent option now resolves to another link on this host: moving the network there (its endpoints' links of earlier sandboxes go with the old copy)",
 				"old_link", same.Parent, "link", want.Parent, "why", res.Why)
 		} else {
 			log.Warn("replacing stale duplicate of network (same ID, other configuration)",
@@ -126,37 +127,6 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		}
 	}
 	return d.createNetwork(ctx, want, res.Create, refs)
-}
-
-// parentMoved reports whether a network that comes back with the same
-// configuration must move to another link: its parent option resolves
-// differently on this host now (a per-node option after NICs were renamed,
-// or a candidate that appeared), and the old link is gone or no endpoint
-// of the network is joined in this boot. A network whose containers still
-// run on the old link stays there (logged). A resolution that fails is
-// left to the reuse path, which says what is missing.
-func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (bool, error) {
-	res, err := d.resolve(ctx, want)
-	if err != nil || res.Name == same.Parent {
-		return false, nil
-	}
-	_, gone := d.links.Get(ctx, same.Parent)
-	if gone != nil && !errors.Is(gone, netlinkutil.ErrNotFound) {
-		return false, gone
-	}
-	var eps []store.Endpoint
-	if err := d.store.View(func(tx *store.Tx) (err error) {
-		eps, err = tx.Endpoints(same.ID)
-		return err
-	}); err != nil {
-		return false, err
-	}
-	if keepParent(gone == nil, eps, d.boot) {
-		d.log.Warn("the parent option now resolves to another link on this host, but containers of the network still run on its link: keeping it (docker network rm and create move it)",
-			"network", same.ID, "link", same.Parent, "would_be", res.Name, "why", res.Why)
-		return false, nil
-	}
-	return true, nil
 }
 
 // createNetwork reserves, builds and commits a new network. plan is the

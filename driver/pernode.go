@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +31,9 @@ import (
 
 // autoParent is the parent option's keyword for "pick by routes".
 const autoParent = "auto"
+
+// maxCandidates bounds a candidate list (the manager parses it too).
+const maxCandidates = 32
 
 // parentSpec is a parsed parent option.
 type parentSpec struct {
@@ -61,15 +63,20 @@ func parseParent(v string) (parentSpec, error) {
 		return parentSpec{Auto: true, VLAN: vid}, nil
 	}
 	names := strings.Split(v, ",")
-	for i, name := range names {
+	if len(names) > maxCandidates {
+		return parentSpec{}, invalidf("parent lists %d candidates, more than %d: list the interface names your hosts really use, or use parent=auto", len(names), maxCandidates)
+	}
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
 		switch {
 		case name == "":
 			return parentSpec{}, invalidf("parent %q has an empty candidate: list interface names separated by commas, without spaces (parent=eth0,ens3)", v)
 		case len(names) > 1 && (name == autoParent || strings.HasPrefix(name, autoParent+".")):
 			return parentSpec{}, invalidf("parent %q: %s cannot be one of several candidates: use parent=%s alone, or list interface names", v, name, name)
-		case slices.Contains(names[:i], name):
+		case seen[name]:
 			return parentSpec{}, invalidf("parent %q lists %s twice: list each candidate once", v, name)
 		}
+		seen[name] = true
 		if err := checkParentName(name); err != nil {
 			return parentSpec{}, err
 		}
@@ -231,12 +238,13 @@ func linkNames(ls []netlinkutil.Link) string {
 	return strings.Join(names, ", ")
 }
 
-// hostLinkNames names the host's links a user could list as candidates:
-// not loopback, not the links underlay makes.
+// hostLinkNames names the host's links a user could list as candidates
+// (not loopback, not the links underlay or Docker make), at most
+// maxNamedLinks of them.
 func hostLinkNames(links []netlinkutil.Link) string {
 	var ls []netlinkutil.Link
 	for _, l := range links {
-		if l.Name == "lo" || isDummyName(l.Name) || isShimName(l.Name) || isEndpointLinkName(l.Name) {
+		if l.Name == "lo" || isDummyName(l.Name) || isShimName(l.Name) || isEndpointLinkName(l.Name) || isDockerLink(l) {
 			continue
 		}
 		ls = append(ls, l)
@@ -244,7 +252,19 @@ func hostLinkNames(links []netlinkutil.Link) string {
 	if len(ls) == 0 {
 		return "none"
 	}
-	return linkNames(ls)
+	names := strings.Split(linkNames(ls), ", ")
+	if len(names) > maxNamedLinks {
+		return strings.Join(names[:maxNamedLinks], ", ") + fmt.Sprintf(" and %d more", len(names)-maxNamedLinks)
+	}
+	return strings.Join(names, ", ")
+}
+
+const maxNamedLinks = 20
+
+// isDockerLink reports links Docker makes: its bridges and the host ends
+// of its containers' veths.
+func isDockerLink(l netlinkutil.Link) bool {
+	return (l.Kind == netlinkutil.KindBridge && isDockerBridge(l.Name)) || (l.Kind == "veth" && strings.HasPrefix(l.Name, "veth"))
 }
 
 // firstIPv4Subnet is the network's first IPv4 subnet, if it has one.

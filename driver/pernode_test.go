@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/docker/go-plugins-helpers/network"
 	"net/netip"
 	"reflect"
@@ -39,6 +40,7 @@ func TestParseParent(t *testing.T) {
 		{in: "eth0,lo", err: []string{"loopback"}},
 		{in: "eth0,a b", err: []string{`"a b" is not a valid interface name`}},
 		{in: "eth0,abcdefghijklmnopq", err: []string{"at most 15 bytes"}},
+		{in: strings.Repeat("e,", 32) + "e", err: []string{"33 candidates, more than 32"}},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := parseParent(tc.in)
@@ -116,7 +118,7 @@ func TestPerNodeResolution(t *testing.T) {
 			create: &store.ParentLink{Name: "ens3.10", Kind: kindVLAN, Base: "ens3", VLAN: 10}},
 		{name: "VLAN candidate finds the existing VLAN", n: asking("eth0.20,ens3.20"), want: "ens3.20"},
 		{name: "no candidate exists", n: asking("eth0,enp0s31f6"),
-			err: []string{"none of the parent candidates eth0, enp0s31f6 exists on this host", "docker0, ens3, ens3.20, ens4, shim0", "-o parent=eth0,enp0s31f6,IFACE"}},
+			err: []string{"none of the parent candidates eth0, enp0s31f6 exists on this host", "(its interfaces: ens3, ens3.20, ens4, shim0)", "-o parent=eth0,enp0s31f6,IFACE"}},
 		{name: "the chosen candidate is still checked", n: asking("eth0,shim0,ens3"), err: []string{"shim0 is a macvlan link on ens3"}},
 		{name: "auto: connected route of the subnet", n: withSubnet("auto", "198.18.60.0/24"), routes: lanRoutes, want: "ens4",
 			why: "connected route 198.18.60.0/24 holds the subnet 198.18.60.0/24"},
@@ -149,6 +151,13 @@ func TestPerNodeResolution(t *testing.T) {
 			routes: []netlinkutil.Route{rt("198.18.20.0/24", 5, 0, "")}, want: "ens3.30",
 			create: &store.ParentLink{Name: "ens3.30", Kind: kindVLAN, Base: "ens3", VLAN: 30}},
 		{name: "auto.VID: an existing VLAN of that ID is used", n: withSubnet("auto.20", "198.18.90.0/24"), routes: lanRoutes, want: "ens3.20"},
+		{name: "auto: a WireGuard default route is refused naming the choice", n: withSubnet("auto", "198.18.99.0/24"),
+			links:  append(nodeLinks(), netlinkutil.Link{Name: "wg0", Index: 9, Kind: "wireguard", Encap: "none", MTU: 1420}),
+			routes: []netlinkutil.Route{rt("0.0.0.0/0", 9, 0, "")},
+			err:    []string{"parent=auto chose wg0", "default route uses it", "wg0 is not an Ethernet link", "type none"}},
+		{name: "candidates: Docker's links are not offered", n: asking("eth9,eth8"),
+			links: append(nodeLinks(), netlinkutil.Link{Name: "veth1a2b3c", Index: 10, Kind: "veth"}, netlinkutil.Link{Name: "br-0123456789ab", Index: 11, Kind: "bridge"}),
+			err:   []string{"(its interfaces: ens3, ens3.20, ens4, shim0)"}},
 		{name: "auto: a Docker bridge is refused as usual", n: withSubnet("auto", "198.18.99.0/24"),
 			routes: []netlinkutil.Route{rt("198.18.99.0/24", 6, 0, "")}, err: []string{"docker0 is a bridge Docker manages"}},
 	} {
@@ -175,6 +184,32 @@ func TestPerNodeResolution(t *testing.T) {
 	}
 }
 
+func TestHostLinkNamesAreCapped(t *testing.T) {
+	var links []netlinkutil.Link
+	for i := 0; i < 25; i++ {
+		links = append(links, netlinkutil.Link{Name: fmt.Sprintf("nic%02d", i), Index: i + 1, Kind: "device"})
+	}
+	got := hostLinkNames(links)
+	if !strings.HasPrefix(got, "nic00, nic01") || !strings.HasSuffix(got, "nic19 and 5 more") {
+		t.Errorf("hostLinkNames = %q, want 20 names and \"and 5 more\"", got)
+	}
+}
+
+// An internal network's endpoint reports no parent_option: it has none.
+func TestEndpointInfoOfInternalNetwork(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, internal: true})
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	f.mustEndpoint(netA, ep1, "198.18.1.10/24")
+	info, err := f.d.EndpointInfo(context.Background(), &network.InfoRequest{NetworkID: netA, EndpointID: ep1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := info.Value["parent_option"]; ok || info.Value["parent"] != dummyName(netA) {
+		t.Errorf("EndpointInfo = %v: want the dummy as parent and no parent_option (got %q)", info.Value, v)
+	}
+}
+
 func TestKeepParent(t *testing.T) {
 	joined := store.Endpoint{ID: "e1", Sandbox: "/var/run/docker/netns/x", Boot: "boot-1"}
 	oldBoot := store.Endpoint{ID: "e2", Sandbox: "/var/run/docker/netns/y", Boot: "boot-0"}
@@ -187,8 +222,9 @@ func TestKeepParent(t *testing.T) {
 	}{
 		{name: "old link gone", exists: false, eps: []store.Endpoint{joined}, want: false},
 		{name: "no endpoints", exists: true, want: false},
-		{name: "endpoints not joined", exists: true, eps: []store.Endpoint{idle}, want: false},
+		{name: "an endpoint not joined yet (a container starting)", exists: true, eps: []store.Endpoint{idle}, want: true},
 		{name: "joined in an earlier boot", exists: true, eps: []store.Endpoint{oldBoot}, want: false},
+		{name: "only endpoints of an earlier boot", exists: true, eps: []store.Endpoint{oldBoot, oldBoot}, want: false},
 		{name: "a container runs on it", exists: true, eps: []store.Endpoint{idle, joined}, want: true},
 	} {
 		if got := keepParent(tc.exists, tc.eps, "boot-1"); got != tc.want {
@@ -245,8 +281,17 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 	if f.k.Parent(link) != "eth0" {
 		t.Fatalf("endpoint link %s now on %q", link, f.k.Parent(link))
 	}
-	// Once it left, the network moves to the first candidate.
+	// Left but not deleted, the endpoint still lives on eth0 (Docker
+	// may join it again): the network stays.
 	if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
+		t.Fatal(err)
+	}
+	f.mustCreate(netReq{id: netA, opts: map[string]string{OptParent: "lana,eth0"}})
+	if n, _ := f.record(netA); n.Parent != "eth0" {
+		t.Fatalf("with an endpoint not joined the network moved to %s", n.Parent)
+	}
+	// Once it is gone, the network moves to the first candidate.
+	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
 		t.Fatal(err)
 	}
 	f.mustCreate(netReq{id: netA, opts: map[string]string{OptParent: "lana,eth0"}})
@@ -279,9 +324,45 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 	f.docker.setLive(netC)
 	f.k.Remove("eth0")
 	err = f.create(netReq{id: netD4, opts: map[string]string{OptParent: "eth0,lanc"}, v4: []string{"198.18.3.0/24,198.18.3.1/24"}})
-	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), short(netC)) {
-		t.Fatalf("moving onto a link with an overlapping network: %v; want a conflict naming %s", err, short(netC))
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), short(netC)) || !strings.Contains(err.Error(), "nor move to lanc") {
+		t.Fatalf("moving onto a link with an overlapping network: %v; want a conflict naming %s and the move", err, short(netC))
 	}
+	if n, ok := f.record(netD4); !ok || n.Parent != "eth0" {
+		t.Fatalf("the refused move lost the record of network D (%v, on %q)", ok, n.Parent)
+	}
+}
+
+// A move the new link refuses leaves a network whose old link still
+// works where it was, and says nothing to Docker but success.
+func TestRefusedMoveKeepsTheNetwork(t *testing.T) {
+	f := newFixture(t)
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	x := netReq{id: netA, opts: map[string]string{OptParent: "lanq,eth1"}, v4: []string{"198.18.5.0/24,198.18.5.1/24"}}
+	f.mustCreate(x)
+	f.k.AddHostLink("lanq", "device", 1500)
+	f.mustCreate(netReq{id: netB, opts: map[string]string{OptParent: "lanq"}, v4: []string{"198.18.5.0/25,198.18.5.1/25"}})
+	f.docker.setLive(netA, netB)
+	f.mustCreate(x) // lanq is its first candidate now, but B overlaps there
+	if n, _ := f.record(netA); n.Parent != "eth1" {
+		t.Fatalf("network A on %s, want it kept on eth1", n.Parent)
+	}
+	link := f.mustEndpoint(netA, ep1, "198.18.5.10/24")
+	if f.k.Parent(link) != "eth1" {
+		t.Fatalf("endpoint of A on %s, want eth1", f.k.Parent(link))
+	}
+	// B goes stale (Docker no longer knows it): the next create moves A.
+	if err := f.d.Leave(context.Background(), &network.LeaveRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.DeleteEndpoint(context.Background(), &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
+		t.Fatal(err)
+	}
+	f.docker.setLive(netA)
+	f.mustCreate(x)
+	if n, _ := f.record(netA); n.Parent != "lanq" {
+		t.Fatalf("network A on %s once B was stale, want lanq", n.Parent)
+	}
+	f.wantNetworks(netA)
 }
 
 func TestAutoParentThroughTheDriver(t *testing.T) {
@@ -305,5 +386,30 @@ func TestAutoParentThroughTheDriver(t *testing.T) {
 	f.d.routes = nil
 	if err := f.create(netReq{id: netB, opts: map[string]string{OptParent: "auto"}, v4: []string{"198.18.2.0/24,198.18.2.1/24"}}); err == nil || !strings.Contains(err.Error(), "-o parent=IFACE") {
 		t.Errorf("auto without routes: %v", err)
+	}
+}
+
+// A move takes the host link along and deletes the owned VLAN it leaves.
+func TestMoveTakesTheHostLinkAndReleasesTheOwnedVLAN(t *testing.T) {
+	f := newFixture(t)
+	r := withHost(netA, "lanh.10,eth0.10", "198.18.1.5")
+	f.mustCreate(r)
+	shim := shimName(netA)
+	if f.k.Parent(shim) != "eth0.10" {
+		t.Fatalf("host link on %q, want eth0.10", f.k.Parent(shim))
+	}
+	f.k.AddHostLink("lanh", "device", 1500)
+	f.mustCreate(r)
+	if n, _ := f.record(netA); n.Parent != "lanh.10" {
+		t.Fatalf("network on %s, want lanh.10", n.Parent)
+	}
+	if f.k.Parent(shim) != "lanh.10" {
+		t.Errorf("host link on %q after the move, want lanh.10", f.k.Parent(shim))
+	}
+	if _, ok := f.k.Link("eth0.10"); ok {
+		t.Errorf("the VLAN eth0.10 underlay created is left behind with nothing on it")
+	}
+	if l, ok := f.k.Link("lanh.10"); !ok || l.Alias != f.d.mark {
+		t.Errorf("lanh.10 = %+v, %v: want a VLAN carrying underlay's mark", l, ok)
 	}
 }

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -43,6 +44,9 @@ func resolveParent(n store.Network, links []netlinkutil.Link, routes []netlinkut
 		return resolution{}, err
 	}
 	res, err := resolveName(n, asked, links)
+	if err != nil && why != "" {
+		return resolution{}, fmt.Errorf("parent=%s chose %s on this host (%s), but: %w", requestedParent(n), asked, why, err)
+	}
 	res.Why = why
 	return res, err
 }
@@ -170,6 +174,8 @@ func checkParentLink(l netlinkutil.Link, n store.Network, links []netlinkutil.Li
 		return invalidf("parent %s is a %s link on %s: the kernel puts links made on it onto %s, beside the networks there: use -o parent=%s", l.Name, l.Kind, lower, lower, lower)
 	case isDummyName(l.Name) && l.Name != dummyName(n.ID):
 		return invalidf("parent %s is the dummy link of another internal network: omit -o parent to get an internal network of its own", l.Name)
+	case !l.Ethernet():
+		return invalidf("parent %s is not an Ethernet link (the kernel calls its type %s, a %s link): macvlan and ipvlan links need an Ethernet parent, such as a NIC, a VLAN of one or a bridge", l.Name, l.Encap, l.Kind)
 	case l.Kind == netlinkutil.KindBridge && isDockerBridge(l.Name):
 		return invalidf("parent %s is a bridge Docker manages: macvlan and ipvlan networks need a host uplink interface (for example eth0) as parent", l.Name)
 	}

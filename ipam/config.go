@@ -120,6 +120,9 @@ func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bo
 		if v == "" {
 			return r, invalidf("--ipam-opt parent= names no interface: give the interface whose LAN the network is on (parent=eth0), or drop it")
 		}
+		if strings.Contains(v, ",") || v == "auto" || strings.HasPrefix(v, "auto.") {
+			return r, invalidf("--ipam-opt parent=%s: the IPAM's parent names one interface of this host (parent=eth0); candidate lists and auto are for the driver's -o parent: give --subnet, or one interface", v)
+		}
 		r.Parent = v
 	}
 	if r.Range.IsValid() && !r.Pool.IsValid() && r.Parent == "" {

@@ -388,6 +388,8 @@ func TestParentPool(t *testing.T) {
 		{name: "range inside the LAN", host: host(), parent: "eth0", sub: "192.168.1.128/25", pool: "192.168.1.0/24", gateway: "192.168.1.1"},
 		{name: "range outside the LAN", host: host(), parent: "eth0", sub: "192.168.2.0/25", err: pluginapi.ErrInvalid, words: []string{"192.168.2.0/25", "192.168.1.0/24"}},
 		{name: "range wider than the LAN", host: newHost().addr(2, "10.0.0.10/24"), parent: "eth0", sub: "10.0.0.0/16", err: pluginapi.ErrInvalid, words: []string{"10.0.0.0/16", "10.0.0.0/24"}},
+		{name: "a candidate list is the driver's", host: host(), parent: "eth0,ens3", err: pluginapi.ErrInvalid, words: []string{"parent=eth0,ens3", "one interface", "-o parent"}},
+		{name: "auto is the driver's", host: host(), parent: "auto.10", err: pluginapi.ErrInvalid, words: []string{"parent=auto.10", "one interface"}},
 		{name: "no such interface", host: host(), parent: "nope0", err: pluginapi.ErrInvalid, words: []string{"parent=nope0", "no such interface"}},
 		{name: "no IPv4 address", host: newHost().addr(2, "2001:db8::1/64"), parent: "eth0", err: pluginapi.ErrInvalid, words: []string{"eth0", "no IPv4 address", "--subnet"}},
 		{name: "only a /32", host: newHost().addr(2, "192.168.1.10/32"), parent: "eth0", err: pluginapi.ErrInvalid, words: []string{"no IPv4 address"}},

@@ -79,7 +79,15 @@ func (k *Kernel) Routes(ctx context.Context) ([]Route, error) {
 			}
 		}
 		gw, _ := netip.AddrFromSlice(r.Gw)
-		out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: r.LinkIndex, Table: r.Table, Priority: r.Priority})
+		if len(r.MultiPath) == 0 {
+			out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: r.LinkIndex, Table: r.Table, Priority: r.Priority})
+			continue
+		}
+		// A multipath (ECMP) route: one route per next hop, each on its link.
+		for _, nh := range r.MultiPath {
+			gw, _ := netip.AddrFromSlice(nh.Gw)
+			out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: nh.LinkIndex, Table: r.Table, Priority: r.Priority})
+		}
 	}
 	return out, nil
 }

@@ -51,7 +51,15 @@ type Link struct {
 	Alias string
 	// AltNames are the link's alternative names (`ip link property add`).
 	AltNames []string
+	// Encap is the link's hardware type as the kernel names it: "ether"
+	// for Ethernet, "none" (WireGuard, tun), "ppp", "ipip", "loopback"...
+	// Empty when unknown.
+	Encap string
 }
+
+// Ethernet reports whether the link carries Ethernet frames, which
+// macvlan and ipvlan links need below them. An unknown type counts.
+func (l Link) Ethernet() bool { return l.Encap == "" || l.Encap == "ether" }
 
 // HasName reports whether name is the link's name or one of its altnames.
 func (l Link) HasName(name string) bool {
@@ -195,7 +203,7 @@ const dumpAttempts = 100
 func convert(l netlink.Link) Link {
 	a := l.Attrs()
 	out := Link{Name: a.Name, Index: a.Index, Kind: l.Type(), ParentIndex: a.ParentIndex, MTU: a.MTU,
-		Alias: a.Alias, AltNames: a.AltNames}
+		Alias: a.Alias, AltNames: a.AltNames, Encap: a.EncapType}
 	if a.HardwareAddr != nil {
 		out.MAC = a.HardwareAddr.String()
 	}

@@ -1,0 +1,80 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// A network that comes back (the same ID and options: a swarm node
+// re-creating it, Docker replaying a create) on a host where its parent
+// option now resolves to another link moves there, unless something of it
+// still lives on the old link; a move the new link refuses leaves it where
+// it was.
+
+// parentMoved reports whether a network that comes back with the same
+// configuration must move to another link, and the resolution it moves
+// to: its parent option resolves to another link on this host now (a
+// per-node option after NICs were renamed, a candidate that appeared, a
+// VLAN of the user's that went), and the old link is gone or nothing of
+// the network lives on it (keepParent). A resolution that fails is left
+// to the reuse path, which says what is missing.
+func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (resolution, bool, error) {
+	res, err := d.resolve(ctx, want)
+	if err != nil || res.Name == same.Parent {
+		return res, false, nil
+	}
+	old, gone := d.links.Get(ctx, same.Parent)
+	switch {
+	case gone == nil && old.Name == res.Name:
+		return res, false, nil // the old name is another name of that link
+	case gone != nil && !errors.Is(gone, netlinkutil.ErrNotFound):
+		return res, false, gone
+	}
+	var eps []store.Endpoint
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		eps, err = tx.Endpoints(same.ID)
+		return err
+	}); err != nil {
+		return res, false, err
+	}
+	if keepParent(gone == nil, eps, d.boot) {
+		d.log.Warn("the parent option now resolves to another link on this host, but endpoints of the network live on its link: keeping it (docker network rm and create move it)",
+			"network", same.ID, "link", same.Parent, "would_be", res.Name, "why", res.Why)
+		return res, false, nil
+	}
+	return res, true, nil
+}
+
+// reuse makes a stored network whole again: its parent link and host link.
+// The caller holds the network's and the parent's locks.
+func (d *Driver) reuse(ctx context.Context, n store.Network) error {
+	if err := d.ensureParent(ctx, n); err != nil {
+		return err
+	}
+	var routes []netip.Addr
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		routes, err = d.joinedRoutes(tx, n.ID)
+		return err
+	}); err != nil {
+		return err
+	}
+	return d.ensureShim(ctx, n, routes)
+}
+
+// stayPut answers a move the new link refused: the network stays on its
+// old link if that can still carry it (logged), otherwise the refusal
+// stands, saying the network was moving. The caller holds the network's
+// and both parents' locks.
+func (d *Driver) stayPut(ctx context.Context, same store.Network, to string, refusal error) error {
+	if err := d.reuse(ctx, same); err != nil {
+		return fmt.Errorf("network %s cannot stay on its link %s (%v), nor move to %s, its parent option's choice on this host now: %w", short(same.ID), same.Parent, err, to, refusal)
+	}
+	d.log.Warn("the parent option now resolves to another link, which refuses the network: keeping it on its link",
+		"network", same.ID, "link", same.Parent, "would_be", to, "refusal", refusal.Error())
+	return nil
+}
