@@ -1,0 +1,236 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/underlay-net/underlay/doctor"
+	"github.com/underlay-net/underlay/driver"
+)
+
+// The commands (fixed: monitoring and scripts call them like this):
+//
+//	underlay ls     [--socket PATH] [--docker-host unix://PATH] [--json]
+//	underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
+
+// Exit codes of doctor.
+const (
+	ExitHealthy  = 0
+	ExitFindings = 1
+	ExitCannot   = 2
+)
+
+type options struct {
+	socket, dockerHost string
+	json, repair       bool
+	stdout, stderr     io.Writer
+	pluginGlob         string
+}
+
+func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (options, error) {
+	o := options{stdout: stdout, stderr: stderr, pluginGlob: PluginSockets}
+	fs := flag.NewFlagSet("underlay "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.socket, "socket", "", "the daemon's socket (default "+DefaultSocket+", else the one managed plugin's "+PluginSockets+")")
+	def := os.Getenv("DOCKER_HOST")
+	if def == "" {
+		def = "unix:///var/run/docker.sock"
+	}
+	fs.StringVar(&o.dockerHost, "docker-host", def, "Docker API for network names and stale checks (env DOCKER_HOST)")
+	fs.BoolVar(&o.json, "json", false, "print one JSON document")
+	if repair {
+		fs.BoolVar(&o.repair, "repair", false, "fix what is safe to fix, printing each action")
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q: underlay %s takes only flags", fs.Arg(0), name)
+	}
+	return o, nil
+}
+
+// RunLs runs `underlay ls` and returns its exit code.
+func RunLs(args []string, stdout, stderr io.Writer) int {
+	o, err := parse("ls", args, false, stdout, stderr)
+	if err != nil {
+		return usageCode(err, stderr)
+	}
+	ctx := context.Background()
+	c, err := o.client()
+	if err != nil {
+		fmt.Fprintln(stderr, "underlay ls:", err)
+		return ExitCannot
+	}
+	st, err := c.State(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "underlay ls:", err)
+		return ExitCannot
+	}
+	dk := askDocker(ctx, o.dockerHost, st)
+	doc := listing(st, dk)
+	if o.json {
+		return writeJSON(stdout, stderr, doc)
+	}
+	printListing(stdout, doc)
+	if dk.err != "" {
+		fmt.Fprintln(stderr, "warning: Docker could not be asked, names are missing:", dk.err)
+	}
+	return 0
+}
+
+// RunDoctor runs `underlay doctor` and returns its exit code.
+func RunDoctor(args []string, stdout, stderr io.Writer) int {
+	o, err := parse("doctor", args, true, stdout, stderr)
+	if err != nil {
+		return usageCode(err, stderr)
+	}
+	ctx := context.Background()
+	c, err := o.client()
+	if err != nil {
+		fmt.Fprintln(stderr, "underlay doctor:", err)
+		return ExitCannot
+	}
+	report := Report{Findings: []doctor.Finding{}, Warnings: []string{}, Repairs: []RepairResult{}}
+	// A repair can uncover the next finding (a stale network's pool is
+	// unused once the network is gone): check again after repairing, a
+	// few rounds at most.
+	for round := 0; ; round++ {
+		st, err := c.State(ctx)
+		if err != nil {
+			fmt.Fprintln(stderr, "underlay doctor:", err)
+			return ExitCannot
+		}
+		findings, warnings := doctor.Check(st.Input(askDocker(ctx, o.dockerHost, st).view))
+		report.Findings, report.Warnings = findings, warnings
+		if !o.repair || round == 3 || !repairable(findings) {
+			break
+		}
+		for _, f := range findings {
+			if f.Action == nil {
+				continue
+			}
+			r := RepairResult{Kind: f.Kind, Subject: f.Subject, Action: *f.Action}
+			if r.Result, err = c.Repair(ctx, *f.Action); err != nil {
+				r.Error = err.Error()
+			}
+			report.Repairs = append(report.Repairs, r)
+			if !o.json {
+				printRepair(stdout, r)
+			}
+		}
+	}
+	report.Remaining = len(report.Findings)
+	if o.json {
+		writeJSON(stdout, stderr, report)
+	} else {
+		printReport(stdout, stderr, report, o.repair)
+	}
+	if report.Remaining > 0 {
+		return ExitFindings
+	}
+	return ExitHealthy
+}
+
+// Report is doctor's JSON document.
+type Report struct {
+	// Findings are what is wrong (after the repairs, with --repair).
+	Findings []doctor.Finding `json:"findings"`
+	// Warnings are checks that could not run (Docker unreachable).
+	Warnings []string `json:"warnings"`
+	// Repairs are the actions --repair took, in order.
+	Repairs []RepairResult `json:"repairs"`
+	// Remaining is len(Findings): 0 means healthy (exit 0).
+	Remaining int `json:"remaining"`
+}
+
+// RepairResult is one repair and what came of it.
+type RepairResult struct {
+	Kind    string        `json:"kind"`
+	Subject string        `json:"subject"`
+	Action  doctor.Action `json:"action"`
+	Result  string        `json:"result,omitempty"`
+	Error   string        `json:"error,omitempty"`
+}
+
+func repairable(fs []doctor.Finding) bool {
+	for _, f := range fs {
+		if f.Action != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (o options) client() (*Client, error) {
+	socket, err := FindSocket(o.socket, DefaultSocket, o.pluginGlob)
+	if err != nil {
+		return nil, err
+	}
+	return NewClient(socket), nil
+}
+
+func usageCode(err error, stderr io.Writer) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "underlay:", err)
+	return ExitCannot
+}
+
+func writeJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintln(stderr, "underlay:", err)
+		return ExitCannot
+	}
+	return 0
+}
+
+// dockerView is what Docker said, for ls (names) and doctor (view).
+type dockerView struct {
+	names map[string]string
+	view  *doctor.Docker
+	err   string
+}
+
+// askDocker lists Docker's networks once and confirms each network of
+// underlay's that the list lacks with Docker's own 404 (the stale rule of
+// CreateNetwork).
+func askDocker(ctx context.Context, host string, st State) dockerView {
+	api, err := driver.NewDockerAPI(host, 5*time.Second)
+	if err != nil {
+		return dockerView{err: err.Error()}
+	}
+	nets, err := api.Networks(ctx)
+	if err != nil {
+		return dockerView{err: err.Error()}
+	}
+	dv := dockerView{names: map[string]string{}, view: &doctor.Docker{Subnets: map[string]bool{}, Missing: map[string]bool{}, Unsure: map[string]string{}}}
+	for _, n := range nets {
+		dv.names[n.ID] = n.Name
+		for _, s := range n.Subnets {
+			dv.view.Subnets[s] = true
+		}
+	}
+	for _, n := range st.Networks {
+		if _, ok := dv.names[n.ID]; ok {
+			continue
+		}
+		exists, err := api.NetworkExists(ctx, n.ID)
+		switch {
+		case err != nil:
+			dv.view.Unsure[n.ID] = err.Error()
+		case !exists:
+			dv.view.Missing[n.ID] = true
+		}
+	}
+	return dv
+}

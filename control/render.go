@@ -1,0 +1,234 @@
+package control
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/underlay-net/underlay/store"
+)
+
+// Listing is `underlay ls --json`: one object, fields as documented in
+// README.md (Operating underlay).
+type Listing struct {
+	// Version is the daemon's version.
+	Version string `json:"version"`
+	// Docker says whether Docker could be asked (names are empty if not).
+	Docker      DockerStatus   `json:"docker"`
+	Networks    []NetworkEntry `json:"networks"`
+	ParentLinks []ParentEntry  `json:"parent_links"`
+	Pools       []PoolEntry    `json:"pools"`
+}
+
+// DockerStatus says whether Docker answered.
+type DockerStatus struct {
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
+}
+
+// NetworkEntry is one network.
+type NetworkEntry struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+	Type string `json:"type"`
+	Mode string `json:"mode"`
+	Flag string `json:"flag,omitempty"`
+	// Parent is the parent option as asked; Link the link it resolved to.
+	Parent      string          `json:"parent"`
+	Link        string          `json:"link"`
+	Subnets     []string        `json:"subnets"`
+	MTU         int             `json:"mtu,omitempty"`
+	Internal    bool            `json:"internal"`
+	HostAddress string          `json:"host_address,omitempty"`
+	Created     time.Time       `json:"created,omitzero"`
+	PendingTill time.Time       `json:"pending_until,omitzero"`
+	Endpoints   []EndpointEntry `json:"endpoints"`
+}
+
+// EndpointEntry is one endpoint of a network.
+type EndpointEntry struct {
+	ID     string `json:"id"`
+	Link   string `json:"link"`
+	MAC    string `json:"mac,omitempty"`
+	IPv4   string `json:"ipv4,omitempty"`
+	IPv6   string `json:"ipv6,omitempty"`
+	Joined bool   `json:"joined"`
+}
+
+// ParentEntry is a parent link underlay created and the networks on it.
+type ParentEntry struct {
+	Name     string   `json:"name"`
+	Kind     string   `json:"kind"`
+	Base     string   `json:"base,omitempty"`
+	VLAN     int      `json:"vlan,omitempty"`
+	Present  bool     `json:"present"`
+	Networks []string `json:"networks"`
+}
+
+// PoolEntry is a pool of underlay's IPAM.
+type PoolEntry struct {
+	ID           string    `json:"id"`
+	Space        string    `json:"space"`
+	Prefix       string    `json:"prefix"`
+	Range        string    `json:"range,omitempty"`
+	Parent       string    `json:"parent,omitempty"`
+	Gateway      string    `json:"gateway,omitempty"`
+	Auto         bool      `json:"auto"`
+	ReservedTill time.Time `json:"reserved_until,omitzero"`
+	Created      time.Time `json:"created,omitzero"`
+	Addresses    []string  `json:"addresses"`
+}
+
+func listing(st State, dk dockerView) Listing {
+	l := Listing{Version: st.Version, Docker: DockerStatus{Reachable: dk.err == "", Error: dk.err},
+		Networks: []NetworkEntry{}, ParentLinks: []ParentEntry{}, Pools: []PoolEntry{}}
+	eps := map[string][]EndpointEntry{}
+	for _, ep := range st.Endpoints {
+		eps[ep.NetworkID] = append(eps[ep.NetworkID], EndpointEntry{ID: ep.ID, Link: ep.Link, MAC: ep.MAC, IPv4: ep.IPv4, IPv6: ep.IPv6,
+			Joined: ep.Sandbox != "" && ep.Boot == st.Boot})
+	}
+	on := map[string][]string{}
+	for _, n := range st.Networks {
+		e := NetworkEntry{ID: n.ID, Name: dk.names[n.ID], Type: n.Type, Mode: n.Mode, Flag: n.Flag, Parent: n.Options["parent"], Link: n.Parent,
+			MTU: n.MTU, Internal: n.Internal, HostAddress: n.HostAddress, Created: n.Created, Subnets: []string{}, Endpoints: eps[n.ID]}
+		for _, p := range append(append([]store.Pool{}, n.IPv4...), n.IPv6...) {
+			e.Subnets = append(e.Subnets, p.Subnet)
+		}
+		if n.Pending != nil {
+			e.PendingTill = n.Pending.Deadline
+		}
+		if e.Endpoints == nil {
+			e.Endpoints = []EndpointEntry{}
+		}
+		l.Networks = append(l.Networks, e)
+		on[n.Parent] = append(on[n.Parent], n.ID)
+	}
+	present := map[string]bool{}
+	for _, k := range st.Links {
+		present[k.Name] = true
+	}
+	for _, p := range st.Owned {
+		nets := on[p.Name]
+		if nets == nil {
+			nets = []string{}
+		}
+		l.ParentLinks = append(l.ParentLinks, ParentEntry{Name: p.Name, Kind: p.Kind, Base: p.Base, VLAN: p.VLAN, Present: present[p.Name], Networks: nets})
+	}
+	for _, p := range st.Pools {
+		e := PoolEntry{ID: p.ID, Space: p.Space, Prefix: p.Prefix, Range: p.Range, Parent: p.Parent, Gateway: p.Gateway, Auto: p.Auto,
+			Created: p.Created, Addresses: p.Addresses}
+		if p.Pending != nil {
+			e.ReservedTill = p.Pending.Deadline
+		}
+		if e.Addresses == nil {
+			e.Addresses = []string{}
+		}
+		l.Pools = append(l.Pools, e)
+	}
+	sort.Slice(l.Networks, func(i, j int) bool { return l.Networks[i].ID < l.Networks[j].ID })
+	return l
+}
+
+func printListing(w io.Writer, l Listing) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NETWORK\tNAME\tTYPE\tPARENT\tLINK\tSUBNETS\tMTU\tINTERNAL\tCREATED\tPENDING UNTIL")
+	for _, n := range l.Networks {
+		mode := n.Type + "/" + n.Mode
+		if n.Flag != "" {
+			mode += "/" + n.Flag
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", short(n.ID), dash(n.Name), mode, dash(n.Parent), n.Link,
+			dash(strings.Join(n.Subnets, ",")), dashInt(n.MTU), yesNo(n.Internal), stamp(n.Created), stamp(n.PendingTill))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "ENDPOINT\tNETWORK\tLINK\tMAC\tADDRESSES\tJOINED")
+	for _, n := range l.Networks {
+		for _, e := range n.Endpoints {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", short(e.ID), short(n.ID), e.Link, dash(e.MAC), dash(strings.Trim(e.IPv4+","+e.IPv6, ",")), yesNo(e.Joined))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "PARENT LINK (underlay's)\tKIND\tBASE\tVLAN\tPRESENT\tNETWORKS")
+	for _, p := range l.ParentLinks {
+		ids := make([]string, len(p.Networks))
+		for i, id := range p.Networks {
+			ids[i] = short(id)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Kind, dash(p.Base), dashInt(p.VLAN), yesNo(p.Present), dash(strings.Join(ids, ",")))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "POOL\tPREFIX\tRANGE\tPARENT\tAUTO\tRESERVED UNTIL\tADDRESSES")
+	for _, p := range l.Pools {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.ID, p.Prefix, dash(p.Range), dash(p.Parent), yesNo(p.Auto), stamp(p.ReservedTill), len(p.Addresses))
+	}
+	tw.Flush()
+}
+
+func printRepair(w io.Writer, r RepairResult) {
+	if r.Error != "" {
+		fmt.Fprintf(w, "could not repair %s %s: %s\n", r.Kind, r.Subject, r.Error)
+		return
+	}
+	fmt.Fprintf(w, "repaired %s %s: %s\n", r.Kind, r.Subject, r.Result)
+}
+
+func printReport(stdout, stderr io.Writer, r Report, repaired bool) {
+	for _, w := range r.Warnings {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	for _, f := range r.Findings {
+		fmt.Fprintf(stdout, "%s %s: %s. --repair: %s\n", f.Kind, f.Subject, f.Message, f.Repair)
+	}
+	switch {
+	case len(r.Findings) == 0 && repaired && len(r.Repairs) > 0:
+		fmt.Fprintf(stdout, "healthy after %d repairs\n", len(r.Repairs))
+	case len(r.Findings) == 0:
+		fmt.Fprintln(stdout, "healthy: nothing found")
+	case repaired:
+		fmt.Fprintf(stdout, "%d findings remain that --repair could not fix\n", len(r.Findings))
+	default:
+		fmt.Fprintf(stdout, "%d findings: run underlay doctor --repair to fix what is safe to fix\n", len(r.Findings))
+	}
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func dashInt(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

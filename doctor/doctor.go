@@ -1,0 +1,268 @@
+// Package doctor compares underlay's state file, the kernel's links and
+// Docker's networks, and says what is wrong and what a repair would do. It
+// is pure: a snapshot goes in, findings come out; the daemon carries out
+// the repairs (under the same locks and rules as requests) and the CLI
+// prints them.
+package doctor
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Input is everything the doctor looks at.
+type Input struct {
+	// Now is the daemon's clock when the snapshot was taken.
+	Now time.Time
+	// Boot is the host's boot ID; Mark is the alias on links this
+	// daemon's state file made.
+	Boot, Mark string
+	// Grace is how old a network record must be before Docker's "no such
+	// network" is believed (libnetwork stores a network only after the
+	// driver answered); the same rule as CreateNetwork's stale check.
+	Grace time.Duration
+
+	Networks  []store.Network
+	Endpoints []store.Endpoint
+	Owned     []store.ParentLink
+	Pools     []store.IPAMPool
+	Links     []netlinkutil.Link
+	// HostLinks are the host links (host_address) of networks, by network
+	// ID, as the driver names them.
+	HostLinks map[string]string
+
+	// Docker is Docker's view; nil when Docker could not be asked.
+	Docker *Docker
+}
+
+// Docker is what Docker said.
+type Docker struct {
+	// Subnets are the subnets of every network Docker has (any driver).
+	Subnets map[string]bool
+	// Missing are the network IDs Docker itself answered 404 for.
+	Missing map[string]bool
+	// Unsure are the network IDs Docker could not be asked about.
+	Unsure map[string]string
+}
+
+// Op is a repair action.
+type Op string
+
+const (
+	OpRemoveStale  Op = "remove-stale-network"
+	OpRecreate     Op = "recreate-parent"
+	OpDeleteOrphan Op = "delete-orphan-link"
+	OpRollback     Op = "rollback-reservation"
+	OpReleasePool  Op = "release-pool"
+	OpForgetJoin   Op = "forget-old-join"
+)
+
+// Finding kinds.
+const (
+	kindStale          = "stale-network"
+	kindMissing        = "missing-parent"
+	kindOrphan         = "orphan-link"
+	kindExpired        = "expired-reservation"
+	kindUnusedPool     = "unused-pool"
+	kindOldJoin        = "old-join"
+	kindGoneUserParent = "parent-gone"
+)
+
+// Action is what a repair does; the daemon checks it again under locks.
+type Action struct {
+	Op       Op     `json:"op"`
+	Network  string `json:"network,omitempty"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Link     string `json:"link,omitempty"`
+	Pool     string `json:"pool,omitempty"`
+}
+
+// Finding is one thing wrong.
+type Finding struct {
+	// Kind names the check (stable, for scripts).
+	Kind string `json:"kind"`
+	// Subject is the network, endpoint, link or pool it is about.
+	Subject string `json:"subject"`
+	// Message says what is wrong and what it means.
+	Message string `json:"message"`
+	// Repair says what --repair does, or why it does nothing.
+	Repair string `json:"repair"`
+	// Action is the repair; nil when --repair cannot fix it.
+	Action *Action `json:"action,omitempty"`
+}
+
+// Check runs every comparison. warnings are what kept a check from
+// running (Docker unreachable); they are not findings.
+func Check(in Input) (findings []Finding, warnings []string) {
+	if in.Docker == nil {
+		warnings = append(warnings, "Docker could not be asked: stale networks and unused IPAM pools were not checked")
+	} else {
+		ids := make([]string, 0, len(in.Docker.Unsure))
+		for id := range in.Docker.Unsure {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			warnings = append(warnings, fmt.Sprintf("Docker could not say whether network %s exists (%s): not checked", short(id), in.Docker.Unsure[id]))
+		}
+	}
+	findings = append(findings, staleNetworks(in)...)
+	findings = append(findings, expired(in)...)
+	findings = append(findings, parents(in)...)
+	findings = append(findings, orphans(in)...)
+	findings = append(findings, oldJoins(in)...)
+	findings = append(findings, unusedPools(in)...)
+	return findings, warnings
+}
+
+// old reports whether a record made at created is past the grace period.
+func (in Input) old(created time.Time) bool {
+	return created.IsZero() || in.Now.Sub(created) >= in.Grace
+}
+
+func staleNetworks(in Input) []Finding {
+	if in.Docker == nil {
+		return nil
+	}
+	var out []Finding
+	for _, n := range in.Networks {
+		if n.Pending != nil || !in.Docker.Missing[n.ID] || !in.old(n.Created) {
+			continue
+		}
+		out = append(out, Finding{Kind: kindStale, Subject: n.ID,
+			Message: fmt.Sprintf("network %s (on %s) is in underlay's state but Docker does not know it: it was removed while underlay was not running, and it blocks its parent for compatible networks", short(n.ID), n.Parent),
+			Repair:  "remove the record, its endpoints' links, its host link and its parent link if underlay created it and nothing else needs it",
+			Action:  &Action{Op: OpRemoveStale, Network: n.ID}})
+	}
+	return out
+}
+
+func expired(in Input) []Finding {
+	var out []Finding
+	for _, n := range in.Networks {
+		if n.Pending == nil || in.Now.Before(n.Pending.Deadline) {
+			continue
+		}
+		out = append(out, Finding{Kind: kindExpired, Subject: n.ID,
+			Message: fmt.Sprintf("network %s was being created on %s and its reservation expired at %s: the create never finished (a hung kernel call or a crash)", short(n.ID), n.Parent, n.Pending.Deadline.Format(time.RFC3339)),
+			Repair:  "roll the reservation back (the janitor does it within seconds too)",
+			Action:  &Action{Op: OpRollback, Network: n.ID}})
+	}
+	for _, p := range in.Pools {
+		if !p.Expired(in.Now) {
+			continue
+		}
+		out = append(out, Finding{Kind: kindExpired, Subject: p.ID,
+			Message: fmt.Sprintf("IPAM pool %s (%s) was reserved for a network that was never created; the reservation expired at %s", p.ID, p.Prefix, p.Pending.Deadline.Format(time.RFC3339)),
+			Repair:  "release the pool",
+			Action:  &Action{Op: OpReleasePool, Pool: p.ID}})
+	}
+	return out
+}
+
+func parents(in Input) []Finding {
+	owned := map[string]bool{}
+	for _, p := range in.Owned {
+		owned[p.Name] = true
+	}
+	var out []Finding
+	seen := map[string]bool{}
+	for _, n := range in.Networks {
+		if n.Pending != nil || seen[n.Parent] || hasLink(in.Links, n.Parent) {
+			continue
+		}
+		seen[n.Parent] = true
+		if owned[n.Parent] {
+			out = append(out, Finding{Kind: kindMissing, Subject: n.Parent,
+				Message: fmt.Sprintf("parent link %s, which underlay created, is missing: containers of network %s cannot start", n.Parent, short(n.ID)),
+				Repair:  "re-create it",
+				Action:  &Action{Op: OpRecreate, Link: n.Parent}})
+			continue
+		}
+		out = append(out, Finding{Kind: kindGoneUserParent, Subject: n.Parent,
+			Message: fmt.Sprintf("parent %s of network %s does not exist on this host: containers of the network cannot start", n.Parent, short(n.ID)),
+			Repair:  fmt.Sprintf("none: underlay does not own %s; bring the interface back, or remove and re-create the network", n.Parent)})
+	}
+	return out
+}
+
+func orphans(in Input) []Finding {
+	recorded := map[string]bool{}
+	for _, ep := range in.Endpoints {
+		recorded[ep.Link] = true
+	}
+	for _, p := range in.Owned {
+		recorded[p.Name] = true
+	}
+	for _, name := range in.HostLinks {
+		recorded[name] = true
+	}
+	var out []Finding
+	for _, l := range in.Links {
+		if in.Mark == "" || l.Alias != in.Mark || recorded[l.Name] {
+			continue
+		}
+		out = append(out, Finding{Kind: kindOrphan, Subject: l.Name,
+			Message: fmt.Sprintf("%s link %s carries underlay's mark but no record owns it (left by a crash or a removed network)", l.Kind, l.Name),
+			Repair:  "delete it",
+			Action:  &Action{Op: OpDeleteOrphan, Link: l.Name}})
+	}
+	return out
+}
+
+func oldJoins(in Input) []Finding {
+	var out []Finding
+	for _, ep := range in.Endpoints {
+		if ep.Sandbox == "" || ep.Boot == in.Boot {
+			continue
+		}
+		out = append(out, Finding{Kind: kindOldJoin, Subject: ep.ID,
+			Message: fmt.Sprintf("endpoint %s of network %s is recorded as joined to sandbox %s of an earlier boot: that container and its link %s are gone", short(ep.ID), short(ep.NetworkID), ep.Sandbox, ep.Link),
+			Repair:  "record it as left (Docker may join it again)",
+			Action:  &Action{Op: OpForgetJoin, Network: ep.NetworkID, Endpoint: ep.ID}})
+	}
+	return out
+}
+
+func unusedPools(in Input) []Finding {
+	if in.Docker == nil {
+		return nil
+	}
+	used := map[string]bool{}
+	for _, n := range in.Networks {
+		for _, p := range append(append([]store.Pool{}, n.IPv4...), n.IPv6...) {
+			used[p.Subnet] = true
+		}
+	}
+	var out []Finding
+	for _, p := range in.Pools {
+		if p.Pending != nil || used[p.Prefix] || in.Docker.Subnets[p.Prefix] || !in.old(p.Created) {
+			continue
+		}
+		out = append(out, Finding{Kind: kindUnusedPool, Subject: p.ID,
+			Message: fmt.Sprintf("IPAM pool %s (%s) is allocated but no network uses it, in underlay or in Docker: its network was removed while underlay was not answering, so the subnet is never handed out again", p.ID, p.Prefix),
+			Repair:  "release the pool and its addresses",
+			Action:  &Action{Op: OpReleasePool, Pool: p.ID}})
+	}
+	return out
+}
+
+func hasLink(links []netlinkutil.Link, name string) bool {
+	for _, l := range links {
+		if l.HasName(name) {
+			return true
+		}
+	}
+	return false
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,130 @@
+package doctor
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+const (
+	netA = "aaaaaaaaaaaa0000000000000000000000000000000000000000000000000001"
+	netB = "bbbbbbbbbbbb0000000000000000000000000000000000000000000000000002"
+	epA  = "eaeaeaeaeaea0000000000000000000000000000000000000000000000000001"
+	mark = "underlay:inst1"
+)
+
+var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// healthy is a state with nothing wrong: network A on eth0 with a joined
+// endpoint, network B on underlay's VLAN eth0.10 with a host link, and a
+// pool in use; Docker knows both networks.
+func healthy() Input {
+	return Input{
+		Now: now, Boot: "boot-2", Mark: mark, Grace: 3 * time.Second,
+		Networks: []store.Network{
+			{ID: netA, Parent: "eth0", IPv4: []store.Pool{{Subnet: "198.18.1.0/24"}}, Created: now.Add(-time.Hour)},
+			{ID: netB, Parent: "eth0.10", HostAddress: "198.18.2.5", IPv4: []store.Pool{{Subnet: "198.18.2.0/24"}}, Created: now.Add(-time.Hour)},
+		},
+		Endpoints: []store.Endpoint{{NetworkID: netA, ID: epA, Link: "uleeaeaeaeaeaea", Sandbox: "/run/docker/netns/x", Boot: "boot-2"}},
+		Owned:     []store.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
+		Pools:     []store.IPAMPool{{ID: "underlay-local/198.18.1.0/24", Prefix: "198.18.1.0/24", Created: now.Add(-time.Hour)}},
+		Links: []netlinkutil.Link{
+			{Name: "lo", Index: 1}, {Name: "eth0", Index: 2},
+			{Name: "eth0.10", Index: 3, Kind: "vlan", Alias: mark},
+			{Name: "ulhbbbbbbbbbbbb", Index: 4, Kind: "macvlan", Alias: mark},
+			{Name: "mv-user", Index: 5, Kind: "macvlan"},
+			{Name: "uleffffffffffff", Index: 6, Kind: "macvlan", Alias: "underlay:other-instance"},
+		},
+		HostLinks: map[string]string{netB: "ulhbbbbbbbbbbbb"},
+		Docker:    &Docker{Subnets: map[string]bool{"198.18.1.0/24": true, "198.18.2.0/24": true}, Missing: map[string]bool{}},
+	}
+}
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		change   func(*Input)
+		want     []string // kind subject op
+		warnings []string
+	}{
+		{name: "healthy", change: func(*Input) {}},
+		{name: "Docker does not know a network", change: func(in *Input) { in.Docker.Missing[netA] = true },
+			want: []string{"stale-network " + netA + " remove-stale-network"}},
+		{name: "a young network Docker does not know yet is not stale", change: func(in *Input) {
+			in.Docker.Missing[netA] = true
+			in.Networks[0].Created = now.Add(-time.Second)
+		}},
+		{name: "records without a creation time count as old", change: func(in *Input) {
+			in.Docker.Missing[netA] = true
+			in.Networks[0].Created = time.Time{}
+		}, want: []string{"stale-network " + netA + " remove-stale-network"}},
+		{name: "Docker unreachable: a warning, no stale or pool findings", change: func(in *Input) {
+			in.Docker = nil
+			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Created: now.Add(-time.Hour)})
+		}, warnings: []string{"Docker could not be asked"}},
+		{name: "Docker unsure about one network", change: func(in *Input) { in.Docker.Unsure = map[string]string{netA: "timeout"} },
+			warnings: []string{"network aaaaaaaaaaaa", "timeout"}},
+		{name: "owned parent missing", change: func(in *Input) { in.Links = append(in.Links[:2], in.Links[3:]...) },
+			want: []string{"missing-parent eth0.10 recreate-parent"}},
+		{name: "user's parent missing: a finding without repair", change: func(in *Input) { in.Links = in.Links[2:] },
+			want: []string{"parent-gone eth0 "}},
+		{name: "marked link without a record", change: func(in *Input) {
+			in.Links = append(in.Links, netlinkutil.Link{Name: "ulecccccccccccc", Index: 9, Kind: "macvlan", Alias: mark})
+		}, want: []string{"orphan-link ulecccccccccccc delete-orphan-link"}},
+		{name: "host link of a removed network", change: func(in *Input) { delete(in.HostLinks, netB) },
+			want: []string{"orphan-link ulhbbbbbbbbbbbb delete-orphan-link"}},
+		{name: "expired network reservation", change: func(in *Input) {
+			in.Networks[1].Pending = &store.Reservation{Token: "t", Deadline: now.Add(-time.Second)}
+		}, want: []string{"expired-reservation " + netB + " rollback-reservation"}},
+		{name: "pending reservation not yet expired", change: func(in *Input) {
+			in.Networks[1].Pending = &store.Reservation{Token: "t", Deadline: now.Add(time.Second)}
+		}},
+		{name: "expired pool reservation", change: func(in *Input) {
+			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Auto: true, Pending: &store.Reservation{Deadline: now.Add(-time.Minute)}})
+		}, want: []string{"expired-reservation p2 release-pool"}},
+		{name: "pool no network uses", change: func(in *Input) {
+			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Created: now.Add(-time.Hour)})
+		}, want: []string{"unused-pool p2 release-pool"}},
+		{name: "pool a Docker network of another driver uses", change: func(in *Input) {
+			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Created: now.Add(-time.Hour)})
+			in.Docker.Subnets["198.18.9.0/24"] = true
+		}},
+		{name: "a pool handed out a moment ago", change: func(in *Input) {
+			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Created: now.Add(-time.Second)})
+		}},
+		{name: "endpoint joined in an earlier boot", change: func(in *Input) { in.Endpoints[0].Boot = "boot-1" },
+			want: []string{"old-join " + epA + " forget-old-join"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := healthy()
+			tc.change(&in)
+			findings, warnings := Check(in)
+			var got []string
+			for _, f := range findings {
+				op := ""
+				if f.Action != nil {
+					op = string(f.Action.Op)
+				}
+				got = append(got, f.Kind+" "+f.Subject+" "+op)
+				if f.Message == "" || f.Repair == "" {
+					t.Errorf("finding %+v lacks its meaning or its repair", f)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("findings %q, want %q", got, tc.want)
+			}
+			if len(warnings) != len(tc.warnings) && !(len(tc.warnings) > 0 && len(warnings) == 1) {
+				t.Errorf("warnings %q, want %q", warnings, tc.warnings)
+			}
+			for _, w := range tc.warnings {
+				if len(warnings) == 0 || !strings.Contains(strings.Join(warnings, "\n"), w) {
+					t.Errorf("warnings %q do not say %q", warnings, w)
+				}
+			}
+		})
+	}
+}
