@@ -3,16 +3,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -299,19 +294,6 @@ func (e *env) hostAddrDiag(t *testing.T, shim, c string) {
 	}
 }
 
-// nsInode is the inode of a namespace file (the namespace's identity).
-func nsInode(path string) (uint64, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0, err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, fmt.Errorf("stat %s: no inode", path)
-	}
-	return st.Ino, nil
-}
-
 // netnsHolders finds every network namespace on the machine, other than
 // the suite's, that has an interface with IPv4 address addr: those of
 // processes, and those held only by a mount of the namespace file (nsfs)
@@ -322,60 +304,17 @@ func netnsHolders(addr string) (map[uint64][]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	paths := map[uint64]string{}
-	where := map[uint64][]string{}
-	add := func(path, desc string) {
-		ino, err := nsInode(path)
-		if err != nil || ino == suiteNS {
-			return
-		}
-		if _, ok := paths[ino]; !ok {
-			paths[ino] = path
-		}
-		where[ino] = append(where[ino], desc)
-	}
-	ents, err := os.ReadDir("/proc")
+	paths, holds, err := machineNetns()
 	if err != nil {
 		return nil, err
 	}
-	mntSeen := map[uint64]bool{}
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
+	where := map[uint64][]string{}
+	for ino, hs := range holds {
+		for _, h := range hs {
+			where[ino] = append(where[ino], h.String())
 		}
-		cmd := strings.TrimSpace(strings.ReplaceAll(readFile(fmt.Sprintf("/proc/%d/cmdline", pid)), "\x00", " "))
-		if len(cmd) > 60 {
-			cmd = cmd[:60]
-		}
-		add(fmt.Sprintf("/proc/%d/ns/net", pid), fmt.Sprintf("process %d (%s)", pid, cmd))
-		mnt, err := nsInode(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-		if err != nil || mntSeen[mnt] {
-			continue
-		}
-		mntSeen[mnt] = true
-		f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE OPTS
-			fields := strings.Fields(sc.Text())
-			sep := -1
-			for i, fl := range fields {
-				if fl == "-" {
-					sep = i
-					break
-				}
-			}
-			if len(fields) < 5 || sep < 0 || sep+1 >= len(fields) || fields[sep+1] != "nsfs" || strings.Contains(fields[4], "\\") {
-				continue
-			}
-			add(filepath.Join(fmt.Sprintf("/proc/%d/root", pid), fields[4]), fmt.Sprintf("mount %s in the mount namespace of process %d (%s)", fields[4], pid, cmd))
-		}
-		f.Close()
 	}
+	delete(paths, suiteNS)
 	out := map[uint64][]string{}
 	for ino, path := range paths {
 		b, err := exec.Command("nsenter", "--net="+path, "--", "ip", "-o", "-4", "addr", "show").CombinedOutput()
