@@ -77,6 +77,11 @@ func removeDeadShimSockets() {
 // after an earlier run that was killed.
 func teardownAll(e *env) error {
 	var errs []error
+	// The multi-node harness's engines, namespaces and links first: they
+	// hang off the suite's namespace.
+	if err := teardownNodes(); err != nil {
+		errs = append(errs, err)
+	}
 	if e != nil {
 		e.stopRegistry()
 	}
@@ -175,7 +180,11 @@ func ourDockerdPid() int {
 
 // ourProcesses lists the processes in the suite's namespace or in its
 // cgroup parent.
-func ourProcesses() []int {
+func ourProcesses() []int { return processesIn(nsPath, cgroupParent) }
+
+// processesIn lists the processes in a namespace (by path) or in a cgroup
+// parent.
+func processesIn(nsPath, cgroupParent string) []int {
 	var nsIno uint64
 	var st unix.Stat_t
 	if unix.Stat(nsPath, &st) == nil {
@@ -259,7 +268,11 @@ func unescapeMount(s string) string {
 
 // removeCgroups removes the (empty) cgroup directories of the suite's
 // cgroup parent in every hierarchy.
-func removeCgroups() {
+func removeCgroups() { removeCgroupsOf(cgroupParent) }
+
+// removeCgroupsOf removes the (empty) cgroup directories of a cgroup
+// parent in every hierarchy.
+func removeCgroupsOf(cgroupParent string) {
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*" + cgroupParent)
 	if fi, err := os.Stat("/sys/fs/cgroup" + cgroupParent); err == nil && fi.IsDir() {
 		roots = append(roots, "/sys/fs/cgroup"+cgroupParent)

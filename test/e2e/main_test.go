@@ -168,6 +168,7 @@ func keepLog() {
 	if b, err := os.ReadFile(src); err == nil && os.WriteFile(dst, b, 0o644) == nil {
 		fmt.Fprintf(os.Stderr, "e2e: dockerd's log (with the plugin's output) is kept in %s\n", dst)
 	}
+	keepNodeLogs()
 }
 
 // need is the first call of every test: it skips (or fails in CI) when the

@@ -51,6 +51,7 @@ func (e *env) checkHostUntouched() error {
 	if _, err := os.Stat(nsPath); err == nil {
 		errs = append(errs, fmt.Errorf("namespace %s left", nsName))
 	}
+	errs = append(errs, nodesLeft())
 	if m := strings.Count(readFile("/proc/self/mountinfo"), " "+runDir) + strings.Count(readFile("/proc/self/mountinfo"), " "+dataDir); m > 0 {
 		errs = append(errs, fmt.Errorf("%d mounts left under %s or %s", m, runDir, dataDir))
 	}
