@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"reflect"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/docker/go-plugins-helpers/sdk"
@@ -77,19 +78,27 @@ func NewMux(implements ...string) *http.ServeMux {
 // empty request), calls fn with the request's context and encodes the
 // answer ({} when fn answers nil). Malformed requests answer 400 (413 when
 // too large), failures Status(err); a panic answers 500 and is logged.
+//
+// Every answer is reported, with its route (path without the leading
+// slash), outcome (Outcome) and duration, to the Observer that Observe
+// installed in front of the mux, if any.
 func Route[Req any](mux *http.ServeMux, log *slog.Logger, path string, fn func(context.Context, *Req) (any, error)) {
+	route := strings.TrimPrefix(path, "/")
 	mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		req := new(Req)
+		status := http.StatusInternalServerError // until answered otherwise
 		defer func() {
 			if p := recover(); p != nil {
 				log.Error("request handler panicked; answered with an error", "route", path, "panic", p, "stack", string(debug.Stack()))
-				WriteJSON(w, http.StatusInternalServerError, ErrorResponse{Err: fmt.Sprintf("underlay: internal error in %s: %v (please report this)", path, p)})
+				status = http.StatusInternalServerError
+				WriteJSON(w, status, ErrorResponse{Err: fmt.Sprintf("underlay: internal error in %s: %v (please report this)", path, p)})
 			}
+			observerFrom(r.Context()).ObserveRequest(route, Outcome(status), time.Since(start))
 		}()
 		if err := decode(r, req); err != nil {
 			log.Warn("rejected malformed request", "route", path, "error", err)
-			status := http.StatusBadRequest
+			status = http.StatusBadRequest
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
 				status = http.StatusRequestEntityTooLarge
@@ -105,7 +114,8 @@ func Route[Req any](mux *http.ServeMux, log *slog.Logger, path string, fn func(c
 				level = slog.LevelWarn
 			}
 			log.Log(r.Context(), level, "request failed", append(attrs, "error", err)...)
-			WriteJSON(w, Status(err), ErrorResponse{Err: err.Error()})
+			status = Status(err)
+			WriteJSON(w, status, ErrorResponse{Err: err.Error()})
 			return
 		}
 		if log.Enabled(r.Context(), slog.LevelDebug) {
@@ -114,7 +124,8 @@ func Route[Req any](mux *http.ServeMux, log *slog.Logger, path string, fn func(c
 		if resp == nil {
 			resp = struct{}{}
 		}
-		WriteJSON(w, http.StatusOK, resp)
+		status = http.StatusOK
+		WriteJSON(w, status, resp)
 	})
 }
 
