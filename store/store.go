@@ -101,6 +101,10 @@ type Options struct {
 	LockTimeout time.Duration
 	// MaxBatch bounds how many Batch calls share one commit. Zero means 256.
 	MaxBatch int
+	// ObserveCommit, when set, is told how long every write that committed
+	// took (Update and Batch, from the call to the durable commit: a
+	// Batch's wait for the group commit included). It must return at once.
+	ObserveCommit func(time.Duration)
 }
 
 // DB is an open state file.
@@ -108,6 +112,7 @@ type DB struct {
 	bolt     *bolt.DB
 	batch    *batcher
 	instance string
+	observe  func(time.Duration)
 }
 
 // Open opens (creating if needed, with its directory) the state file at path,
@@ -149,7 +154,7 @@ func Open(path string, opts Options) (db *DB, err error) {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}
-	db = &DB{bolt: bdb}
+	db = &DB{bolt: bdb, observe: opts.ObserveCommit}
 	_ = bdb.View(func(tx *bolt.Tx) error {
 		db.instance = string(tx.Bucket(bucketMeta).Get(keyInstance))
 		return nil
@@ -239,7 +244,10 @@ func (db *DB) View(fn func(*Tx) error) error {
 // Update runs fn in a read-write transaction of its own and commits it if fn
 // returns nil.
 func (db *DB) Update(fn func(*Tx) error) error {
-	return db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+	start := time.Now()
+	err := db.bolt.Update(func(tx *bolt.Tx) error { return fn(&Tx{tx: tx}) })
+	db.committed(start, err)
+	return err
 }
 
 // Batch runs fn in a read-write transaction that it may share with other
@@ -248,5 +256,63 @@ func (db *DB) Update(fn func(*Tx) error) error {
 // it must only depend on the transaction. An error from fn fails only that
 // call.
 func (db *DB) Batch(fn func(*Tx) error) error {
-	return db.batch.do(fn)
+	start := time.Now()
+	err := db.batch.do(fn)
+	db.committed(start, err)
+	return err
+}
+
+// committed reports a write that started at start, if it committed.
+func (db *DB) committed(start time.Time, err error) {
+	if err == nil && db.observe != nil {
+		db.observe(time.Since(start))
+	}
+}
+
+// Counts is how much the state holds, for metrics.
+type Counts struct {
+	// Networks are the network records, pending ones included.
+	Networks int
+	// Endpoints are the endpoint records.
+	Endpoints int
+	// ParentLinks are the parent links underlay created and owns.
+	ParentLinks int
+	// EndpointLinks are the endpoints' host link names on record.
+	EndpointLinks int
+	// HostLinks are the complete networks with a host address, each with
+	// its host link.
+	HostLinks int
+}
+
+// Counts counts the records; it reads every key of the counted buckets
+// (and decodes only the networks with a host address), so it is for
+// scrapes, not for request paths.
+func (t *Tx) Counts() (Counts, error) {
+	keys := func(b *bolt.Bucket) int {
+		n := 0
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			n++
+		}
+		return n
+	}
+	c := Counts{
+		Networks:      keys(t.b(bucketNetworks)),
+		ParentLinks:   keys(t.b(bucketParentLinks)),
+		EndpointLinks: keys(t.b(bucketLinks)),
+	}
+	eps := t.b(bucketEndpoints)
+	if err := eps.ForEachBucket(func(k []byte) error {
+		c.Endpoints += keys(eps.Bucket(k))
+		return nil
+	}); err != nil {
+		return c, err
+	}
+	err := t.ForEachNetworkWithHostAddress(func(n Network) error {
+		if n.HostAddress != "" && n.Pending == nil {
+			c.HostLinks++
+		}
+		return nil
+	})
+	return c, err
 }
