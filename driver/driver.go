@@ -71,9 +71,44 @@ type Config struct {
 	// CrashPoint, when set, is called at every named step (see
 	// CrashPoints) so tests can kill the process there.
 	CrashPoint func(name string)
+	// Events is told what the driver did besides answering (metrics); nil
+	// means no one is told.
+	Events Events
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
+
+// Events is told about what the driver does on its own or on a request's
+// way, for counting (the metrics package implements it). Its methods must
+// be safe for concurrent use and return at once.
+type Events interface {
+	// ConflictRefused: a CreateNetwork was answered with a refusal because
+	// of networks holding its parent (rule 3, after the stale check).
+	ConflictRefused()
+	// StaleRemoved: a conflicting holder Docker no longer knows was
+	// removed (one call per holder).
+	StaleRemoved()
+	// ReservationRolledBack: a pending reservation was rolled back; the
+	// driver's kind is "network" (at start, or by the janitor past its
+	// deadline).
+	ReservationRolledBack(kind string)
+	// ReconcileAction: a step of the restore plan was carried out; op is
+	// the step's kind (rollback, recreate, release, forget, keep,
+	// delete-stray, repoint, shim, routes).
+	ReconcileAction(op string)
+	// RepairAction: a step of a live-repair pass was carried out (recreate,
+	// shim).
+	RepairAction(op string)
+}
+
+// noEvents is the Events of a driver nobody counts.
+type noEvents struct{}
+
+func (noEvents) ConflictRefused()             {}
+func (noEvents) StaleRemoved()                {}
+func (noEvents) ReservationRolledBack(string) {}
+func (noEvents) ReconcileAction(string)       {}
+func (noEvents) RepairAction(string)          {}
 
 // RouteLister lists the routes of every table (netlinkutil.Kernel).
 type RouteLister interface {
@@ -94,6 +129,7 @@ type Driver struct {
 	pending time.Duration
 	log     *slog.Logger
 	crash   func(string)
+	events  Events
 	now     func() time.Time
 	locks   *locker
 
@@ -131,10 +167,13 @@ func New(c Config) (*Driver, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Events == nil {
+		c.Events = noEvents{}
+	}
 	return &Driver{
 		store: c.Store, links: c.Links, routes: c.Routes, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
-		log: c.Logger, crash: c.CrashPoint, now: c.Now, locks: newLocker(),
+		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: newLocker(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}, nil
 }

@@ -81,22 +81,33 @@ type outcome struct{ busy, failed bool }
 // made from a snapshot. Failed steps are logged (store errors joined); the
 // others still run.
 func (d *Driver) execute(ctx context.Context, plan []step, held string) (outcome, error) {
+	return d.executeCounted(ctx, plan, held, nil)
+}
+
+// executeCounted is execute telling done (when not nil) the op of every
+// step it carried out: not skipped or busy behind a request's lock, not
+// failed.
+func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, done func(op string)) (outcome, error) {
 	var errs []error
 	var out outcome
 	busy := false
 	for _, s := range plan {
 		log := d.log.With("step", s.Op.String(), "link", s.Name, "why", s.Why)
+		var err error // the step's failure; errBusy when it waits for a lock
 		switch s.Op {
 		case opRollback:
 			log.Warn("rolling back network left half-created by a previous run", "network", s.Name)
-			if _, err := d.dropPending(s.Name, ""); err != nil {
+			var parent string
+			if parent, err = d.dropPending(s.Name, ""); err != nil {
 				errs = append(errs, fmt.Errorf("roll back network %s: %w", short(s.Name), err))
+			} else if parent != "" {
+				d.events.ReservationRolledBack("network")
 			}
 		case opRecreate:
 			if busy {
 				continue
 			}
-			if err := d.recreate(ctx, s, held); errors.Is(err, errBusy) {
+			if err = d.recreate(ctx, s, held); errors.Is(err, errBusy) {
 				busy = true
 			} else if err != nil {
 				// The base may be gone: the networks stay, the watcher
@@ -111,21 +122,21 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) (outcome
 			if busy {
 				continue
 			}
-			if err := d.release(ctx, s, held); errors.Is(err, errBusy) {
+			if err = d.release(ctx, s, held); errors.Is(err, errBusy) {
 				busy = true
 			} else if err != nil {
 				errs = append(errs, err)
 			}
 		case opRepoint:
 			log.Warn("moving networks recorded on an altname to the link's kernel name", "to", s.To)
-			if err := d.repoint(s.Name, s.To); err != nil {
+			if err = d.repoint(s.Name, s.To); err != nil {
 				errs = append(errs, fmt.Errorf("move the networks on %s to %s: %w", s.Name, s.To, err))
 			}
 		case opShim, opRoutes:
 			if busy {
 				continue
 			}
-			if err := d.repairShim(ctx, s, held); errors.Is(err, errBusy) {
+			if err = d.repairShim(ctx, s, held); errors.Is(err, errBusy) {
 				busy = true
 			} else if err != nil {
 				// The parent may be gone: the network stays, the watcher
@@ -137,9 +148,12 @@ func (d *Driver) execute(ctx context.Context, plan []step, held string) (outcome
 			}
 		case opDeleteStray:
 			log.Warn("deleting link no record owns")
-			if err := d.deleteOwnedLink(ctx, s.Name, false); err != nil {
+			if err = d.deleteOwnedLink(ctx, s.Name, false); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if err == nil && done != nil {
+			done(s.Op.String())
 		}
 	}
 	out.busy = busy

@@ -87,7 +87,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		release, err := d.clearStaleHolders(ctx, want, asked, dec.Conflicts)
 		defer release()
 		if err != nil {
-			return d.stayPut(ctx, *same, want.Parent, err)
+			return d.holdersRefused(d.stayPut(ctx, *same, want.Parent, err))
 		}
 		dec.Conflicts = nil
 	}
@@ -111,7 +111,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		release, err := d.clearStaleHolders(ctx, want, asked, dec.Conflicts)
 		defer release()
 		if err != nil {
-			return err
+			return d.holdersRefused(err)
 		}
 	}
 	{

@@ -26,7 +26,7 @@ func (d *Driver) Restore(ctx context.Context) error {
 	}
 	plan := planRestore(s, links, d.mark)
 	d.log.Info("reconcile plan", "steps", len(plan), "plan", fmt.Sprint(plan))
-	if _, err := d.execute(ctx, plan, ""); err != nil {
+	if _, err := d.executeCounted(ctx, plan, "", d.events.ReconcileAction); err != nil {
 		return fmt.Errorf("reconcile state with the kernel: %w", err)
 	}
 	return nil
@@ -70,8 +70,10 @@ func (d *Driver) janitorTick(ctx context.Context) {
 		}
 		d.log.Warn("pending reservation expired: rolling the network back", "network", n.ID, "parent", n.Parent,
 			"deadline", n.Pending.Deadline)
-		if _, err := d.dropPending(n.ID, n.Pending.Token); err != nil {
+		if parent, err := d.dropPending(n.ID, n.Pending.Token); err != nil {
 			d.log.Error("roll back expired reservation", "network", n.ID, "error", err)
+		} else if parent != "" {
+			d.events.ReservationRolledBack("network")
 		}
 	}
 	if len(s.Owned) == 0 {

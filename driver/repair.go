@@ -86,7 +86,7 @@ func (d *Driver) repair(ctx context.Context) (outcome, error) {
 		return outcome{}, nil
 	}
 	d.log.Debug("repair pass", "plan", stepsString(todo))
-	return d.execute(ctx, todo, "")
+	return d.executeCounted(ctx, todo, "", d.events.RepairAction)
 }
 
 func stepsString(steps []step) string {

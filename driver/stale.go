@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -115,8 +116,19 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 		if err := d.removeNetwork(ctx, c.Holder); err != nil {
 			return release, fmt.Errorf("remove stale network %s from parent %s: %w", short(c.Holder.ID), c.Holder.Parent, err)
 		}
+		d.events.StaleRemoved()
 	}
 	return release, nil
+}
+
+// holdersRefused counts the answer of a create whose parent's holders
+// refused it (clearStaleHolders' refusal, or what a move the new link
+// refused answers), when it is a conflict, and returns it.
+func (d *Driver) holdersRefused(err error) error {
+	if errors.Is(err, ErrConflict) {
+		d.events.ConflictRefused()
+	}
+	return err
 }
 
 // refuseIfLive asks Docker about holders and answers the refusal if any of
