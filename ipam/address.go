@@ -150,3 +150,23 @@ func parseAddr(s string) (netip.Addr, error) {
 	}
 	return netip.ParseAddr(s)
 }
+
+// Events is told of what the IPAM driver does on a request's way, for
+// counting (the metrics package implements it). Its methods must be safe
+// for concurrent use and return at once.
+type Events interface {
+	// ReservationRolledBack: an automatic pool's reservation expired
+	// unconfirmed and was deleted (kind "ipam"), one call per pool.
+	ReservationRolledBack(kind string)
+}
+
+type noEvents struct{}
+
+func (noEvents) ReservationRolledBack(string) {}
+
+// expired reports n reservations deleted by a committed purge.
+func (m *IPAM) expired(n int) {
+	for range n {
+		m.events.ReservationRolledBack("ipam")
+	}
+}

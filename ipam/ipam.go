@@ -68,6 +68,8 @@ type Config struct {
 	Nameservers func() []netip.Addr
 	Now         func() time.Time
 	Logger      *slog.Logger
+	// Events is told of expired reservations (metrics); nil: no one.
+	Events Events
 }
 
 // IPAM implements the remote IpamDriver protocol.
@@ -79,6 +81,7 @@ type IPAM struct {
 	nameservers func() []netip.Addr
 	now         func() time.Time
 	log         *slog.Logger
+	events      Events
 }
 
 // New returns an IPAM driver.
@@ -101,8 +104,11 @@ func New(c Config) (*IPAM, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Events == nil {
+		c.Events = noEvents{}
+	}
 	return &IPAM{store: c.Store, host: c.Host, bases: c.Bases, reservation: c.Reservation,
-		nameservers: c.Nameservers, now: c.Now, log: c.Logger}, nil
+		nameservers: c.Nameservers, now: c.Now, log: c.Logger, events: c.Events}, nil
 }
 
 // poolRequest is a validated RequestPool.
@@ -154,11 +160,12 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 			return store.IPAMPool{}, invalidf("--ip-range %s is not inside the pool %s: pick a range inside the subnet", req.Range, rec.Prefix)
 		}
 		now := m.now()
+		var expired int
 		err := m.store.Batch(func(tx *store.Tx) error {
 			// Expired reservations are free: drop them here too, or a
 			// CreateNetwork naming this pool's prefix would confirm (revive)
 			// an expired reservation of it as well.
-			held, err := m.purgeExpired(tx, now)
+			held, err := m.purgeExpired(tx, now, &expired)
 			if err != nil {
 				return err
 			}
@@ -175,6 +182,7 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 		if err != nil {
 			return store.IPAMPool{}, err
 		}
+		m.expired(expired)
 		m.log.Info("pool handed out", "pool", rec.ID, "prefix", rec.Prefix, "parent", rec.Parent, "gateway", rec.Gateway)
 		return rec, nil
 	}
@@ -194,8 +202,9 @@ func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool
 	now := m.now()
 	rec.Auto = true
 	rec.Pending = &store.Reservation{Token: rec.ID, Deadline: now.Add(m.reservation)}
+	var expired int
 	err = m.store.Batch(func(tx *store.Tx) error {
-		held, err := m.purgeExpired(tx, now)
+		held, err := m.purgeExpired(tx, now, &expired)
 		if err != nil {
 			return err
 		}
@@ -220,17 +229,20 @@ func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool
 	if err != nil {
 		return store.IPAMPool{}, err
 	}
+	m.expired(expired)
 	m.log.Info("pool reserved", "pool", rec.ID, "prefix", rec.Prefix, "until", rec.Pending.Deadline)
 	return rec, nil
 }
 
 // purgeExpired deletes the reservations expired at now (free again) and
-// returns the pools left.
-func (m *IPAM) purgeExpired(tx *store.Tx, now time.Time) ([]store.IPAMPool, error) {
+// returns the pools left; *n is set to how many it deleted (a Batch
+// function may run again: the count of the run that commits is reported).
+func (m *IPAM) purgeExpired(tx *store.Tx, now time.Time, n *int) ([]store.IPAMPool, error) {
 	held, err := tx.IPAMPools()
 	if err != nil {
 		return nil, err
 	}
+	*n = 0
 	live := held[:0]
 	for _, h := range held {
 		if !h.Expired(now) {
@@ -240,6 +252,7 @@ func (m *IPAM) purgeExpired(tx *store.Tx, now time.Time) ([]store.IPAMPool, erro
 		if err := tx.DeleteIPAMPool(h.ID); err != nil {
 			return nil, err
 		}
+		*n++
 		m.log.Info("pool reservation expired unconfirmed: free again", "pool", h.ID, "prefix", h.Prefix)
 	}
 	return live, nil
