@@ -1,0 +1,181 @@
+package metrics
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// scrape GETs Path from h and returns the status and the text.
+func scrape(t *testing.T, h http.Handler) (int, string) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, Path, nil))
+	body, _ := io.ReadAll(w.Body)
+	return w.Code, string(body)
+}
+
+func TestEventsAndRequestsAreCounted(t *testing.T) {
+	m := New(Options{Version: "v1.2.3"})
+	m.ObserveRequest("NetworkDriver.CreateNetwork", "ok", 3*time.Millisecond)
+	m.ObserveRequest("NetworkDriver.CreateNetwork", "ok", 4*time.Millisecond)
+	m.ObserveRequest("NetworkDriver.CreateNetwork", "conflict", time.Millisecond)
+	m.ObserveRequest("IpamDriver.RequestPool", "invalid", time.Millisecond)
+	m.ConflictRefused()
+	m.StaleRemoved()
+	m.StaleRemoved()
+	m.ReservationRolledBack("network")
+	m.ReservationRolledBack("ipam")
+	m.ReservationRolledBack("ipam")
+	m.ReconcileAction("rollback")
+	m.ReconcileAction("recreate")
+	m.ReconcileAction("recreate")
+	m.RepairAction("shim")
+	m.ObserveCommit(200 * time.Microsecond)
+
+	want := `
+# HELP underlay_build_info Always 1; its label is the running underlay's version.
+# TYPE underlay_build_info gauge
+underlay_build_info{version="v1.2.3"} 1
+# HELP underlay_conflicts_refused_total CreateNetwork requests refused because live networks hold the parent in a conflicting way.
+# TYPE underlay_conflicts_refused_total counter
+underlay_conflicts_refused_total 1
+# HELP underlay_reconcile_actions_total Steps of the start-up reconcile plan carried out, by op.
+# TYPE underlay_reconcile_actions_total counter
+underlay_reconcile_actions_total{op="recreate"} 2
+underlay_reconcile_actions_total{op="rollback"} 1
+# HELP underlay_repair_actions_total Steps of live-repair passes carried out, by op.
+# TYPE underlay_repair_actions_total counter
+underlay_repair_actions_total{op="shim"} 1
+# HELP underlay_requests_total Plugin API requests answered, by route (NetworkDriver.* and IpamDriver.*) and outcome (ok, invalid, conflict, error).
+# TYPE underlay_requests_total counter
+underlay_requests_total{outcome="conflict",route="NetworkDriver.CreateNetwork"} 1
+underlay_requests_total{outcome="invalid",route="IpamDriver.RequestPool"} 1
+underlay_requests_total{outcome="ok",route="NetworkDriver.CreateNetwork"} 2
+# HELP underlay_reservations_rolled_back_total Reservations rolled back: kind=network for half-created networks (at start or past their deadline), kind=ipam for automatic pools Docker never confirmed.
+# TYPE underlay_reservations_rolled_back_total counter
+underlay_reservations_rolled_back_total{kind="ipam"} 2
+underlay_reservations_rolled_back_total{kind="network"} 1
+# HELP underlay_stale_holders_removed_total Conflicting networks Docker no longer knows, removed before a create.
+# TYPE underlay_stale_holders_removed_total counter
+underlay_stale_holders_removed_total 2
+`
+	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want),
+		"underlay_build_info", "underlay_conflicts_refused_total", "underlay_reconcile_actions_total", "underlay_repair_actions_total",
+		"underlay_requests_total", "underlay_reservations_rolled_back_total", "underlay_stale_holders_removed_total"); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"underlay_request_duration_seconds": 3, "underlay_store_commit_seconds": 1} {
+		if n, err := testutil.GatherAndCount(m.Gatherer(), name); err != nil || n != want {
+			t.Errorf("%s: %d series (%v), want %d", name, n, err, want)
+		}
+	}
+	code, text := scrape(t, m.Handler())
+	for _, line := range []string{
+		`underlay_request_duration_seconds_count{outcome="ok",route="NetworkDriver.CreateNetwork"} 2`,
+		`underlay_request_duration_seconds_sum{outcome="ok",route="NetworkDriver.CreateNetwork"} 0.007`,
+		`underlay_store_commit_seconds_bucket{le="0.0002"} 1`,
+		`underlay_store_commit_seconds_count 1`,
+	} {
+		if code != 200 || !strings.Contains(text, line+"\n") {
+			t.Errorf("scrape (%d) lacks %q:\n%s", code, line, text)
+		}
+	}
+}
+
+func TestStateGauges(t *testing.T) {
+	db, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *store.Tx) error {
+		a := store.Network{ID: "a", Type: "macvlan", Parent: "eth0.10", Mode: "bridge", HostAddress: "198.18.1.2"}
+		b := store.Network{ID: "b", Type: "macvlan", Parent: "eth1", Mode: "bridge"}
+		for _, n := range []store.Network{a, b} {
+			if err := tx.PutNetwork(n); err != nil {
+				return err
+			}
+		}
+		for _, ep := range []store.Endpoint{{NetworkID: "a", ID: "e1", Link: "ule1"}, {NetworkID: "b", ID: "e2", Link: "ule2"}, {NetworkID: "b", ID: "e3", Link: "ule3"}} {
+			if err := tx.PutEndpoint(ep); err != nil {
+				return err
+			}
+		}
+		return tx.PutParentLink(store.ParentLink{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{Runtime: true})
+	if err := m.WatchState(db); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WatchState(db); err == nil {
+		t.Fatal("the state gauges registered twice")
+	}
+	want := `
+# HELP underlay_endpoints Endpoints in the state file.
+# TYPE underlay_endpoints gauge
+underlay_endpoints 3
+# HELP underlay_networks Networks in the state file (those being created included).
+# TYPE underlay_networks gauge
+underlay_networks 2
+# HELP underlay_owned_links Links underlay owns by its records: the parent links it created, the endpoints' links and the host links.
+# TYPE underlay_owned_links gauge
+underlay_owned_links 5
+`
+	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want), "underlay_networks", "underlay_endpoints", "underlay_owned_links"); err != nil {
+		t.Fatal(err)
+	}
+	// The runtime collectors are there too.
+	if _, text := scrape(t, m.Handler()); !strings.Contains(text, "\ngo_goroutines ") || !strings.Contains(text, "\nprocess_resident_memory_bytes ") {
+		t.Errorf("no go_ or process_ metrics in:\n%s", text)
+	}
+}
+
+// failingState cannot be read.
+type failingState struct{}
+
+func (failingState) View(func(*store.Tx) error) error { return errors.New("disk gone") }
+
+// TestStateUnreadableServesTheRest: a failed read of the state is logged
+// and leaves the gauges out; every other metric is still served.
+func TestStateUnreadableServesTheRest(t *testing.T) {
+	var logs bytes.Buffer
+	m := New(Options{Version: "x", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err := m.WatchState(failingState{}); err != nil {
+		t.Fatal(err)
+	}
+	m.ConflictRefused()
+	code, text := scrape(t, m.Handler())
+	if code != 200 || !strings.Contains(text, "underlay_conflicts_refused_total 1\n") || strings.Contains(text, "underlay_networks") {
+		t.Fatalf("scrape %d:\n%s", code, text)
+	}
+	if !strings.Contains(logs.String(), "disk gone") {
+		t.Fatalf("the failure was not logged: %q", logs.String())
+	}
+}
+
+func TestRegisterServesGETOnly(t *testing.T) {
+	m := New(Options{})
+	mux := http.NewServeMux()
+	m.Register(mux)
+	if code, text := scrape(t, mux); code != 200 || !strings.Contains(text, "underlay_build_info") {
+		t.Fatalf("GET %s: %d %q", Path, code, text)
+	}
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest(http.MethodPost, Path, nil))
+	if w.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("POST %s: %d", Path, w.Code)
+	}
+}
