@@ -4,12 +4,13 @@
 //	underlay serve [--socket PATH] [--state PATH] [--log-level debug|info|warn|error]
 //	               [--docker-host unix://PATH] [--scope local|global]
 //	               [--default-address-pool base=CIDR,size=N]... [--pool-reservation-timeout DURATION]
+//	               [--metrics-listen ADDR]
 //	underlay version
 //
 // The environment variables LOG_LEVEL, SCOPE, STATE, DOCKER_HOST,
-// DEFAULT_ADDRESS_POOLS (entries separated by spaces) and
-// POOL_RESERVATION_TIMEOUT set the same as the flags (the managed plugin's
-// `docker plugin set`); flags win.
+// DEFAULT_ADDRESS_POOLS (entries separated by spaces),
+// POOL_RESERVATION_TIMEOUT and METRICS_LISTEN set the same as the flags
+// (the managed plugin's `docker plugin set`); flags win.
 package main
 
 import (
@@ -17,8 +18,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +39,7 @@ const usage = `usage:
   underlay serve [--socket PATH] [--state PATH] [--log-level debug|info|warn|error]
                  [--docker-host unix://PATH] [--scope local|global]
                  [--default-address-pool base=CIDR,size=N]... [--pool-reservation-timeout DURATION]
+                 [--metrics-listen ADDR]
   underlay version
 `
 
@@ -112,6 +116,9 @@ type serveConfig struct {
 	Reservation time.Duration
 	// ResolvConf is read for the nameservers auto pools avoid.
 	ResolvConf string
+	// MetricsListen is the TCP address /metrics is also served on; ""
+	// serves it on the plugin socket only.
+	MetricsListen string
 }
 
 // basesFlag collects repeated --default-address-pool values.
@@ -162,6 +169,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	reservation := envOr("POOL_RESERVATION_TIMEOUT", "60s")
 	fs.StringVar(&reservation, "pool-reservation-timeout", reservation, "how long an automatic pool Docker has not used yet stays reserved (env POOL_RESERVATION_TIMEOUT)")
 	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf whose nameservers automatic pools avoid")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", getenv("METRICS_LISTEN"), "HOST:PORT to serve /metrics on over TCP too, unauthenticated: bind it to 127.0.0.1 or a management address (env METRICS_LISTEN; default off, /metrics is on the plugin socket)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -184,6 +192,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if !strings.HasPrefix(c.DockerHost, "unix://") && !strings.HasPrefix(c.DockerHost, "tcp://") {
 		return c, fmt.Errorf("--docker-host %q is not valid: use unix:///path/to/docker.sock", c.DockerHost)
+	}
+	if c.MetricsListen != "" {
+		_, port, err := net.SplitHostPort(c.MetricsListen)
+		if _, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil {
+			return c, fmt.Errorf("--metrics-listen %q is not a TCP address: use HOST:PORT, for example 127.0.0.1:9323", c.MetricsListen)
+		}
 	}
 	if c.Socket == "" || c.State == "" {
 		return c, errors.New("--socket and --state must not be empty")

@@ -59,6 +59,26 @@ func TestParseServeAddressPools(t *testing.T) {
 	}
 }
 
+func TestParseServeMetricsListen(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	if c, err := parseServe(nil, getenv, &bytes.Buffer{}); err != nil || c.MetricsListen != "" {
+		t.Fatalf("default: %q %v, want off", c.MetricsListen, err)
+	}
+	env["METRICS_LISTEN"] = "127.0.0.1:9323"
+	if c, err := parseServe(nil, getenv, &bytes.Buffer{}); err != nil || c.MetricsListen != "127.0.0.1:9323" {
+		t.Fatalf("from the environment: %q %v", c.MetricsListen, err)
+	}
+	if c, err := parseServe([]string{"--metrics-listen", "[::1]:9400"}, getenv, &bytes.Buffer{}); err != nil || c.MetricsListen != "[::1]:9400" {
+		t.Fatalf("the flag must win: %q %v", c.MetricsListen, err)
+	}
+	for _, bad := range []string{"9323", "127.0.0.1", "127.0.0.1:", "unix:///m.sock"} {
+		if _, err := parseServe([]string{"--metrics-listen", bad}, getenv, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "HOST:PORT") {
+			t.Errorf("--metrics-listen %q: %v", bad, err)
+		}
+	}
+}
+
 func TestRunCommands(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "underlay ") {
@@ -146,7 +166,7 @@ func TestManagedPluginConfig(t *testing.T) {
 			settable[e.Name] = true
 		}
 	}
-	for _, name := range []string{"LOG_LEVEL", "SCOPE", "DOCKER_HOST", "DEFAULT_ADDRESS_POOLS", "POOL_RESERVATION_TIMEOUT"} {
+	for _, name := range []string{"LOG_LEVEL", "SCOPE", "DOCKER_HOST", "DEFAULT_ADDRESS_POOLS", "POOL_RESERVATION_TIMEOUT", "METRICS_LISTEN"} {
 		if !settable[name] {
 			t.Errorf("env %s is not settable", name)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/ipam"
+	"github.com/underlay-net/underlay/metrics"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -38,7 +39,8 @@ func serve(c serveConfig, stderr io.Writer) error {
 		c.Bases = ipam.DefaultBases()
 	}
 	log.Info("starting underlay", "version", versionString(), "socket", c.Socket, "state", c.State,
-		"scope", c.Scope, "docker_host", c.DockerHost, "address_pools", fmt.Sprint(c.Bases), "pool_reservation", c.Reservation)
+		"scope", c.Scope, "docker_host", c.DockerHost, "address_pools", fmt.Sprint(c.Bases), "pool_reservation", c.Reservation,
+		"metrics_listen", c.MetricsListen)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -49,7 +51,19 @@ func serve(c serveConfig, stderr io.Writer) error {
 	if err := checkSocketFree(c.Socket); err != nil {
 		return err
 	}
-	db, err := store.Open(c.State, store.Options{})
+	// The metrics address is taken before anything is touched, so a wrong
+	// one fails the start at once; it is served with the socket.
+	var metricsL net.Listener
+	if c.MetricsListen != "" {
+		l, err := net.Listen("tcp", c.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		defer l.Close()
+		metricsL = l
+	}
+	m := metrics.New(metrics.Options{Version: versionString(), Runtime: true, Logger: log})
+	db, err := store.Open(c.State, store.Options{ObserveCommit: m.ObserveCommit})
 	if err != nil {
 		return err
 	}
@@ -58,6 +72,9 @@ func serve(c serveConfig, stderr io.Writer) error {
 			log.Error("close state file", "error", err)
 		}
 	}()
+	if err := m.WatchState(db); err != nil {
+		return err
+	}
 	kernel := netlinkutil.New()
 	docker, err := driver.NewDockerAPI(c.DockerHost, 2*time.Second)
 	if err != nil {
@@ -66,7 +83,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	d, err := driver.New(driver.Config{
 		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
 		BootID: bootID(),
-		Logger: log, CrashPoint: crashHook(log),
+		Logger: log, CrashPoint: crashHook(log), Events: m,
 	})
 	if err != nil {
 		return err
@@ -88,7 +105,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	}
 	defer os.Remove(c.Socket)
 	im, err := ipam.New(ipam.Config{
-		Store: db, Host: kernel, Bases: c.Bases, Reservation: c.Reservation, Logger: log,
+		Store: db, Host: kernel, Bases: c.Bases, Reservation: c.Reservation, Logger: log, Events: m,
 		Nameservers: func() []netip.Addr { return ipam.ReadNameservers(c.ResolvConf) },
 	})
 	if err != nil {
@@ -97,19 +114,33 @@ func serve(c serveConfig, stderr io.Writer) error {
 	mux := pluginapi.NewMux("NetworkDriver", "IpamDriver")
 	d.Register(mux)
 	im.Register(mux)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
+	m.Register(mux)
+	srv := &http.Server{Handler: pluginapi.Observe(mux, m), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- fmt.Errorf("serve %s: %w", c.Socket, srv.Serve(l)) }()
 	log.Info("serving the Docker network plugin API", "socket", c.Socket)
+	var metricsSrv *http.Server
+	if metricsL != nil {
+		mm := http.NewServeMux()
+		m.Register(mm)
+		metricsSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- fmt.Errorf("serve metrics on %s: %w", metricsL.Addr(), metricsSrv.Serve(metricsL)) }()
+		log.Info("serving metrics over TCP", "address", metricsL.Addr().String(), "path", metrics.Path)
+	}
 
 	select {
 	case err := <-errc:
-		return fmt.Errorf("serve %s: %w", c.Socket, err)
+		return err
 	case <-ctx.Done():
 	}
 	log.Info("signal received: finishing in-flight requests")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if metricsSrv != nil {
+		if err := metricsSrv.Shutdown(shutdownCtx); err != nil {
+			log.Error("metrics scrapes still running at shutdown", "error", err)
+		}
+	}
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		log.Error("requests still running at shutdown", "error", err)
 	}
