@@ -18,7 +18,12 @@ import (
 func (c *cluster) teardown(t *testing.T, services []service, nets ...string) {
 	t.Helper()
 	m := c.manager()
-	m.must(t, append([]string{"service", "rm"}, serviceNames(services)...)...)
+	// What an earlier sub-test that failed may not have made is skipped.
+	for _, s := range serviceNames(services) {
+		if _, err := m.docker("service", "inspect", s); err == nil {
+			m.must(t, "service", "rm", s)
+		}
+	}
 	eventually(t, 90*time.Second, "service containers gone on every node", func() error {
 		for _, n := range c.nodes {
 			if out, err := n.docker("ps", "-aq", "--filter", "label=com.docker.swarm.service.name"); err != nil || out != "" {
@@ -27,7 +32,11 @@ func (c *cluster) teardown(t *testing.T, services []service, nets ...string) {
 		}
 		return nil
 	})
-	m.must(t, append([]string{"network", "rm"}, nets...)...)
+	for _, n := range nets {
+		if _, err := m.docker("network", "inspect", n); err == nil {
+			m.must(t, "network", "rm", n)
+		}
+	}
 	// A swarm network's node copy lingers a few seconds after network rm.
 	eventually(t, 60*time.Second, "no network of the plugin on any node", func() error {
 		for _, n := range c.nodes {
