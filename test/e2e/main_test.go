@@ -3,8 +3,9 @@
 // Package e2e proves every path a user takes through a real Docker engine
 // (20.10 from Debian's docker.io): the managed plugin built by `make plugin`,
 // networks and containers, restarts, the stale-holder check against the real
-// Docker API, swarm on one node, `docker plugin install` from a registry,
-// `docker plugin upgrade`, and teardown.
+// Docker API, swarm on one node and on three (TestMultiNode: two more
+// engines, each in a network namespace of its own), `docker plugin install`
+// from a registry, `docker plugin upgrade`, and teardown.
 //
 // The suite runs a dockerd of its own inside a network namespace of its own
 // (nsenter --net, not `ip netns exec`, which breaks dockerd), so every link
