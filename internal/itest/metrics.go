@@ -1,0 +1,89 @@
+package itest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Get sends GET path on the daemon's socket and returns the status and the
+// body.
+func (d *Daemon) Get(path string) (int, []byte, error) {
+	resp, err := d.client.Get("http://underlay" + path)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
+
+// HTTPGet GETs url over TCP from inside the namespace (where a daemon's
+// 127.0.0.1 is), and returns the status and the body.
+func (n *Netns) HTTPGet(url string) (int, []byte, error) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+			err = n.Do(func() error {
+				conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return conn, err
+		},
+	}}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
+
+// FreePort returns a TCP port of 127.0.0.1 that is free in the namespace
+// (it was bound and released).
+func (n *Netns) FreePort() int {
+	n.t.Helper()
+	var port int
+	if err := n.Do(func() error {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		return l.Close()
+	}); err != nil {
+		n.t.Fatalf("find a free port in the namespace: %v", err)
+	}
+	return port
+}
+
+// Metrics parses Prometheus's text format into the value of each series,
+// keyed as the text names it: `name` or `name{label="value",...}` (labels
+// in the order the exposition writes them, sorted by name).
+func Metrics(text string) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("metrics line %q has no value", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
