@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/underlay-net/underlay/control"
 	"github.com/underlay-net/underlay/ipam"
 )
 
@@ -40,6 +41,8 @@ const usage = `usage:
                  [--docker-host unix://PATH] [--scope local|global]
                  [--default-address-pool base=CIDR,size=N]... [--pool-reservation-timeout DURATION]
                  [--metrics-listen ADDR]
+  underlay ls     [--socket PATH] [--docker-host unix://PATH] [--json]
+  underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
   underlay version
 `
 
@@ -66,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "ls":
+		return control.RunLs(args[1:], stdout, stderr)
+	case "doctor":
+		return control.RunDoctor(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/docker/go-connections/sockets"
+	"github.com/underlay-net/underlay/control"
 	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/ipam"
@@ -115,6 +116,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	d.Register(mux)
 	im.Register(mux)
 	m.Register(mux)
+	(&control.Server{Driver: d, IPAM: im, Version: versionString(), Log: log}).Register(mux)
 	srv := &http.Server{Handler: pluginapi.Observe(mux, m), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- fmt.Errorf("serve %s: %w", c.Socket, srv.Serve(l)) }()

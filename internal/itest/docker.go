@@ -1,6 +1,7 @@
 package itest
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -16,9 +17,11 @@ import (
 // {"message": "..."} for the others. A Mode makes it answer as something
 // that is not Docker, or not at all.
 type FakeDocker struct {
-	mu    sync.Mutex
-	live  map[string]bool
-	calls int
+	mu   sync.Mutex
+	live map[string]bool
+	// subnets are the IPAM subnets GET /networks lists for a network.
+	subnets map[string][]string
+	calls   int
 	// answered counts, per network ID, the 200s and Docker 404s answered.
 	found, notFound map[string]int
 	delay           time.Duration
@@ -102,6 +105,14 @@ func (f *FakeDocker) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	mode = f.mode // the test may have switched it during the delay
+	if r.URL.Path == "/networks" && r.Method == http.MethodGet && mode == DockerAPI {
+		list := f.list()
+		f.mu.Unlock()
+		w.Header().Set("Api-Version", APIVersion)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(list)
+		return
+	}
 	id, ok := strings.CutPrefix(r.URL.Path, "/networks/")
 	live := ok && r.Method == http.MethodGet && f.live[id]
 	if ok && mode == DockerAPI {
@@ -208,4 +219,35 @@ func (f *FakeDocker) Calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls
+}
+
+// SetSubnets sets the subnets GET /networks lists for a network.
+func (f *FakeDocker) SetSubnets(id string, subnets ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.subnets == nil {
+		f.subnets = map[string][]string{}
+	}
+	f.subnets[id] = subnets
+}
+
+// list answers GET /networks: the live networks, named "net-" and the
+// first 12 characters of the ID, with their subnets. f.mu is held.
+func (f *FakeDocker) list() []map[string]any {
+	out := []map[string]any{}
+	for id, live := range f.live {
+		if !live {
+			continue
+		}
+		var config []map[string]string
+		for _, s := range f.subnets[id] {
+			config = append(config, map[string]string{"Subnet": s})
+		}
+		name := id
+		if len(name) > 12 {
+			name = name[:12]
+		}
+		out = append(out, map[string]any{"Id": id, "Name": "net-" + name, "Driver": "underlay", "IPAM": map[string]any{"Config": config}})
+	}
+	return out
 }

@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/underlay-net/underlay/control"
+	"github.com/underlay-net/underlay/internal/itest"
+)
+
+// cli runs `underlay ARGS...` (the operator's commands talk to the daemon
+// over its socket) and returns stdout, stderr and the exit code.
+func cli(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(itest.Binary(t), args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), errOut.String(), 0
+	case errors.As(err, &exit):
+		return out.String(), errOut.String(), exit.ExitCode()
+	}
+	t.Fatalf("underlay %v: %v", args, err)
+	return "", "", -1
+}
+
+func lsJSON(t *testing.T, d *itest.Daemon, dockerHost string) control.Listing {
+	t.Helper()
+	out, errOut, code := cli(t, "ls", "--socket", d.Socket, "--docker-host", dockerHost, "--json")
+	if code != 0 {
+		t.Fatalf("underlay ls --json exited %d: %s", code, errOut)
+	}
+	var l control.Listing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("ls --json is not one JSON object: %v\n%s", err, out)
+	}
+	return l
+}
+
+// doctor and ls through the real binary against a fake Docker: healthy is
+// exit 0; a network Docker does not know is a finding (exit 1) naming it;
+// --repair removes it (exit 0) and ls no longer lists it, while the
+// network Docker knows and its endpoint stay.
+func TestDoctorAndLs(t *testing.T) {
+	docker := itest.NewFakeDocker(t)
+	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
+	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	d.MustCreateNetwork(itest.Net{ID: netB, Opts: map[string]string{"parent": "lanx,vp1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	created := time.Now()
+	d.Endpoint(netA, epA, "198.18.1.10/24", "", "")
+	docker.SetLive(netA, netB)
+
+	out, errOut, code := cli(t, "doctor", "--socket", d.Socket, "--docker-host", docker.Host())
+	if code != control.ExitHealthy || !strings.Contains(out, "healthy") {
+		t.Fatalf("doctor on a healthy daemon: exit %d\n%s%s", code, out, errOut)
+	}
+	l := lsJSON(t, d, docker.Host())
+	if !l.Docker.Reachable || len(l.Networks) != 2 {
+		t.Fatalf("ls: %+v", l)
+	}
+	a, b := l.Networks[0], l.Networks[1]
+	if a.ID != netA || a.Name != "net-aaaaaaaaaaaa" || a.Link != "vp0" || len(a.Endpoints) != 1 || !a.Endpoints[0].Joined || a.Endpoints[0].Link != linkA {
+		t.Errorf("ls network A: %+v", a)
+	}
+	if b.Parent != "lanx,vp1" || b.Link != "vp1" || strings.Join(b.Subnets, ",") != "198.18.2.0/24" {
+		t.Errorf("ls network B: parent %q link %q subnets %v; want the option as asked, vp1 and its subnet", b.Parent, b.Link, b.Subnets)
+	}
+	table, _, code := cli(t, "ls", "--socket", d.Socket, "--docker-host", docker.Host())
+	if code != 0 || !strings.Contains(table, "net-aaaaaaaaaaaa") || !strings.Contains(table, linkA) {
+		t.Errorf("ls table (exit %d):\n%s", code, table)
+	}
+
+	// Docker forgets B (removed while underlay was down).
+	docker.SetLive(netA)
+	time.Sleep(time.Until(created.Add(3500 * time.Millisecond))) // past the stale grace
+	out, _, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", docker.Host())
+	if code != control.ExitFindings || !strings.Contains(out, "stale-network "+netB) || !strings.Contains(out, "--repair") {
+		t.Fatalf("doctor with a network Docker does not know: exit %d, want 1 naming %s\n%s", code, netB, out)
+	}
+	ns.WantLinks(with(linkA)...)
+
+	// Docker unreachable: a warning, not a finding.
+	out, errOut, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", "unix:///nonexistent/docker.sock")
+	if code != control.ExitHealthy || !strings.Contains(errOut, "warning: Docker could not be asked") {
+		t.Errorf("doctor without Docker: exit %d\n%s%s", code, out, errOut)
+	}
+
+	out, errOut, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", docker.Host(), "--repair")
+	if code != control.ExitHealthy || !strings.Contains(out, "repaired stale-network "+netB) {
+		t.Fatalf("doctor --repair: exit %d, want 0 after removing %s\n%s%s", code, netB, out, errOut)
+	}
+	l = lsJSON(t, d, docker.Host())
+	if len(l.Networks) != 1 || l.Networks[0].ID != netA {
+		t.Fatalf("ls after the repair lists %+v, want network A only", l.Networks)
+	}
+	ns.WantLinks(with(linkA)...) // A's endpoint link is untouched
+	wantState(t, d, 1, netA)
+
+	// JSON report; a network Docker knows is never removed.
+	out, _, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", docker.Host(), "--repair", "--json")
+	var r control.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || r.Remaining != 0 || len(r.Repairs) != 0 {
+		t.Fatalf("doctor --repair --json: exit %d, %+v, %v\n%s", code, r, err, out)
+	}
+	wantState(t, d, 1, netA)
+
+	// It could not run: exit 2, saying why.
+	_, errOut, code = cli(t, "doctor", "--socket", "/nonexistent/underlay.sock")
+	if code != control.ExitCannot || !strings.Contains(errOut, "/nonexistent/underlay.sock") {
+		t.Errorf("doctor with no daemon: exit %d, want 2 naming the socket: %s", code, errOut)
+	}
+}
