@@ -183,6 +183,9 @@ func (d *Driver) Watch(ctx context.Context) error {
 // subscribe opens the link event stream.
 func (d *Driver) subscribe(ctx context.Context) (<-chan netlinkutil.LinkEvent, error) {
 	return d.links.Subscribe(ctx, func(err error) {
+		if ctx.Err() != nil {
+			return // the socket closing at shutdown, not an overrun
+		}
 		d.log.Warn("link events: receive error", "error", err)
 	})
 }
