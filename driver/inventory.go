@@ -67,15 +67,12 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 // CreateNetwork removes a stale holder: only when the record is past the
 // grace period and Docker itself answers that it has no such network.
 func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, error) {
-	unlock, err := d.locks.acquire(ctx, exclusive(networkLock(id)))
+	unlock, n, err := d.lockNetwork(ctx, id)
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	n, err := d.network(id)
 	switch {
-	case err != nil:
-		return "", err
 	case n == nil:
 		return "already gone", nil
 	case n.Pending != nil:
@@ -102,6 +99,21 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 	}
 	d.log.Warn("doctor: removed stale network Docker does not know", "network", id, "parent", n.Parent)
 	return fmt.Sprintf("removed network %s and its links from %s", short(id), n.Parent), nil
+}
+
+// lockNetwork takes a network's lock exclusively and reads its record (nil
+// when there is none).
+func (d *Driver) lockNetwork(ctx context.Context, id string) (func(), *store.Network, error) {
+	unlock, err := d.locks.acquire(ctx, exclusive(networkLock(id)))
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := d.network(id)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return unlock, n, nil
 }
 
 // RecreateParent re-creates a missing parent link underlay owns and a
@@ -180,15 +192,12 @@ func (d *Driver) isHostLinkOfNetwork(name string) bool {
 // RollbackExpired rolls back a network whose reservation expired, as the
 // janitor does.
 func (d *Driver) RollbackExpired(ctx context.Context, id string) (string, error) {
-	unlock, err := d.locks.acquire(ctx, exclusive(networkLock(id)))
+	unlock, n, err := d.lockNetwork(ctx, id)
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	n, err := d.network(id)
 	switch {
-	case err != nil:
-		return "", err
 	case n == nil || n.Pending == nil:
 		return "already done", nil
 	case d.now().Before(n.Pending.Deadline):

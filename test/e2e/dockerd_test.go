@@ -133,10 +133,13 @@ func (e *env) crashDockerd(t *testing.T) {
 }
 
 // pingDocker asks the suite's API for /_ping.
-func pingDocker() error {
+func pingDocker() error { return pingSocket(sockPath) }
+
+// pingSocket asks the Docker API on a unix socket for /_ping.
+func pingSocket(path string) error {
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sockPath)
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
 		}}}
 	resp, err := c.Get("http://docker/_ping")
 	if err != nil {

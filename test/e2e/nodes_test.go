@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,21 +128,7 @@ func (n *node) must(t *testing.T, args ...string) string {
 }
 
 // ping asks the node's API for /_ping.
-func (n *node) ping() error {
-	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", n.sock())
-		}}}
-	resp, err := c.Get("http://docker/_ping")
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/_ping: %s", resp.Status)
-	}
-	return nil
-}
+func (n *node) ping() error { return pingSocket(n.sock()) }
 
 // start starts the node's dockerd in its namespace (with a hostname of its
 // own, for docker node ls) and waits for its API.
