@@ -94,7 +94,7 @@ func keepParent(linkExists bool, eps []store.Endpoint, boot string) bool {
 func sameConfig(a, b store.Network) bool {
 	return a.ID == b.ID && a.Type == b.Type && requestedParent(a) == requestedParent(b) && a.Mode == b.Mode &&
 		a.Flag == b.Flag && a.MTU == b.MTU && a.Internal == b.Internal && a.HostAddress == b.HostAddress &&
-		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6)
+		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6) && dhcpOf(a) == dhcpOf(b)
 }
 
 func samePools(a, b []store.Pool) bool {

@@ -41,6 +41,9 @@ type Store interface {
 type Config struct {
 	Store Store
 	Links netlinkutil.Links
+	// DHCP leases addresses for the endpoints of dhcp=true networks; nil
+	// refuses such networks.
+	DHCP LeaseClient
 	// Routes lists the host's routes, which parent=auto picks a link by;
 	// nil refuses parent=auto.
 	Routes RouteLister
@@ -120,6 +123,8 @@ type Driver struct {
 	store   Store
 	links   netlinkutil.Links
 	routes  RouteLister
+	dhcp    LeaseClient
+	leases  *leaseTimers
 	docker  NetworkChecker
 	grace   time.Duration
 	lookup  time.Duration
@@ -171,7 +176,7 @@ func New(c Config) (*Driver, error) {
 		c.Events = noEvents{}
 	}
 	return &Driver{
-		store: c.Store, links: c.Links, routes: c.Routes, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		store: c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: newLocker(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),

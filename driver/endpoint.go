@@ -89,6 +89,21 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	if ep.IPv6, err = endpointAddr(iface.AddressIPv6, true); err != nil {
 		return nil, err
 	}
+	leased := false // whether this request leased the address
+	if dhcpOf(*n).On {
+		switch {
+		case ep.IPv4 != "":
+			return nil, invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", short(ep.ID), short(n.ID), ep.IPv4)
+		case existing != nil && existing.Lease != nil:
+			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
+		default:
+			l, err := d.acquireLease(ctx, *n, ep)
+			if err != nil {
+				return nil, err
+			}
+			ep.Lease, ep.IPv4, leased = &l, l.Addr, true
+		}
+	}
 	d.point("create-endpoint/before-commit")
 	if err := d.store.Batch(func(tx *store.Tx) error {
 		ep.Link = endpointLinkName(ep.ID)
@@ -99,6 +114,9 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		}
 		return tx.PutEndpoint(ep)
 	}); err != nil {
+		if leased {
+			d.releaseLease(context.WithoutCancel(ctx), *n, ep)
+		}
 		if errors.Is(err, store.ErrNoNetwork) {
 			return nil, notFound("network", req.NetworkID)
 		}
@@ -106,10 +124,18 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	}
 	d.point("create-endpoint/after-commit")
 	d.log.Debug("created endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "mac", ep.MAC)
-	if !generated {
+	answer := &network.EndpointInterface{}
+	if generated {
+		answer.MacAddress = ep.MAC
+	}
+	if ep.Lease != nil {
+		answer.Address = ep.IPv4
+		d.leases.set(leaseKey{n.ID, ep.ID}, nextLeaseAction(*ep.Lease, d.now()))
+	}
+	if *answer == (network.EndpointInterface{}) {
 		return &network.CreateEndpointResponse{}, nil
 	}
-	return &network.CreateEndpointResponse{Interface: &network.EndpointInterface{MacAddress: ep.MAC}}, nil
+	return &network.CreateEndpointResponse{Interface: answer}, nil
 }
 
 func endpointAddr(s string, want6 bool) (string, error) {
@@ -230,6 +256,10 @@ func joinResponse(n store.Network, ep store.Endpoint) *network.JoinResponse {
 	if n.Internal {
 		return resp
 	}
+	if ep.Lease != nil {
+		leaseJoin(resp, ep.Lease)
+		return resp
+	}
 	if n.Type == typeIpvlan && n.Mode != "l2" {
 		if ep.IPv4 != "" {
 			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "0.0.0.0/0", RouteType: 1})
@@ -277,9 +307,20 @@ func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
 // DeleteEndpoint deletes the endpoint's link and record. An unknown
 // endpoint is not an error, so Docker can always clean up.
 func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpointRequest) error {
-	return d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
+	var deleted *store.Endpoint
+	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
+		deleted = &ep
 		return func(tx *store.Tx) error { return tx.DeleteEndpoint(ep.NetworkID, ep.ID) }
-	})
+	}); err != nil {
+		return err
+	}
+	if deleted != nil && deleted.Lease != nil {
+		d.leases.drop(leaseKey{deleted.NetworkID, deleted.ID})
+		if n, err := d.network(deleted.NetworkID); err == nil && n != nil {
+			d.releaseLease(ctx, *n, *deleted)
+		}
+	}
+	return nil
 }
 
 // unplug is Leave and DeleteEndpoint: under the endpoint's lock it deletes

@@ -22,6 +22,9 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err != nil {
 		return err
 	}
+	if dhcpOf(want).On && d.dhcp == nil {
+		return fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", short(want.ID))
+	}
 	refs := ipamRefs(req)
 	asked := requestedParent(want)
 	log := d.log.With("network", want.ID, "parent", asked)

@@ -49,7 +49,7 @@ const (
 	maxMTU = 65535
 )
 
-var validOptions = []string{OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
+var validOptions = []string{OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
 
 // The mode and flag names come from the one list in netlinkutil.
 var (
@@ -64,6 +64,7 @@ func oneOf(value string, valid []string) bool { return slices.Contains(valid, va
 type netOptions struct {
 	Parent, Type, Mode, Flag string
 	MTU                      int
+	DHCP                     dhcpConfig
 	// Given holds the options as the user gave them.
 	Given map[string]string
 }
@@ -139,6 +140,11 @@ func parseOptions(given map[string]string) (netOptions, error) {
 	if _, err := parseParent(o.Parent); err != nil {
 		return netOptions{}, err
 	}
+	dhcp, err := parseDHCP(opts)
+	if err != nil {
+		return netOptions{}, err
+	}
+	o.DHCP = dhcp
 	return o, nil
 }
 
@@ -279,7 +285,13 @@ func parseNetwork(req *network.CreateNetworkRequest) (store.Network, error) {
 	if err != nil {
 		return store.Network{}, err
 	}
-	if len(v4)+len(v6) == 0 {
+	if err := checkDHCPNetwork(o.DHCP, req, o, internal); err != nil {
+		return store.Network{}, err
+	}
+	if o.DHCP.On {
+		v4 = nil // the null IPAM's 0.0.0.0/0: addresses come per lease
+	}
+	if len(v4)+len(v6) == 0 && !o.DHCP.On {
 		return store.Network{}, invalidf("network %s has no IPAM data (IPv4Data and IPv6Data are empty): create it with --subnet, or with Docker's default IPAM driver", short(req.NetworkID))
 	}
 	if err := overlapsWithin(allPools(store.Network{IPv4: v4, IPv6: v6})); err != nil {

@@ -71,6 +71,8 @@ type Endpoint struct {
 	// Boot (a reboot ends every sandbox).
 	Sandbox string `json:"sandbox,omitempty"`
 	Boot    string `json:"boot,omitempty"`
+	// Lease is the DHCP lease of an endpoint of a dhcp=true network.
+	Lease *Lease `json:"lease,omitempty"`
 }
 
 // ParentLink is a parent link underlay created (a VLAN sub-interface or an

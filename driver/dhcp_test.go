@@ -1,0 +1,247 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// fakeLeases is a DHCP server in a box: addresses .100 up in
+// 198.18.180.0/24, leases of 120 s (T1 60 s, T2 105 s) on the fixture's
+// clock; nak makes renewals fail with a NAK, silent makes it not answer.
+type fakeLeases struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	next     int
+	byClient map[string]string
+	requests []LeaseRequest
+	released []string
+	renewals int
+	nak      bool
+	silent   bool
+	routes   []store.LeaseRoute
+}
+
+func (f *fakeLeases) lease(addr string) store.Lease {
+	now := f.now()
+	return store.Lease{Addr: addr, Router: "198.18.180.1", ServerID: "198.18.180.1", Routes: f.routes, Acquired: now,
+		T1: now.Add(60 * time.Second), T2: now.Add(105 * time.Second), Expiry: now.Add(120 * time.Second)}
+}
+
+func (f *fakeLeases) Acquire(ctx context.Context, r LeaseRequest) (store.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests = append(f.requests, r)
+	if f.silent {
+		return store.Lease{}, fmt.Errorf("no offer: %w", context.DeadlineExceeded)
+	}
+	key := r.MAC.String() + "/" + string(r.ClientID)
+	if addr, ok := f.byClient[key]; ok {
+		return f.lease(addr), nil
+	}
+	addr := fmt.Sprintf("198.18.180.%d/24", 100+f.next)
+	f.next++
+	f.byClient[key] = addr
+	return f.lease(addr), nil
+}
+
+func (f *fakeLeases) Renew(ctx context.Context, r LeaseRequest, l store.Lease) (store.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.renewals++
+	if f.nak {
+		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ErrLeaseNAK)
+	}
+	return f.lease(l.Addr), nil
+}
+
+func (f *fakeLeases) Release(ctx context.Context, r LeaseRequest, l store.Lease) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, l.Addr)
+	for k, a := range f.byClient {
+		if a == l.Addr {
+			delete(f.byClient, k)
+		}
+	}
+	return nil
+}
+
+func dhcpFixture(t *testing.T) (*fixture, *fakeLeases) {
+	f := newFixture(t)
+	fl := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
+	f.d.dhcp = fl
+	f.k.AddLink(netlinkutil.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
+	return f, fl
+}
+
+// dhcpNet is a CreateNetwork as `docker network create --ipam-driver null
+// -o parent=lan0 -o dhcp=true` sends it.
+func dhcpNet(id string, opts ...string) *network.CreateNetworkRequest {
+	generic := map[string]any{"parent": "lan0", "dhcp": "true"}
+	for i := 0; i+1 < len(opts); i += 2 {
+		generic[opts[i]] = opts[i+1]
+	}
+	return &network.CreateNetworkRequest{NetworkID: id, Options: map[string]any{labelGeneric: generic},
+		IPv4Data: []*network.IPAMData{{AddressSpace: "null", Pool: "0.0.0.0/0"}}}
+}
+
+func TestDHCPNetworkOptions(t *testing.T) {
+	f, _ := dhcpFixture(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		req  *network.CreateNetworkRequest
+		want string
+	}{
+		{"not a boolean", dhcpNet(netA, "dhcp", "yes please"), `dhcp "yes please" is not a boolean`},
+		{"timeout without dhcp", dhcpNet(netA, "dhcp", "false", "dhcp_timeout", "5s"), "applies only with -o dhcp=true"},
+		{"bad timeout", dhcpNet(netA, "dhcp_timeout", "soon"), `dhcp_timeout "soon"`},
+		{"Docker's IPAM", func() *network.CreateNetworkRequest {
+			r := dhcpNet(netA)
+			r.IPv4Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "198.18.1.0/24"}}
+			return r
+		}(), "--ipam-driver null"},
+		{"IPv6", func() *network.CreateNetworkRequest {
+			r := dhcpNet(netA)
+			r.IPv6Data = []*network.IPAMData{{AddressSpace: "null", Pool: "::/0"}}
+			return r
+		}(), "IPv4 addresses only"},
+		{"ipvlan l3", dhcpNet(netA, "ipvlan_mode", "l3"), "ipvlan_mode=l2"},
+		{"host address", dhcpNet(netA, "host_address", "198.18.180.5"), "drop host_address"},
+	} {
+		err := f.d.CreateNetwork(ctx, tc.req)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a refusal saying %q", tc.name, err, tc.want)
+		}
+	}
+	f.d.dhcp = nil
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err == nil || !strings.Contains(err.Error(), "without a DHCP client") {
+		t.Errorf("no DHCP client: %v", err)
+	}
+}
+
+func TestDHCPEndpointLifecycle(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, "dhcp_timeout", "3s")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netB)); err != nil {
+		t.Fatalf("a second DHCP network on the same parent: %v", err)
+	}
+	const ep1, ep2 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001", "e2e2e2e2e2e20000000000000000000000000000000000000000000000000002"
+	r1, err := f.endpoint(netA, ep1, "", "")
+	if err != nil || r1.Interface == nil || r1.Interface.Address != "198.18.180.100/24" || r1.Interface.MacAddress == "" {
+		t.Fatalf("CreateEndpoint = %+v, %v: want the leased address and the generated MAC", r1, err)
+	}
+	if got := fl.requests[0].MAC.String(); got != r1.Interface.MacAddress || len(fl.requests[0].ClientID) != 0 {
+		t.Errorf("macvlan lease asked with MAC %s client ID %q, want the endpoint's MAC %s", got, fl.requests[0].ClientID, r1.Interface.MacAddress)
+	}
+	r2, err := f.endpoint(netA, ep2, "", "")
+	if err != nil || r2.Interface.Address != "198.18.180.101/24" {
+		t.Fatalf("second endpoint: %+v, %v", r2, err)
+	}
+	// Docker asking again gets the same lease, not a new one.
+	if again, err := f.endpoint(netA, ep1, "", r1.Interface.MacAddress); err != nil || again.Interface == nil || again.Interface.Address != r1.Interface.Address || len(fl.requests) != 2 {
+		t.Errorf("replayed CreateEndpoint = %+v, %v (%d requests)", again, err, len(fl.requests))
+	}
+	fl.routes = []store.LeaseRoute{{Dst: "198.18.190.0/24", Gateway: "198.18.180.254"}}
+	j, err := f.join(netA, ep1)
+	if err != nil || j.Gateway != "198.18.180.1" {
+		t.Fatalf("Join = %+v, %v: want the router as gateway", j, err)
+	}
+	if _, err := f.endpoint(netA, ep1, "198.18.180.7/24", ""); err == nil || !strings.Contains(err.Error(), "--ipam-driver null") {
+		t.Errorf("an address from Docker: %v", err)
+	}
+	// Renewal at T1 keeps the address and moves the expiry.
+	f.clock.Advance(61 * time.Second)
+	f.d.renewLease(ctx, leaseKey{netA, ep1})
+	n, _ := f.record(netA)
+	var ep store.Endpoint
+	_ = f.db.View(func(tx *store.Tx) (err error) { ep, _, err = tx.Endpoint(n.ID, ep1); return err })
+	if fl.renewals != 1 || ep.Lease == nil || ep.Lease.Addr != "198.18.180.100/24" || !ep.Lease.Expiry.Equal(f.clock.Now().Add(120*time.Second)) {
+		t.Fatalf("after renewal: %d renewals, lease %+v", fl.renewals, ep.Lease)
+	}
+	// A NAK: asked again for the same address, which it gets.
+	fl.nak = true
+	f.clock.Advance(61 * time.Second)
+	f.d.renewLease(ctx, leaseKey{netA, ep1})
+	if last := fl.requests[len(fl.requests)-1]; last.Address.String() != "198.18.180.100" {
+		t.Errorf("after a NAK the lease was asked for %s, want the same address", last.Address)
+	}
+	// DeleteEndpoint releases.
+	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep2}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(fl.released, ",") != "198.18.180.101/24" {
+		t.Errorf("released %v, want endpoint 2's address", fl.released)
+	}
+	// No server: a bounded, clear refusal.
+	fl.silent = true
+	_, err = f.endpoint(netA, "e3e3e3e3e3e30000000000000000000000000000000000000000000000000003", "", "")
+	if err == nil || !strings.Contains(err.Error(), "no lease from a DHCP server on lan0 within 3s") {
+		t.Errorf("no server: %v", err)
+	}
+}
+
+func TestDHCPIpvlanUsesClientIDs(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, "type", "ipvlan")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		r, err := f.endpoint(netA, fmt.Sprintf("e%de%de%de%de%de%d0000000000000000000000000000000000000000000000000000", i, i, i, i, i, i), "", "")
+		if err != nil || r.Interface == nil || r.Interface.MacAddress != "" || r.Interface.Address != fmt.Sprintf("198.18.180.%d/24", 99+i) {
+			t.Fatalf("ipvlan endpoint %d: %+v, %v", i, r, err)
+		}
+	}
+	a, b := fl.requests[0], fl.requests[1]
+	if a.MAC.String() != "02:00:00:00:00:aa" || b.MAC.String() != a.MAC.String() || len(a.ClientID) == 0 || string(a.ClientID) == string(b.ClientID) {
+		t.Errorf("ipvlan requests %+v and %+v: want the parent's MAC and distinct client IDs", a, b)
+	}
+}
+
+func TestLeaseJoinAnswer(t *testing.T) {
+	l := &store.Lease{Addr: "198.18.180.100/24", Router: "198.18.180.1",
+		Routes: []store.LeaseRoute{{Dst: "198.18.190.0/24", Gateway: "198.18.180.254"}, {Dst: "0.0.0.0/0", Gateway: "198.18.180.2"}, {Dst: "198.18.181.0/24", Gateway: "0.0.0.0"}}}
+	resp := &network.JoinResponse{}
+	leaseJoin(resp, l)
+	if resp.Gateway != "198.18.180.2" || len(resp.StaticRoutes) != 2 || resp.StaticRoutes[0].NextHop != "198.18.180.254" || resp.StaticRoutes[1].RouteType != 1 {
+		t.Errorf("Join from a lease with classless routes: %+v %+v %+v", resp, resp.StaticRoutes[0], resp.StaticRoutes[1])
+	}
+	resp = &network.JoinResponse{}
+	leaseJoin(resp, &store.Lease{Addr: "198.18.180.100/24", Router: "198.18.9.1"})
+	if resp.Gateway != "" {
+		t.Errorf("a router outside the leased subnet became the gateway %s", resp.Gateway)
+	}
+}
+
+func TestNextLeaseAction(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := store.Lease{Acquired: t0, T1: t0.Add(60 * time.Second), T2: t0.Add(105 * time.Second), Expiry: t0.Add(120 * time.Second)}
+	for _, tc := range []struct {
+		at, want time.Duration
+	}{
+		{0, 60 * time.Second},
+		{59 * time.Second, 60 * time.Second},
+		{60 * time.Second, 82*time.Second + 500*time.Millisecond}, // half way to T2
+		{100 * time.Second, 105 * time.Second},                    // at least 10 s, but not past T2
+		{105 * time.Second, 115 * time.Second},                    // 10 s
+		{119 * time.Second, 120 * time.Second},
+		{120 * time.Second, 150 * time.Second}, // lost: every 30 s
+	} {
+		if got := nextLeaseAction(l, t0.Add(tc.at)).Sub(t0); got != tc.want {
+			t.Errorf("at %s: next at %s, want %s", tc.at, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+package store
+
+import "time"
+
+// Lease is a DHCPv4 lease underlay holds for an endpoint of a network with
+// dhcp=true: what the LAN's server gave and when it must be renewed. It is
+// part of the endpoint's record, so it is as durable as the endpoint.
+type Lease struct {
+	// Addr is the leased address with the subnet's prefix length.
+	Addr string `json:"addr"`
+	// Router is option 3's first router; empty when the server gave none.
+	Router string `json:"router,omitempty"`
+	// Routes are option 121's classless static routes.
+	Routes []LeaseRoute `json:"routes,omitempty"`
+	// ServerID is option 54: the server that gave the lease.
+	ServerID string `json:"server,omitempty"`
+	// ClientID is option 61 as sent (hex), for ipvlan endpoints, which
+	// share the parent's MAC.
+	ClientID string `json:"client_id,omitempty"`
+	// Acquired is when the server acknowledged the lease; T1 and T2 are
+	// when to renew and rebind, Expiry when it ends without a renewal.
+	Acquired time.Time `json:"acquired"`
+	T1       time.Time `json:"t1"`
+	T2       time.Time `json:"t2"`
+	Expiry   time.Time `json:"expiry"`
+}
+
+// LeaseRoute is one classless static route (option 121).
+type LeaseRoute struct {
+	Dst     string `json:"dst"`
+	Gateway string `json:"gateway"`
+}
