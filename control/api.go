@@ -7,8 +7,10 @@ package control
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 
 	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/driver"
@@ -30,9 +32,22 @@ type State struct {
 	Pools []ipam.PoolState `json:"pools"`
 }
 
-// RepairRequest asks for one repair.
+// RepairRequest asks for one repair: one of doctor's actions, its IDs
+// under the names the request log and metrics know.
 type RepairRequest struct {
-	Action doctor.Action `json:"action"`
+	Op         doctor.Op `json:"Op"`
+	NetworkID  string    `json:"NetworkID,omitempty"`
+	EndpointID string    `json:"EndpointID,omitempty"`
+	PoolID     string    `json:"PoolID,omitempty"`
+	Link       string    `json:"Link,omitempty"`
+}
+
+func repairRequest(a doctor.Action) RepairRequest {
+	return RepairRequest{Op: a.Op, NetworkID: a.Network, EndpointID: a.Endpoint, PoolID: a.Pool, Link: a.Link}
+}
+
+func (r RepairRequest) action() doctor.Action {
+	return doctor.Action{Op: r.Op, Network: r.NetworkID, Endpoint: r.EndpointID, Pool: r.PoolID, Link: r.Link}
 }
 
 // RepairResponse says what the repair did.
@@ -42,8 +57,11 @@ type RepairResponse struct {
 
 // Server answers the control API.
 type Server struct {
-	Driver  *driver.Driver
-	IPAM    *ipam.IPAM
+	Driver *driver.Driver
+	IPAM   *ipam.IPAM
+	// Docker is the daemon's own Docker API, asked again before a pool is
+	// released; nil refuses such releases.
+	Docker  *driver.DockerAPI
 	Version string
 	Log     *slog.Logger
 }
@@ -54,7 +72,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 		return s.State(ctx)
 	})
 	pluginapi.Route(mux, s.Log, PathRepair, func(ctx context.Context, r *RepairRequest) (any, error) {
-		res, err := s.Repair(ctx, r.Action)
+		res, err := s.Repair(ctx, r.action())
 		if err != nil {
 			return nil, err
 		}
@@ -78,6 +96,13 @@ func (s *Server) State(ctx context.Context) (State, error) {
 // Repair carries out one of doctor's actions; each checks its finding
 // again first.
 func (s *Server) Repair(ctx context.Context, a doctor.Action) (string, error) {
+	need := map[doctor.Op][2]string{
+		doctor.OpRemoveStale: {a.Network, "NetworkID"}, doctor.OpRollback: {a.Network, "NetworkID"},
+		doctor.OpRecreate: {a.Link, "Link"}, doctor.OpDeleteOrphan: {a.Link, "Link"}, doctor.OpReleasePool: {a.Pool, "PoolID"},
+	}
+	if f, ok := need[a.Op]; ok && f[0] == "" {
+		return "", pluginapi.Invalidf("repair %s needs %s: give the one doctor printed", a.Op, f[1])
+	}
 	switch a.Op {
 	case doctor.OpRemoveStale:
 		return s.Driver.RemoveStaleNetwork(ctx, a.Network)
@@ -87,17 +112,45 @@ func (s *Server) Repair(ctx context.Context, a doctor.Action) (string, error) {
 		return s.Driver.DeleteOrphanLink(ctx, a.Link)
 	case doctor.OpRollback:
 		return s.Driver.RollbackExpired(ctx, a.Network)
-	case doctor.OpForgetJoin:
-		return s.Driver.ForgetOldJoin(ctx, a.Network, a.Endpoint)
 	case doctor.OpReleasePool:
-		return s.IPAM.ReleaseLeaked(ctx, a.Pool, s.Driver.StaleGrace())
+		subnets, err := s.dockerSubnets(ctx)
+		if err != nil {
+			return "", err
+		}
+		return s.IPAM.ReleaseLeaked(ctx, a.Pool, s.Driver.CreateWindow(), subnets)
 	}
 	return "", pluginapi.Invalidf("repair %q is not one underlay knows: use one doctor printed", a.Op)
 }
 
+// dockerSubnets lists the subnets of every network the daemon's Docker
+// has; a pool is released only when Docker could be asked.
+func (s *Server) dockerSubnets(ctx context.Context) ([]netip.Prefix, error) {
+	if s.Docker == nil {
+		return nil, fmt.Errorf("%w: this daemon has no Docker API to check that no network uses the pool: not released", pluginapi.ErrConflict)
+	}
+	nets, err := s.Docker.Networks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the daemon's Docker could not be asked whether a network uses the pool (%v): not released", pluginapi.ErrConflict, err)
+	}
+	return subnetsOf(nets), nil
+}
+
+// subnetsOf parses Docker's subnets (as users typed them) into prefixes.
+func subnetsOf(nets []driver.DockerNetwork) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range nets {
+		for _, sub := range n.Subnets {
+			if p, err := netip.ParsePrefix(sub); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out
+}
+
 // Input turns a state and Docker's view into the doctor's input.
 func (st State) Input(docker *doctor.Docker) doctor.Input {
-	in := doctor.Input{Now: st.Now, Boot: st.Boot, Mark: st.Mark, Grace: st.Grace,
+	in := doctor.Input{Now: st.Now, Boot: st.Boot, Mark: st.Mark, Grace: st.Grace, PoolGrace: st.PoolGrace,
 		Networks: st.Networks, Endpoints: st.Endpoints, Owned: st.Owned, Links: st.Links, HostLinks: st.HostLinks, Docker: docker}
 	for _, p := range st.Pools {
 		in.Pools = append(in.Pools, p.IPAMPool)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/underlay-net/underlay/doctor"
@@ -53,6 +54,9 @@ func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (o
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q: underlay %s takes only flags", fs.Arg(0), name)
 	}
+	if !strings.HasPrefix(o.dockerHost, "unix://") && !strings.HasPrefix(o.dockerHost, "tcp://") {
+		return o, fmt.Errorf("--docker-host %q is not valid: use unix:///path/to/docker.sock", o.dockerHost)
+	}
 	return o, nil
 }
 
@@ -97,33 +101,39 @@ func RunDoctor(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "underlay doctor:", err)
 		return ExitCannot
 	}
-	report := Report{Findings: []doctor.Finding{}, Warnings: []string{}, Repairs: []RepairResult{}}
+	report := Report{Repairs: []RepairResult{}}
+	failed := map[string]bool{} // actions refused or failed: not sent again
 	// A repair can uncover the next finding (a stale network's pool is
-	// unused once the network is gone): check again after repairing, a
-	// few rounds at most.
+	// unused once the network is gone): check again after a round that
+	// made progress, a few rounds at most.
 	for round := 0; ; round++ {
-		st, err := c.State(ctx)
+		report.Findings, report.Warnings, err = check(ctx, c, o.dockerHost)
 		if err != nil {
 			fmt.Fprintln(stderr, "underlay doctor:", err)
 			return ExitCannot
 		}
-		findings, warnings := doctor.Check(st.Input(askDocker(ctx, o.dockerHost, st).view))
-		report.Findings, report.Warnings = findings, warnings
-		if !o.repair || round == 3 || !repairable(findings) {
+		if !o.repair || round == 3 {
 			break
 		}
-		for _, f := range findings {
-			if f.Action == nil {
+		progress := false
+		for _, f := range report.Findings {
+			if f.Action == nil || failed[actionKey(*f.Action)] {
 				continue
 			}
 			r := RepairResult{Kind: f.Kind, Subject: f.Subject, Action: *f.Action}
 			if r.Result, err = c.Repair(ctx, *f.Action); err != nil {
 				r.Error = err.Error()
+				failed[actionKey(*f.Action)] = true
+			} else {
+				progress = true
 			}
 			report.Repairs = append(report.Repairs, r)
 			if !o.json {
 				printRepair(stdout, r)
 			}
+		}
+		if !progress {
+			break
 		}
 	}
 	report.Remaining = len(report.Findings)
@@ -159,14 +169,51 @@ type RepairResult struct {
 	Error   string        `json:"error,omitempty"`
 }
 
-func repairable(fs []doctor.Finding) bool {
-	for _, f := range fs {
-		if f.Action != nil {
-			return true
+func actionKey(a doctor.Action) string {
+	return string(a.Op) + " " + a.Network + " " + a.Endpoint + " " + a.Link + " " + a.Pool
+}
+
+// check runs the doctor twice, a moment apart, and keeps the findings of
+// both: a request between reading the state file and listing the links
+// (a record written before its link is made, a link deleted before its
+// record) shows a finding once that is no finding.
+func check(ctx context.Context, c *Client, dockerHost string) ([]doctor.Finding, []string, error) {
+	var first map[string]bool
+	var findings []doctor.Finding
+	var warnings []string
+	for pass := 0; pass < 2; pass++ {
+		if pass == 1 {
+			time.Sleep(confirmDelay)
+		}
+		st, err := c.State(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		findings, warnings = doctor.Check(st.Input(askDocker(ctx, dockerHost, st).view))
+		if pass == 0 {
+			first = map[string]bool{}
+			for _, f := range findings {
+				first[f.Kind+" "+f.Subject] = true
+			}
+			if len(findings) == 0 {
+				break
+			}
 		}
 	}
-	return false
+	kept := []doctor.Finding{}
+	for _, f := range findings {
+		if first[f.Kind+" "+f.Subject] {
+			kept = append(kept, f)
+		}
+	}
+	if warnings == nil {
+		warnings = []string{}
+	}
+	return kept, warnings, nil
 }
+
+// confirmDelay separates the two passes of check.
+const confirmDelay = 300 * time.Millisecond
 
 func (o options) client() (*Client, error) {
 	socket, err := FindSocket(o.socket, DefaultSocket, o.pluginGlob)
@@ -213,12 +260,9 @@ func askDocker(ctx context.Context, host string, st State) dockerView {
 	if err != nil {
 		return dockerView{err: err.Error()}
 	}
-	dv := dockerView{names: map[string]string{}, view: &doctor.Docker{Subnets: map[string]bool{}, Missing: map[string]bool{}, Unsure: map[string]string{}}}
+	dv := dockerView{names: map[string]string{}, view: &doctor.Docker{Subnets: subnetsOf(nets), Missing: map[string]bool{}, Unsure: map[string]string{}}}
 	for _, n := range nets {
 		dv.names[n.ID] = n.Name
-		for _, s := range n.Subnets {
-			dv.view.Subnets[s] = true
-		}
 	}
 	for _, n := range st.Networks {
 		if _, ok := dv.names[n.ID]; ok {

@@ -72,7 +72,7 @@ func (c *Client) State(ctx context.Context) (State, error) {
 // Repair asks the daemon to carry out one action.
 func (c *Client) Repair(ctx context.Context, a doctor.Action) (string, error) {
 	var r RepairResponse
-	err := c.call(ctx, PathRepair, RepairRequest{Action: a}, &r)
+	err := c.call(ctx, PathRepair, repairRequest(a), &r)
 	return r.Result, err
 }
 
@@ -103,7 +103,9 @@ func (c *Client) call(ctx context.Context, path string, in, out any) error {
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Err string }
-		_ = json.Unmarshal(data, &e)
+		if json.Unmarshal(data, &e) != nil || e.Err == "" {
+			e.Err = fmt.Sprintf("status %d: %.200s", resp.StatusCode, strings.TrimSpace(string(data)))
+		}
 		return fmt.Errorf("%w: %s", errDaemon, e.Err)
 	}
 	if err := json.Unmarshal(data, out); err != nil {

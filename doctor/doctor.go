@@ -7,6 +7,7 @@ package doctor
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"time"
 
@@ -25,6 +26,9 @@ type Input struct {
 	// network" is believed (libnetwork stores a network only after the
 	// driver answered); the same rule as CreateNetwork's stale check.
 	Grace time.Duration
+	// PoolGrace is how old a pool must be before it can be unused: the
+	// longest a create may take from its pool to its commit.
+	PoolGrace time.Duration
 
 	Networks  []store.Network
 	Endpoints []store.Endpoint
@@ -42,7 +46,7 @@ type Input struct {
 // Docker is what Docker said.
 type Docker struct {
 	// Subnets are the subnets of every network Docker has (any driver).
-	Subnets map[string]bool
+	Subnets []netip.Prefix
 	// Missing are the network IDs Docker itself answered 404 for.
 	Missing map[string]bool
 	// Unsure are the network IDs Docker could not be asked about.
@@ -58,7 +62,6 @@ const (
 	OpDeleteOrphan Op = "delete-orphan-link"
 	OpRollback     Op = "rollback-reservation"
 	OpReleasePool  Op = "release-pool"
-	OpForgetJoin   Op = "forget-old-join"
 )
 
 // Finding kinds.
@@ -68,7 +71,6 @@ const (
 	kindOrphan         = "orphan-link"
 	kindExpired        = "expired-reservation"
 	kindUnusedPool     = "unused-pool"
-	kindOldJoin        = "old-join"
 	kindGoneUserParent = "parent-gone"
 )
 
@@ -114,7 +116,6 @@ func Check(in Input) (findings []Finding, warnings []string) {
 	findings = append(findings, expired(in)...)
 	findings = append(findings, parents(in)...)
 	findings = append(findings, orphans(in)...)
-	findings = append(findings, oldJoins(in)...)
 	findings = append(findings, unusedPools(in)...)
 	return findings, warnings
 }
@@ -214,20 +215,6 @@ func orphans(in Input) []Finding {
 	return out
 }
 
-func oldJoins(in Input) []Finding {
-	var out []Finding
-	for _, ep := range in.Endpoints {
-		if ep.Sandbox == "" || ep.Boot == in.Boot {
-			continue
-		}
-		out = append(out, Finding{Kind: kindOldJoin, Subject: ep.ID,
-			Message: fmt.Sprintf("endpoint %s of network %s is recorded as joined to sandbox %s of an earlier boot: that container and its link %s are gone", short(ep.ID), short(ep.NetworkID), ep.Sandbox, ep.Link),
-			Repair:  "record it as left (Docker may join it again)",
-			Action:  &Action{Op: OpForgetJoin, Network: ep.NetworkID, Endpoint: ep.ID}})
-	}
-	return out
-}
-
 func unusedPools(in Input) []Finding {
 	if in.Docker == nil {
 		return nil
@@ -240,7 +227,7 @@ func unusedPools(in Input) []Finding {
 	}
 	var out []Finding
 	for _, p := range in.Pools {
-		if p.Pending != nil || used[p.Prefix] || in.Docker.Subnets[p.Prefix] || !in.old(p.Created) {
+		if p.Pending != nil || used[p.Prefix] || overlapsAny(p.Prefix, in.Docker.Subnets) || (!p.Created.IsZero() && in.Now.Sub(p.Created) < in.PoolGrace) {
 			continue
 		}
 		out = append(out, Finding{Kind: kindUnusedPool, Subject: p.ID,
@@ -249,6 +236,21 @@ func unusedPools(in Input) []Finding {
 			Action:  &Action{Op: OpReleasePool, Pool: p.ID}})
 	}
 	return out
+}
+
+// overlapsAny reports whether a pool's prefix overlaps one of subnets (an
+// unparsable prefix counts as used: never released on a guess).
+func overlapsAny(prefix string, subnets []netip.Prefix) bool {
+	p, err := netip.ParsePrefix(prefix)
+	if err != nil {
+		return true
+	}
+	for _, s := range subnets {
+		if s.Overlaps(p) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasLink(links []netlinkutil.Link, name string) bool {

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,27 +17,30 @@ import (
 
 // Inventory is the driver's state as the operator sees it.
 type Inventory struct {
-	Now  time.Time
-	Boot string
+	Now  time.Time `json:"now"`
+	Boot string    `json:"boot"`
 	// Mark is the alias on the links this state file made.
-	Mark string
-	// Grace is how old a network must be before Docker's 404 is believed.
-	Grace     time.Duration
-	Networks  []store.Network
-	Endpoints []store.Endpoint
-	Owned     []store.ParentLink
+	Mark string `json:"mark"`
+	// Grace is how old a network must be before Docker's 404 is believed;
+	// PoolGrace how old a pool must be before it can be unused
+	// (CreateWindow). Both in nanoseconds.
+	Grace     time.Duration      `json:"grace_ns"`
+	PoolGrace time.Duration      `json:"pool_grace_ns"`
+	Networks  []store.Network    `json:"networks"`
+	Endpoints []store.Endpoint   `json:"endpoints"`
+	Owned     []store.ParentLink `json:"owned_parents"`
 	// Use counts the networks on each parent link.
-	Use map[string]int
+	Use map[string]int `json:"parent_use"`
 	// Links are the kernel's links in the daemon's namespace.
-	Links []netlinkutil.Link
+	Links []netlinkutil.Link `json:"links"`
 	// HostLinks are the host links of networks with a host address, by
 	// network ID.
-	HostLinks map[string]string
+	HostLinks map[string]string `json:"host_links"`
 }
 
 // Inventory reads the state file and the kernel's links.
 func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
-	inv := Inventory{Now: d.now(), Boot: d.boot, Mark: d.mark, Grace: d.grace, HostLinks: map[string]string{}}
+	inv := Inventory{Now: d.now(), Boot: d.boot, Mark: d.mark, Grace: d.grace, PoolGrace: d.CreateWindow(), HostLinks: map[string]string{}}
 	err := d.store.View(func(tx *store.Tx) error {
 		if err := tx.ForEachNetwork(func(n store.Network) error {
 			inv.Networks = append(inv.Networks, n)
@@ -63,6 +67,12 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 	return inv, nil
 }
 
+// refusef is a repair refused because its finding no longer holds or is
+// not safe to act on: a conflict with the state, not a failure (409).
+func refusef(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConflict, fmt.Sprintf(format, args...))
+}
+
 // RemoveStaleNetwork removes a network Docker does not know, as
 // CreateNetwork removes a stale holder: only when the record is past the
 // grace period and Docker itself answers that it has no such network.
@@ -74,20 +84,20 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 	defer unlock()
 	switch {
 	case n == nil:
-		return "already gone", nil
+		return "no longer needed: the network is gone", nil
 	case n.Pending != nil:
-		return "", fmt.Errorf("network %s is being created: not stale", short(id))
+		return "", refusef("network %s is being created: not stale", short(id))
 	case !n.Created.IsZero() && d.now().Sub(n.Created) < d.grace:
-		return "", fmt.Errorf("network %s was created %s ago, within the %s Docker may take to store it: not removed, run doctor again", short(id), d.now().Sub(n.Created).Round(time.Millisecond), d.grace)
+		return "", refusef("network %s was created %s ago, within the %s Docker may take to store it: not removed, run doctor again", short(id), d.now().Sub(n.Created).Round(time.Millisecond), d.grace)
 	case d.docker == nil:
-		return "", fmt.Errorf("network %s not removed: this daemon has no Docker API to confirm it is stale (--docker-host)", short(id))
+		return "", refusef("network %s not removed: this daemon has no Docker API to confirm it is stale (--docker-host)", short(id))
 	}
 	exists, err := d.docker.NetworkExists(ctx, id)
 	if err != nil {
-		return "", fmt.Errorf("network %s not removed: %w", short(id), err)
+		return "", refusef("network %s not removed: the daemon's Docker could not confirm it is stale: %v", short(id), err)
 	}
 	if exists {
-		return "", fmt.Errorf("network %s not removed: Docker knows it", short(id))
+		return "", refusef("network %s not removed: the daemon's Docker knows it (is --docker-host the daemon's engine?)", short(id))
 	}
 	unlockParent, err := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
 	if err != nil {
@@ -97,6 +107,7 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 	if err := d.removeNetwork(ctx, *n); err != nil {
 		return "", fmt.Errorf("remove stale network %s: %w", short(id), err)
 	}
+	d.events.StaleRemoved()
 	d.log.Warn("doctor: removed stale network Docker does not know", "network", id, "parent", n.Parent)
 	return fmt.Sprintf("removed network %s and its links from %s", short(id), n.Parent), nil
 }
@@ -125,17 +136,15 @@ func (d *Driver) RecreateParent(ctx context.Context, name string) (string, error
 	}
 	owned, ok := s.Owned[name]
 	switch {
-	case !ok:
-		return "", fmt.Errorf("parent link %s is not one underlay created: not touched", name)
-	case s.Use[name] == 0:
-		return "", fmt.Errorf("no network needs parent link %s: not re-created", name)
+	case !ok || s.Use[name] == 0:
+		return "no longer needed: no network needs an owned link " + name, nil
 	}
 	if _, err := d.links.Get(ctx, name); err == nil {
-		return "already there", nil
+		return "no longer needed: it is there", nil
 	}
 	out, err := d.execute(ctx, []step{{Op: opRecreate, Name: name, Parent: owned, Why: "doctor --repair"}}, "")
 	if err == nil && (out.busy || out.failed) {
-		err = fmt.Errorf("parent link %s could not be re-created now (busy, or its base is missing): see the daemon's log", name)
+		err = fmt.Errorf("parent link %s could not be re-created now (a request holds it, or its base is missing): see the daemon's log", name)
 	}
 	if err != nil {
 		return "", err
@@ -144,15 +153,35 @@ func (d *Driver) RecreateParent(ctx context.Context, name string) (string, error
 }
 
 // DeleteOrphanLink deletes a link carrying this state file's mark that no
-// record owns.
+// record owns. It holds the locks of the link and of its lower link, which
+// every request making a host link or a parent link holds until its
+// record is committed (endpoint links are recorded before they are made).
 func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, error) {
 	l, err := d.links.Get(ctx, name)
+	if errors.Is(err, netlinkutil.ErrNotFound) {
+		return "no longer needed: the link is gone", nil
+	}
 	if err != nil {
-		return "already gone", nil
+		return "", err
 	}
 	if l.Alias != d.mark {
-		return "", fmt.Errorf("link %s does not carry this underlay's mark: not touched", name)
+		return "", refusef("link %s does not carry this underlay's mark %q: not touched", name, d.mark)
 	}
+	locks := []lockReq{exclusive(parentLock(l.Name))}
+	if l.ParentIndex > 0 {
+		links, err := d.links.List(ctx)
+		if err != nil {
+			return "", err
+		}
+		if lower, ok := linkByIndex(links, l.ParentIndex); ok {
+			locks = append(locks, exclusive(parentLock(lower.Name)))
+		}
+	}
+	unlock, err := d.locks.acquire(ctx, locks...)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	owned := false
 	if err := d.store.View(func(tx *store.Tx) error {
 		_, ep, err := tx.EndpointByLink(name)
@@ -161,15 +190,18 @@ func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, err
 		if err == nil {
 			err = perr
 		}
-		return err
+		if owned || err != nil {
+			return err
+		}
+		return tx.ForEachNetworkWithHostAddress(func(n store.Network) error {
+			owned = owned || shimName(n.ID) == name
+			return nil
+		})
 	}); err != nil {
 		return "", err
 	}
-	if !owned {
-		owned = d.isHostLinkOfNetwork(name)
-	}
 	if owned {
-		return "", fmt.Errorf("link %s belongs to a record now: not deleted", name)
+		return "no longer needed: a record owns link " + name + " now", nil
 	}
 	if err := d.deleteOwnedLink(ctx, name, false); err != nil {
 		return "", err
@@ -178,62 +210,32 @@ func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, err
 	return "deleted " + name, nil
 }
 
-func (d *Driver) isHostLinkOfNetwork(name string) bool {
-	found := false
-	_ = d.store.View(func(tx *store.Tx) error {
-		return tx.ForEachNetworkWithHostAddress(func(n store.Network) error {
-			found = found || shimName(n.ID) == name
-			return nil
-		})
-	})
-	return found
-}
-
 // RollbackExpired rolls back a network whose reservation expired, as the
-// janitor does.
-func (d *Driver) RollbackExpired(ctx context.Context, id string) (string, error) {
-	unlock, n, err := d.lockNetwork(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
+// janitor does: without waiting for the network's lock, which the create
+// that hung still holds; the janitor then releases its parent link.
+func (d *Driver) RollbackExpired(_ context.Context, id string) (string, error) {
+	n, err := d.network(id)
 	switch {
+	case err != nil:
+		return "", err
 	case n == nil || n.Pending == nil:
-		return "already done", nil
+		return "no longer needed: the network is no longer pending", nil
 	case d.now().Before(n.Pending.Deadline):
-		return "", fmt.Errorf("the reservation of network %s has not expired (deadline %s)", short(id), n.Pending.Deadline.Format(time.RFC3339))
+		return "", refusef("the reservation of network %s has not expired (deadline %s)", short(id), n.Pending.Deadline.Format(time.RFC3339))
 	}
 	if _, err := d.dropPending(id, n.Pending.Token); err != nil {
 		return "", err
 	}
+	d.events.ReservationRolledBack("network")
 	d.log.Warn("doctor: rolled back network whose reservation expired", "network", id, "parent", n.Parent)
-	return fmt.Sprintf("rolled back network %s (its parent %s is released by the janitor when nothing needs it)", short(id), n.Parent), nil
-}
-
-// ForgetOldJoin records as left an endpoint joined in an earlier boot,
-// deleting its host link if one is left.
-func (d *Driver) ForgetOldJoin(ctx context.Context, netID, epID string) (string, error) {
-	unlock, n, ep, err := d.lockEndpoint(ctx, netID, epID)
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if n == nil || ep == nil || ep.Sandbox == "" {
-		return "already done", nil
-	}
-	if ep.Boot == d.boot {
-		return "", fmt.Errorf("endpoint %s is joined in this boot: not touched", short(epID))
-	}
-	if err := d.deleteOwnedLink(ctx, ep.Link, true); err != nil {
-		return "", err
-	}
-	left := *ep
-	left.Sandbox, left.Boot = "", ""
-	if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(left) }); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("endpoint %s recorded as left", short(epID)), nil
+	return fmt.Sprintf("rolled back network %s (the janitor releases its parent %s when nothing needs it)", short(id), n.Parent), nil
 }
 
 // StaleGrace is how old a record must be before Docker's 404 is believed.
 func (d *Driver) StaleGrace() time.Duration { return d.grace }
+
+// CreateWindow is the longest a CreateNetwork may take from its IPAM pool
+// to its commit: the stale check's lookup and grace, and the pending
+// reservation's deadline. A pool younger than that may belong to a create
+// still under way.
+func (d *Driver) CreateWindow() time.Duration { return d.lookup + d.grace + d.pending }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestDoctorRepairs(t *testing.T) {
 		t.Errorf("young network: %v", err)
 	}
 	f.clock.Advance(time.Minute)
-	if _, err := f.d.RemoveStaleNetwork(ctx, netB); err == nil || !strings.Contains(err.Error(), "Docker knows it") {
+	if _, err := f.d.RemoveStaleNetwork(ctx, netB); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "Docker knows it") {
 		t.Errorf("network Docker knows: %v", err)
 	}
 	f.docker.setLive(netA)
@@ -43,7 +44,7 @@ func TestDoctorRepairs(t *testing.T) {
 		t.Errorf("stale network: %q, %v", res, err)
 	}
 	f.wantNetworks(netA)
-	if res, _ := f.d.RemoveStaleNetwork(ctx, netB); res != "already gone" {
+	if res, _ := f.d.RemoveStaleNetwork(ctx, netB); !strings.Contains(res, "no longer needed") {
 		t.Errorf("second removal: %q", res)
 	}
 
@@ -53,8 +54,8 @@ func TestDoctorRepairs(t *testing.T) {
 	if res, err := f.d.RecreateParent(ctx, "eth0.10"); err != nil || res != "re-created eth0.10" {
 		t.Errorf("RecreateParent: %q, %v", res, err)
 	}
-	if _, err := f.d.RecreateParent(ctx, "eth1"); err == nil || !strings.Contains(err.Error(), "not one underlay created") {
-		t.Errorf("RecreateParent(eth1): %v", err)
+	if res, err := f.d.RecreateParent(ctx, "eth1"); err != nil || !strings.Contains(res, "no longer needed") {
+		t.Errorf("RecreateParent(eth1), the user's link: %q, %v", res, err)
 	}
 
 	// Orphans: only marked links no record owns.
@@ -63,24 +64,17 @@ func TestDoctorRepairs(t *testing.T) {
 	if res, err := f.d.DeleteOrphanLink(ctx, "uleffffffffffff"); err != nil || res != "deleted uleffffffffffff" {
 		t.Errorf("DeleteOrphanLink: %q, %v", res, err)
 	}
-	if _, err := f.d.DeleteOrphanLink(ctx, "ulh000000000000"); err == nil || !strings.Contains(err.Error(), "does not carry this underlay's mark") {
+	if _, err := f.d.DeleteOrphanLink(ctx, "ulh000000000000"); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "does not carry this underlay's mark") {
 		t.Errorf("foreign link: %v", err)
 	}
 	if _, ok := f.k.Link(link); !ok { // in the container: put one back in the host namespace
 		f.k.AddLink(netlinkutil.Link{Name: link, Kind: "macvlan", Alias: f.d.mark})
 	}
-	if _, err := f.d.DeleteOrphanLink(ctx, link); err == nil || !strings.Contains(err.Error(), "belongs to a record") {
-		t.Errorf("recorded endpoint link: %v", err)
+	if res, err := f.d.DeleteOrphanLink(ctx, link); err != nil || !strings.Contains(res, "a record owns link") {
+		t.Errorf("recorded endpoint link: %q, %v", res, err)
 	}
-
-	// A join of an earlier boot is forgotten; one of this boot is not.
-	if _, err := f.d.ForgetOldJoin(ctx, netA, ep1); err == nil || !strings.Contains(err.Error(), "joined in this boot") {
-		t.Errorf("join of this boot: %v", err)
-	}
-	f.boot = "boot-2"
-	f.restart()
-	if res, err := f.d.ForgetOldJoin(ctx, netA, ep1); err != nil || !strings.Contains(res, "recorded as left") {
-		t.Errorf("join of an earlier boot: %q, %v", res, err)
+	if _, ok := f.k.Link(link); !ok {
+		t.Errorf("the recorded endpoint link %s was deleted", link)
 	}
 
 	// An expired reservation is rolled back, an unexpired one is not.
@@ -102,4 +96,37 @@ func TestDoctorRepairs(t *testing.T) {
 		t.Errorf("expired: %q, %v", res, err)
 	}
 	f.wantNetworks()
+}
+
+// The host link of a network being created (made before its record is
+// committed, under its parent's lock) is no orphan: the repair waits for
+// the lock and then finds the record.
+func TestOrphanRepairWaitsForACreate(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	result := make(chan string, 1)
+	f.close()
+	f.open()
+	var once bool
+	f.d.crash = func(p string) {
+		if p != "create-network/before-commit" || once {
+			return
+		}
+		once = true
+		go func() {
+			res, err := f.d.DeleteOrphanLink(ctx, shimName(netA))
+			if err != nil {
+				res = err.Error()
+			}
+			result <- res
+		}()
+		time.Sleep(100 * time.Millisecond) // the repair now waits for eth0's lock
+	}
+	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
+	if res := <-result; !strings.Contains(res, "a record owns link") {
+		t.Errorf("repair during the create: %q", res)
+	}
+	if _, ok := f.k.Link(shimName(netA)); !ok {
+		t.Fatal("the repair deleted the host link of a network being created")
+	}
 }

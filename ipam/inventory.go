@@ -3,8 +3,10 @@ package ipam
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -35,9 +37,11 @@ func (m *IPAM) Pools(context.Context) ([]PoolState, error) {
 
 // ReleaseLeaked releases a pool no network uses, checked again in the
 // transaction that deletes it: an unconfirmed reservation past its
-// deadline, or a confirmed pool older than grace that no network record of
-// underlay names (the caller asked Docker about its other networks).
-func (m *IPAM) ReleaseLeaked(_ context.Context, id string, grace time.Duration) (string, error) {
+// deadline, or a confirmed pool older than grace (the longest a create
+// takes from its pool to its commit) that no network record of underlay
+// names and that overlaps none of Docker's subnets (every driver's, as
+// the caller just listed them).
+func (m *IPAM) ReleaseLeaked(_ context.Context, id string, grace time.Duration, dockerSubnets []netip.Prefix) (string, error) {
 	var msg string
 	err := m.store.Batch(func(tx *store.Tx) error {
 		p, ok, err := tx.IPAMPool(id)
@@ -52,9 +56,9 @@ func (m *IPAM) ReleaseLeaked(_ context.Context, id string, grace time.Duration) 
 		switch {
 		case p.Expired(now):
 		case p.Pending != nil:
-			return fmt.Errorf("pool %s (%s) is reserved until %s for a network being created: not released", id, p.Prefix, p.Pending.Deadline.Format(time.RFC3339))
+			return conflictf("pool %s (%s) is reserved until %s for a network being created: not released", id, p.Prefix, p.Pending.Deadline.Format(time.RFC3339))
 		case !p.Created.IsZero() && now.Sub(p.Created) < grace:
-			return fmt.Errorf("pool %s (%s) was handed out %s ago: not released, run doctor again", id, p.Prefix, now.Sub(p.Created).Round(time.Millisecond))
+			return conflictf("pool %s (%s) was handed out %s ago: not released, run doctor again", id, p.Prefix, now.Sub(p.Created).Round(time.Millisecond))
 		default:
 			used := false
 			if err := tx.ForEachNetwork(func(n store.Network) error {
@@ -66,7 +70,16 @@ func (m *IPAM) ReleaseLeaked(_ context.Context, id string, grace time.Duration) 
 				return err
 			}
 			if used {
-				return fmt.Errorf("pool %s (%s) is used by a network of underlay: not released", id, p.Prefix)
+				return conflictf("pool %s (%s) is used by a network of underlay: not released", id, p.Prefix)
+			}
+			prefix, err := netip.ParsePrefix(p.Prefix)
+			if err != nil {
+				return conflictf("pool %s has prefix %q, which does not parse: not released", id, p.Prefix)
+			}
+			for _, s := range dockerSubnets {
+				if s.Overlaps(prefix) {
+					return conflictf("pool %s (%s) overlaps Docker's network subnet %s: not released", id, p.Prefix, s)
+				}
 			}
 		}
 		msg = fmt.Sprintf("released pool %s (%s) and its %d addresses", id, p.Prefix, len(tx.IPAMAddresses(id)))
@@ -77,4 +90,9 @@ func (m *IPAM) ReleaseLeaked(_ context.Context, id string, grace time.Duration) 
 	}
 	m.log.Warn("doctor: released IPAM pool no network uses", "pool", id, "result", msg)
 	return msg, nil
+}
+
+// conflictf is a release refused because the pool is, or may be, in use.
+func conflictf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", pluginapi.ErrConflict, fmt.Sprintf(format, args...))
 }

@@ -116,7 +116,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	d.Register(mux)
 	im.Register(mux)
 	m.Register(mux)
-	(&control.Server{Driver: d, IPAM: im, Version: versionString(), Log: log}).Register(mux)
+	(&control.Server{Driver: d, IPAM: im, Docker: docker, Version: versionString(), Log: log}).Register(mux)
 	srv := &http.Server{Handler: pluginapi.Observe(mux, m), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- fmt.Errorf("serve %s: %w", c.Socket, srv.Serve(l)) }()

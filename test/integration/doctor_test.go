@@ -93,6 +93,21 @@ func TestDoctorAndLs(t *testing.T) {
 		t.Errorf("doctor without Docker: exit %d\n%s%s", code, out, errOut)
 	}
 
+	// A Docker that is not the daemon's says B is gone, the daemon's own
+	// still knows it: the repair is refused, nothing is removed.
+	other := itest.NewFakeDocker(t)
+	other.SetLive(netA)
+	docker.SetLive(netA, netB)
+	out, errOut, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", other.Host(), "--repair")
+	if code != control.ExitFindings || !strings.Contains(out, "could not repair stale-network "+netB) || !strings.Contains(out, "the daemon's Docker knows it") {
+		t.Fatalf("doctor --repair against another engine: exit %d, want 1 with the repair refused\n%s%s", code, out, errOut)
+	}
+	if strings.Count(out, "could not repair") != 1 {
+		t.Errorf("the refused repair was sent more than once:\n%s", out)
+	}
+	wantState(t, d, 1, netA, netB)
+	docker.SetLive(netA)
+
 	out, errOut, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", docker.Host(), "--repair")
 	if code != control.ExitHealthy || !strings.Contains(out, "repaired stale-network "+netB) {
 		t.Fatalf("doctor --repair: exit %d, want 0 after removing %s\n%s%s", code, netB, out, errOut)
@@ -104,13 +119,18 @@ func TestDoctorAndLs(t *testing.T) {
 	ns.WantLinks(with(linkA)...) // A's endpoint link is untouched
 	wantState(t, d, 1, netA)
 
-	// JSON report; a network Docker knows is never removed.
+	// JSON report of a healthy daemon: empty lists, not null.
 	out, _, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", docker.Host(), "--repair", "--json")
 	var r control.Report
-	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || r.Remaining != 0 || len(r.Repairs) != 0 {
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || r.Remaining != 0 || len(r.Repairs) != 0 || !strings.Contains(out, `"findings": []`) {
 		t.Fatalf("doctor --repair --json: exit %d, %+v, %v\n%s", code, r, err, out)
 	}
 	wantState(t, d, 1, netA)
+
+	// A typo in --docker-host is an error, not a skipped check.
+	if _, errOut, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", "/var/run/docker.sock"); code != control.ExitCannot || !strings.Contains(errOut, "unix:///path/to/docker.sock") {
+		t.Errorf("doctor --docker-host without scheme: exit %d: %s", code, errOut)
+	}
 
 	// It could not run: exit 2, saying why.
 	_, errOut, code = cli(t, "doctor", "--socket", "/nonexistent/underlay.sock")
