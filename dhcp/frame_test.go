@@ -1,0 +1,99 @@
+package dhcp
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
+	"golang.org/x/net/bpf"
+)
+
+// fakeConn returns the queued frames, then an error.
+type fakeConn struct {
+	net.PacketConn
+	frames [][]byte
+}
+
+func (f *fakeConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	if len(f.frames) == 0 {
+		return 0, nil, net.ErrClosed
+	}
+	n := copy(b, f.frames[0])
+	f.frames = f.frames[1:]
+	return n, nil, nil
+}
+
+// TestFrameParsedByLibrary checks the framing against the library's
+// parser (the one replies go through) and the checksums.
+func TestFrameParsedByLibrary(t *testing.T) {
+	payload := []byte("a DHCP message of odd length")
+	f := frame(testMAC, addrA, serverA, payload)
+	if !bytes.Equal(f[0:6], broadcastMAC) || !bytes.Equal(f[6:12], testMAC) || binary.BigEndian.Uint16(f[12:14]) != 0x0800 {
+		t.Fatalf("Ethernet header % x, want broadcast from %s, IPv4", f[:14], testMAC)
+	}
+	ip := f[ethHeader : ethHeader+ipv4Header]
+	if sum(ip, 0) != 0xffff {
+		t.Errorf("IPv4 header checksum does not verify")
+	}
+	udp := f[ethHeader+ipv4Header:]
+	if sum(udp, uint32(sum(ip[12:20], 17+uint32(len(udp))))) != 0xffff {
+		t.Errorf("UDP checksum does not verify")
+	}
+	// A runt and a non-IPv4 frame first: ethConn skips them.
+	arp := append(append([]byte{}, f[:12]...), 0x08, 0x06, 1, 2, 3)
+	conn := nclient4.NewBroadcastUDPConn(ethConn{&fakeConn{frames: [][]byte{f[:10], arp, f}}}, &net.UDPAddr{Port: serverPort})
+	buf := make([]byte, 1500)
+	n, from, err := conn.ReadFrom(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf[:n], payload) {
+		t.Fatalf("library read %q, want %q", buf[:n], payload)
+	}
+	if u := from.(*net.UDPAddr); !u.IP.Equal(addrA.AsSlice()) || u.Port != clientPort {
+		t.Fatalf("library read it from %s, want %s:68", u, addrA)
+	}
+}
+
+func TestReplyFilter(t *testing.T) {
+	raw, err := replyFilter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins := make([]bpf.Instruction, len(raw))
+	for i, r := range raw {
+		ins[i] = r.Disassemble()
+	}
+	vm, err := bpf.NewVM(ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply := frame(testMAC, serverA, netip.MustParseAddr("255.255.255.255"), []byte("x"))
+	binary.BigEndian.PutUint16(reply[34:36], serverPort) // a server's reply: 67 → 68
+	binary.BigEndian.PutUint16(reply[36:38], clientPort)
+	options := append(append(append([]byte{}, reply[:14]...), 0x46), reply[15:34]...) // IHL 6: 4 bytes of IP options
+	options = append(append(options, 0, 0, 0, 0), reply[34:]...)
+	for _, tc := range []struct {
+		name string
+		edit func([]byte) []byte
+		keep bool
+	}{
+		{"reply to port 68", func(b []byte) []byte { return b }, true},
+		{"reply with IP options", func([]byte) []byte { return options }, true},
+		{"request to port 67", func(b []byte) []byte { binary.BigEndian.PutUint16(b[36:38], serverPort); return b }, false},
+		{"TCP", func(b []byte) []byte { b[23] = 6; return b }, false},
+		{"a later fragment", func(b []byte) []byte { b[21] = 1; return b }, false},
+	} {
+		b := tc.edit(append([]byte{}, reply...))
+		n, err := vm.Run(b)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if (n > 0) != tc.keep {
+			t.Errorf("%s: filter kept %d bytes, want kept %v", tc.name, n, tc.keep)
+		}
+	}
+}

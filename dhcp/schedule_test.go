@@ -1,0 +1,56 @@
+package dhcp
+
+import (
+	"testing"
+	"time"
+)
+
+func TestPlan(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	hour := Lease{Acquired: t0, LeaseTime: time.Hour, T1: 30 * time.Minute, T2: 52*time.Minute + 30*time.Second}
+	short := Lease{Acquired: t0, LeaseTime: 2 * time.Minute, T1: time.Minute, T2: 105 * time.Second}
+	forever := Lease{Acquired: t0, LeaseTime: Infinite, T1: Infinite, T2: Infinite}
+	for _, tc := range []struct {
+		name  string
+		l     Lease
+		now   time.Duration
+		phase Phase
+		next  time.Duration
+	}{
+		{"fresh lease waits for T1", hour, 0, Bound, 30 * time.Minute},
+		{"just before T1", hour, 30*time.Minute - time.Nanosecond, Bound, 30 * time.Minute},
+		{"at T1 renew, retry at half the time to T2", hour, 30 * time.Minute, Renewing, 30*time.Minute + 11*time.Minute + 15*time.Second},
+		{"retry never sooner than MinRetry", hour, 52*time.Minute + 16*time.Second, Renewing, 52*time.Minute + 26*time.Second},
+		{"retry never after the phase's end", hour, 52*time.Minute + 25*time.Second, Renewing, 52*time.Minute + 30*time.Second},
+		{"at T2 rebind, retry at half the time to expiry", hour, 52*time.Minute + 30*time.Second, Rebinding, 56*time.Minute + 15*time.Second},
+		{"near expiry the retry is the expiry", hour, 59*time.Minute + 55*time.Second, Rebinding, time.Hour},
+		{"at expiry", hour, time.Hour, Expired, time.Hour},
+		{"long expired acts now", hour, 3 * time.Hour, Expired, 3 * time.Hour},
+		{"short lease renewing", short, time.Minute, Renewing, time.Minute + 22500*time.Millisecond},
+		{"short lease retry floor", short, 90 * time.Second, Renewing, 100 * time.Second},
+		{"short lease rebinding", short, 110 * time.Second, Rebinding, 120 * time.Second},
+		{"before acquisition (clock stepped back) is bound", short, -time.Hour, Bound, time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Plan(tc.l, at(tc.now))
+			if s.Phase != tc.phase || !s.Next.Equal(at(tc.next)) {
+				t.Fatalf("Plan at +%s: %s next +%s, want %s next +%s", tc.now, s.Phase, s.Next.Sub(t0), tc.phase, tc.next)
+			}
+			if !s.RenewAt.Equal(at(tc.l.T1)) || !s.RebindAt.Equal(at(tc.l.T2)) || !s.ExpiresAt.Equal(at(tc.l.LeaseTime)) {
+				t.Fatalf("times %v %v %v, want T1 %s T2 %s expiry %s later", s.RenewAt, s.RebindAt, s.ExpiresAt, tc.l.T1, tc.l.T2, tc.l.LeaseTime)
+			}
+		})
+	}
+	t.Run("forever is never renewed", func(t *testing.T) {
+		s := Plan(forever, at(1000*time.Hour))
+		if s.Phase != Bound || !s.Next.IsZero() || !s.ExpiresAt.IsZero() {
+			t.Fatalf("Plan of a lease forever: %+v, want Bound with no times", s)
+		}
+	})
+	for p, want := range map[Phase]string{Bound: "bound", Renewing: "renewing", Rebinding: "rebinding", Expired: "expired", 9: "unknown"} {
+		if p.String() != want {
+			t.Errorf("Phase(%d) is %q, want %q", p, p, want)
+		}
+	}
+}
