@@ -10,6 +10,7 @@ need dockerd docker.io
 need busybox busybox-static
 need docker-registry docker-registry
 need qemu-system-x86_64 qemu-system-x86
+need dnsmasq dnsmasq-base
 [ -n "$missing" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
 	echo "test/deps.sh: missing$missing; run as root to install them (the suites that need them will say so)" >&2
