@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -15,35 +16,19 @@ import (
 // cannot be told a new address: libnetwork#843) and the same address is
 // asked for again.
 
-// nextLeaseAction is when to act on a lease next: at T1, then retries at
-// half the time left to T2 and to the expiry (at least minLeaseRetry
-// apart), then every lostLeaseRetry once it has expired. Pure.
+// nextLeaseAction is when to act on a lease next: the dhcp package's plan
+// (T1, then retries at half the time left to T2 and to the expiry, at
+// least dhcp.MinRetry apart), and every lostLeaseRetry once it has expired
+// (the same address is asked for again).
 func nextLeaseAction(l store.Lease, now time.Time) time.Time {
-	half := func(until time.Time) time.Time {
-		step := until.Sub(now) / 2
-		if step < minLeaseRetry {
-			step = minLeaseRetry
-		}
-		if at := now.Add(step); at.Before(until) {
-			return at
-		}
-		return until
+	p := dhcp.Plan(dhcp.Lease{Acquired: l.Acquired, T1: l.T1.Sub(l.Acquired), T2: l.T2.Sub(l.Acquired), LeaseTime: l.Expiry.Sub(l.Acquired)}, now)
+	if p.Phase == dhcp.Expired {
+		return now.Add(lostLeaseRetry)
 	}
-	switch {
-	case now.Before(l.T1):
-		return l.T1
-	case now.Before(l.T2):
-		return half(l.T2)
-	case now.Before(l.Expiry):
-		return half(l.Expiry)
-	}
-	return now.Add(lostLeaseRetry)
+	return p.Next
 }
 
-const (
-	minLeaseRetry  = 10 * time.Second
-	lostLeaseRetry = 30 * time.Second
-)
+const lostLeaseRetry = 30 * time.Second
 
 type leaseKey struct{ network, endpoint string }
 
@@ -140,7 +125,7 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 	unlock, n, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
 	if err != nil {
-		d.leases.set(k, d.now().Add(minLeaseRetry))
+		d.leases.set(k, d.now().Add(dhcp.MinRetry))
 		return
 	}
 	defer unlock()
@@ -184,7 +169,7 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 	renewed.Lease = &l
 	if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(renewed) }); err != nil {
 		log.Error("record renewed DHCP lease", "error", err)
-		d.leases.set(k, d.now().Add(minLeaseRetry))
+		d.leases.set(k, d.now().Add(dhcp.MinRetry))
 		return
 	}
 	log.Info("renewed DHCP lease", "expiry", l.Expiry, "t1", l.T1)

@@ -110,7 +110,7 @@ func TestNoShellingOut(t *testing.T) {
 // TestManagedPluginConfig checks config.json against what the daemon
 // expects: the socket it serves by default, state on the propagated mount,
 // the settable environment it reads, and no capability beyond
-// CAP_NET_ADMIN.
+// CAP_NET_ADMIN (links) and CAP_NET_RAW (DHCP's packet sockets).
 func TestManagedPluginConfig(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "config.json"))
 	if err != nil {
@@ -150,8 +150,8 @@ func TestManagedPluginConfig(t *testing.T) {
 		t.Errorf("socket %s is not the daemon's default %s", cfg.Interface.Socket, def.Socket)
 	case cfg.Network.Type != "host":
 		t.Errorf("network type %s: the links must be made in the host namespace", cfg.Network.Type)
-	case len(cfg.Linux.Capabilities) != 1 || cfg.Linux.Capabilities[0] != "CAP_NET_ADMIN":
-		t.Errorf("capabilities %v: CAP_NET_ADMIN is all link work needs", cfg.Linux.Capabilities)
+	case strings.Join(cfg.Linux.Capabilities, " ") != "CAP_NET_ADMIN CAP_NET_RAW":
+		t.Errorf("capabilities %v: CAP_NET_ADMIN is all link work needs, CAP_NET_RAW all DHCP needs", cfg.Linux.Capabilities)
 	case filepath.Dir(def.State) != cfg.PropagatedMount:
 		t.Errorf("default state %s is not on the propagated mount %s", def.State, cfg.PropagatedMount)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/docker/go-connections/sockets"
 	"github.com/underlay-net/underlay/control"
+	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/ipam"
@@ -83,6 +84,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	}
 	d, err := driver.New(driver.Config{
 		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
+		DHCP:   leaseClient{c: dhcp.New(dhcp.WithLogger(log))},
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log), Events: m,
 	})
@@ -96,6 +98,9 @@ func serve(c serveConfig, stderr io.Writer) error {
 	}
 	log.Info("state restored and reconciled with the kernel", "duration", time.Since(start), "mark", db.InstanceID())
 	d.RunJanitor(5 * time.Second)
+	if err := d.RunLeases(ctx); err != nil {
+		return fmt.Errorf("load DHCP leases to renew: %w", err)
+	}
 	if err := d.Watch(ctx); err != nil {
 		log.Error("cannot watch link events: links underlay owns are repaired only at the next start", "error", err)
 	}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/driver"
+	"github.com/underlay-net/underlay/store"
+)
+
+// leaseClient is the driver's LeaseClient over the dhcp package: it turns
+// the package's leases (durations from the time they were acquired) into
+// the durable record's (absolute times) and back.
+type leaseClient struct{ c *dhcp.Client }
+
+func (a leaseClient) Acquire(ctx context.Context, r driver.LeaseRequest) (store.Lease, error) {
+	l, err := a.c.Acquire(ctx, request(r))
+	if err != nil {
+		return store.Lease{}, nakOr(err)
+	}
+	return toRecord(l, r), nil
+}
+
+func (a leaseClient) Renew(ctx context.Context, r driver.LeaseRequest, s store.Lease) (store.Lease, error) {
+	l, err := fromRecord(s)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	n, err := a.c.Renew(ctx, l, request(r))
+	if err != nil {
+		return store.Lease{}, nakOr(err)
+	}
+	return toRecord(n, r), nil
+}
+
+func (a leaseClient) Release(ctx context.Context, r driver.LeaseRequest, s store.Lease) error {
+	l, err := fromRecord(s)
+	if err != nil {
+		return err
+	}
+	return a.c.Release(ctx, l, request(r))
+}
+
+func request(r driver.LeaseRequest) dhcp.Request {
+	return dhcp.Request{Parent: r.Parent, MAC: r.MAC, ClientID: r.ClientID, Address: r.Address}
+}
+
+func nakOr(err error) error {
+	if errors.Is(err, dhcp.ErrNAK) {
+		return fmt.Errorf("%w: %w", driver.ErrLeaseNAK, err)
+	}
+	return err
+}
+
+// forever stands for a lease granted forever in the record.
+const forever = 100 * 365 * 24 * time.Hour
+
+func toRecord(l dhcp.Lease, r driver.LeaseRequest) store.Lease {
+	at := func(d time.Duration) time.Time {
+		if d == dhcp.Infinite || d > forever {
+			d = forever
+		}
+		return l.Acquired.Add(d)
+	}
+	s := store.Lease{Addr: l.Addr.String(), ServerID: addrString(l.ServerID), Router: addrString(l.Router),
+		ClientID: hex.EncodeToString(r.ClientID), Acquired: l.Acquired, T1: at(l.T1), T2: at(l.T2), Expiry: at(l.LeaseTime)}
+	for _, rt := range l.Routes {
+		s.Routes = append(s.Routes, store.LeaseRoute{Dst: rt.Dst.String(), Gateway: addrString(rt.Gateway)})
+	}
+	return s
+}
+
+func fromRecord(s store.Lease) (dhcp.Lease, error) {
+	addr, err := netip.ParsePrefix(s.Addr)
+	if err != nil {
+		return dhcp.Lease{}, fmt.Errorf("the recorded lease's address %q does not parse: %w", s.Addr, err)
+	}
+	l := dhcp.Lease{Addr: addr, Acquired: s.Acquired, T1: s.T1.Sub(s.Acquired), T2: s.T2.Sub(s.Acquired), LeaseTime: s.Expiry.Sub(s.Acquired)}
+	l.ServerID, _ = netip.ParseAddr(s.ServerID)
+	l.Router, _ = netip.ParseAddr(s.Router)
+	for _, rt := range s.Routes {
+		dst, derr := netip.ParsePrefix(rt.Dst)
+		gw, _ := netip.ParseAddr(rt.Gateway)
+		if derr == nil {
+			l.Routes = append(l.Routes, dhcp.Route{Dst: dst, Gateway: gw})
+		}
+	}
+	return l, nil
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
