@@ -82,6 +82,10 @@ func teardownAll(e *env) error {
 	if err := teardownNodes(); err != nil {
 		errs = append(errs, err)
 	}
+	// The DHCP LAN of TestDHCP (dnsmasq, its namespace, its veth).
+	if err := teardownDHCPLAN(); err != nil {
+		errs = append(errs, err)
+	}
 	if e != nil {
 		e.stopRegistry()
 	}
