@@ -164,7 +164,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 	defer cancel()
 	l, err := d.dhcp.Acquire(ctx, r)
 	if err != nil {
-		return store.Lease{}, fmt.Errorf("endpoint %s: no lease from a DHCP server on %s within %s (dhcp_timeout): %w; check that a DHCP server answers on that LAN, or raise -o dhcp_timeout", short(ep.ID), n.Parent, c.Timeout, err)
+		return store.Lease{}, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", short(ep.ID), short(n.ID), n.Parent, c.Timeout, err)
 	}
 	d.log.Info("leased address", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "router", l.Router, "server", l.ServerID, "expiry", l.Expiry)
 	return l, nil

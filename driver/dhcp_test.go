@@ -188,7 +188,7 @@ func TestDHCPEndpointLifecycle(t *testing.T) {
 	// No server: a bounded, clear refusal.
 	fl.silent = true
 	_, err = f.endpoint(netA, "e3e3e3e3e3e30000000000000000000000000000000000000000000000000003", "", "")
-	if err == nil || !strings.Contains(err.Error(), "no lease from a DHCP server on lan0 within 3s") {
+	if err == nil || !strings.Contains(err.Error(), "no lease from a DHCP server on lan0 within dhcp_timeout 3s") {
 		t.Errorf("no server: %v", err)
 	}
 }

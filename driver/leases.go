@@ -84,9 +84,16 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 			}
 			eps, err := tx.Endpoints(n.ID)
 			for _, ep := range eps {
-				if ep.Lease != nil {
-					d.leases.set(leaseKey{n.ID, ep.ID}, nextLeaseAction(*ep.Lease, now))
+				if ep.Lease == nil {
+					continue
 				}
+				// A renewal that fell due while the daemon was down is
+				// sent now, not at the next retry time.
+				at := now
+				if now.Before(ep.Lease.T1) {
+					at = ep.Lease.T1
+				}
+				d.leases.set(leaseKey{n.ID, ep.ID}, at)
 			}
 			return err
 		})
