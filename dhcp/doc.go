@@ -83,7 +83,7 @@
 // # Needs
 //
 // Packet sockets need CAP_NET_RAW (the managed plugin's config.json lists
-// only CAP_NET_ADMIN today). A server that ignores the BROADCAST flag and
+// it beside CAP_NET_ADMIN). A server that ignores the BROADCAST flag and
 // unicasts to chaddr is not supported. For ipvlan endpoints the server must
 // tell clients apart by option 61, as RFC 2131 asks.
 package dhcp

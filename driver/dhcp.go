@@ -26,8 +26,13 @@ const (
 	OptDHCPTimeout = "dhcp_timeout"
 )
 
-// defaultDHCPTimeout is how long CreateEndpoint waits for a lease.
-const defaultDHCPTimeout = 10 * time.Second
+// defaultDHCPTimeout is how long CreateEndpoint waits for a lease;
+// maxDHCPTimeout stays under the 30 s dockerd waits for a plugin's answer
+// (the managed plugin's default `docker plugin enable --timeout`).
+const (
+	defaultDHCPTimeout = 10 * time.Second
+	maxDHCPTimeout     = 25 * time.Second
+)
 
 // LeaseRequest says for whom a lease is.
 type LeaseRequest struct {
@@ -75,8 +80,8 @@ func parseDHCP(opts map[string]string) (dhcpConfig, error) {
 	}
 	if v, ok := opts[OptDHCPTimeout]; ok {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 || d > 5*time.Minute {
-			return c, invalidf("dhcp_timeout %q is not a duration from 1ms to 5m: use for example -o dhcp_timeout=10s", v)
+		if err != nil || d <= 0 || d > maxDHCPTimeout {
+			return c, invalidf("dhcp_timeout %q is not a duration up to %s (Docker gives up on a plugin's answer after 30 s by default: docker plugin enable --timeout): use for example -o dhcp_timeout=10s", v, maxDHCPTimeout)
 		}
 		if !c.On {
 			return c, invalidf("dhcp_timeout=%s applies only with -o dhcp=true: drop it, or add dhcp=true", v)
@@ -114,7 +119,7 @@ func checkDHCPNetwork(c dhcpConfig, req *network.CreateNetworkRequest, o netOpti
 	case o.Type == typeIpvlan && o.Mode != "l2":
 		return invalidf("dhcp=true needs ipvlan_mode=l2: in %s mode the host routes for the containers, and the LAN's DHCP server and router do not see them", o.Mode)
 	case internal || o.Parent == "":
-		return invalidf("dhcp=true needs a parent on the LAN with the DHCP server (-o parent=IFACE), and an internal network has none")
+		return invalidf("dhcp=true needs a parent on the LAN with the DHCP server: give -o parent=IFACE, and do not make the network --internal")
 	case o.Given[OptHostAddress] != "":
 		return invalidf("host_address needs the network's subnet, which a dhcp=true network learns only per lease: drop host_address")
 	}
@@ -213,11 +218,19 @@ func leaseJoin(resp *network.JoinResponse, l *store.Lease) {
 		resp.Gateway = gw.String()
 	}
 	for _, r := range l.Routes {
+		onLink := r.Gateway == "" || r.Gateway == "0.0.0.0"
+		gw, gerr := netip.ParseAddr(r.Gateway)
 		switch {
-		case r.Dst == "0.0.0.0/0":
-			continue
-		case r.Gateway == "" || r.Gateway == "0.0.0.0":
+		case r.Dst == "0.0.0.0/0" && onLink && resp.Gateway == "":
+			// An on-link default route: the container's default route is
+			// its link.
 			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 1})
+		case r.Dst == "0.0.0.0/0":
+			continue // the gateway above
+		case onLink:
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 1})
+		case gerr != nil || !p.Masked().Contains(gw):
+			continue // a next hop off the leased subnet: the container could not start with it
 		default:
 			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 0, NextHop: r.Gateway})
 		}

@@ -48,9 +48,22 @@ func (f *fakeLeases) Acquire(ctx context.Context, r LeaseRequest) (store.Lease, 
 		return f.lease(addr), nil
 	}
 	addr := fmt.Sprintf("198.18.180.%d/24", 100+f.next)
-	f.next++
+	if r.Address.IsValid() && !f.holds(r.Address.String()+"/24") { // the address asked for, if free
+		addr = r.Address.String() + "/24"
+	} else {
+		f.next++
+	}
 	f.byClient[key] = addr
 	return f.lease(addr), nil
+}
+
+func (f *fakeLeases) holds(addr string) bool {
+	for _, a := range f.byClient {
+		if a == addr {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *fakeLeases) Renew(ctx context.Context, r LeaseRequest, l store.Lease) (store.Lease, error) {
@@ -211,6 +224,45 @@ func TestDHCPIpvlanUsesClientIDs(t *testing.T) {
 	}
 }
 
+// A lease that expired is won back with a DISCOVER for the same address;
+// deleting the network releases the leases of its endpoints.
+func TestDHCPExpiredLeaseAndNetworkDelete(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	r, err := f.endpoint(netA, ep1, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl.mu.Lock()
+	fl.byClient = map[string]string{} // the server forgot it (a restart)
+	fl.mu.Unlock()
+	f.clock.Advance(3 * time.Minute) // past the expiry
+	f.d.renewLease(ctx, leaseKey{netA, ep1})
+	if fl.renewals != 0 {
+		t.Errorf("an expired lease was renewed with a REQUEST (%d), which a server without its record ignores", fl.renewals)
+	}
+	last := fl.requests[len(fl.requests)-1]
+	if last.Address.String()+"/24" != r.Interface.Address {
+		t.Errorf("the expired lease was asked for %s, want its own address %s", last.Address, r.Interface.Address)
+	}
+	if err := f.d.DeleteNetwork(ctx, &network.DeleteNetworkRequest{NetworkID: netA}); err != nil {
+		t.Fatal(err)
+	}
+	if fl.renewals != 0 || len(fl.released) != 1 || fl.released[0] != r.Interface.Address {
+		t.Errorf("deleting the network released %v, want the endpoint's lease %s", fl.released, r.Interface.Address)
+	}
+	f.d.leases.mu.Lock()
+	n := len(f.d.leases.due)
+	f.d.leases.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d leases still scheduled after the network went", n)
+	}
+}
+
 func TestLeaseJoinAnswer(t *testing.T) {
 	l := &store.Lease{Addr: "198.18.180.100/24", Router: "198.18.180.1",
 		Routes: []store.LeaseRoute{{Dst: "198.18.190.0/24", Gateway: "198.18.180.254"}, {Dst: "0.0.0.0/0", Gateway: "198.18.180.2"}, {Dst: "198.18.181.0/24", Gateway: "0.0.0.0"}}}
@@ -223,6 +275,11 @@ func TestLeaseJoinAnswer(t *testing.T) {
 	leaseJoin(resp, &store.Lease{Addr: "198.18.180.100/24", Router: "198.18.9.1"})
 	if resp.Gateway != "" {
 		t.Errorf("a router outside the leased subnet became the gateway %s", resp.Gateway)
+	}
+	resp = &network.JoinResponse{}
+	leaseJoin(resp, &store.Lease{Addr: "198.18.180.100/24", Routes: []store.LeaseRoute{{Dst: "0.0.0.0/0", Gateway: "0.0.0.0"}, {Dst: "198.18.190.0/24", Gateway: "198.18.9.1"}}})
+	if resp.Gateway != "" || len(resp.StaticRoutes) != 1 || resp.StaticRoutes[0].Destination != "0.0.0.0/0" || resp.StaticRoutes[0].RouteType != 1 {
+		t.Errorf("an on-link default route and an off-link next hop: gateway %q routes %+v; want the connected default route only", resp.Gateway, resp.StaticRoutes)
 	}
 }
 

@@ -218,4 +218,5 @@ func (d *Driver) Close() {
 	}
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
+	d.leases.running.Wait()
 }

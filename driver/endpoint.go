@@ -92,9 +92,12 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		switch {
 		case ep.IPv4 != "":
 			return nil, invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", short(ep.ID), short(n.ID), ep.IPv4)
-		case existing != nil && existing.Lease != nil:
+		case existing != nil && existing.Lease != nil && existing.MAC == ep.MAC:
 			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
 		default:
+			if existing != nil && existing.Lease != nil { // asked again with another MAC: its lease is not this one's
+				d.releaseLease(context.WithoutCancel(ctx), *n, *existing)
+			}
 			l, err := d.acquireLease(ctx, *n, ep)
 			if err != nil {
 				return nil, err
@@ -182,7 +185,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	if deleted != nil && deleted.Lease != nil {
 		d.leases.drop(leaseKey{deleted.NetworkID, deleted.ID})
 		if n, err := d.network(deleted.NetworkID); err == nil && n != nil {
-			d.releaseLease(ctx, *n, *deleted)
+			d.releaseLease(context.WithoutCancel(ctx), *n, *deleted)
 		}
 	}
 	return nil

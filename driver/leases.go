@@ -3,6 +3,8 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -32,20 +34,26 @@ const lostLeaseRetry = 30 * time.Second
 
 type leaseKey struct{ network, endpoint string }
 
-// leaseTimers are the due times of the leases this daemon renews.
+// leaseTimers are the due times of the leases this daemon renews. A key
+// handed out by next is in flight until its renewal sets or drops it.
 type leaseTimers struct {
-	mu   sync.Mutex
-	due  map[leaseKey]time.Time
-	wake chan struct{}
+	mu       sync.Mutex
+	due      map[leaseKey]time.Time
+	inFlight map[leaseKey]bool
+	wake     chan struct{}
+	// running counts the renewal loop and its renewals; Close waits.
+	running sync.WaitGroup
 }
 
 func newLeaseTimers() *leaseTimers {
-	return &leaseTimers{due: map[leaseKey]time.Time{}, wake: make(chan struct{}, 1)}
+	return &leaseTimers{due: map[leaseKey]time.Time{}, inFlight: map[leaseKey]bool{}, wake: make(chan struct{}, 1)}
 }
 
+// set schedules a lease (again), ending its flight.
 func (t *leaseTimers) set(k leaseKey, at time.Time) {
 	t.mu.Lock()
 	t.due[k] = at
+	delete(t.inFlight, k)
 	t.mu.Unlock()
 	select {
 	case t.wake <- struct{}{}:
@@ -53,19 +61,24 @@ func (t *leaseTimers) set(k leaseKey, at time.Time) {
 	}
 }
 
+// drop forgets a lease.
 func (t *leaseTimers) drop(k leaseKey) {
 	t.mu.Lock()
 	delete(t.due, k)
+	delete(t.inFlight, k)
 	t.mu.Unlock()
 }
 
-// next returns the leases due at now and the earliest later due time.
+// next takes the leases due at now (they are in flight from then on) and
+// returns the earliest later due time.
 func (t *leaseTimers) next(now time.Time) (due []leaseKey, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, when := range t.due {
 		if !when.After(now) {
 			due = append(due, k)
+			delete(t.due, k)
+			t.inFlight[k] = true
 		} else if at.IsZero() || when.Before(at) {
 			at = when
 		}
@@ -73,8 +86,19 @@ func (t *leaseTimers) next(now time.Time) (due []leaseKey, at time.Time) {
 	return due, at
 }
 
-// RunLeases loads every lease from the state file and renews each when due
-// until ctx ends. Call it after Restore.
+const (
+	// maxRenewals bounds the renewals in flight at once: one silent LAN
+	// (each renewal waits up to dhcp_timeout) must not hold up the others.
+	maxRenewals = 32
+	// maxLeaseSleep caps the loop's sleep: timers stop while the host is
+	// suspended, the server's clock does not; re-planning from the wall
+	// clock every minute bounds how late a renewal can be.
+	maxLeaseSleep = time.Minute
+)
+
+// RunLeases loads every lease from the state file and renews each when due,
+// at most maxRenewals at once, until ctx ends or the driver closes. Call it
+// after Restore.
 func (d *Driver) RunLeases(ctx context.Context) error {
 	now := d.now()
 	if err := d.store.View(func(tx *store.Tx) error {
@@ -100,22 +124,39 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	sem := make(chan struct{}, maxRenewals)
+	d.leases.running.Add(1)
 	go func() {
+		defer d.leases.running.Done()
+		defer cancel()
 		for {
 			due, at := d.leases.next(d.now())
 			for _, k := range due {
-				d.renewLease(ctx, k)
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				case <-d.stop:
+					return
+				}
+				d.leases.running.Add(1)
+				go func() {
+					defer d.leases.running.Done()
+					defer func() { <-sem }()
+					d.renewLease(ctx, k)
+				}()
 			}
-			if len(due) > 0 {
-				continue
-			}
-			wait := time.Hour
+			wait := maxLeaseSleep
 			if !at.IsZero() {
-				wait = at.Sub(d.now())
+				wait = min(at.Sub(d.now()), maxLeaseSleep)
 			}
 			timer := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-d.stop:
 				timer.Stop()
 				return
 			case <-d.leases.wake:
@@ -128,7 +169,8 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 }
 
 // renewLease renews one lease under its endpoint's lock, or asks for its
-// address again after a NAK, and schedules the next action.
+// address again once it expired or after a NAK, and schedules the next
+// action.
 func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 	unlock, n, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
 	if err != nil {
@@ -151,24 +193,23 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 	var l store.Lease
 	if err == nil {
 		rctx, cancel := context.WithTimeout(ctx, dhcpOf(*n).Timeout)
-		l, err = d.dhcp.Renew(rctx, r, old)
+		if now.Before(old.Expiry) {
+			l, err = d.dhcp.Renew(rctx, r, old)
+		} else {
+			// Expired: a server without a record of it stays silent to a
+			// REQUEST (RFC 2131 4.3.2); a DISCOVER asking for the same
+			// address wins it back.
+			log.Error("DHCP lease expired: asking for the same address again (Docker cannot be told a new one: libnetwork#843)", "expiry", old.Expiry)
+			l, err = d.reacquire(rctx, r, old)
+		}
 		if errors.Is(err, ErrLeaseNAK) {
 			log.Error("the DHCP server refused to renew the lease: Docker cannot be told a new address (libnetwork#843); asking for the same address again", "error", err)
-			l, err = d.dhcp.Acquire(rctx, r)
-			if err == nil && l.Addr != old.Addr {
-				log.Error("the DHCP server offers another address; keeping the container's and asking again later", "offered", l.Addr)
-				_ = d.dhcp.Release(rctx, r, l)
-				err = errors.New("offered another address")
-			}
+			l, err = d.reacquire(rctx, r, old)
 		}
 		cancel()
 	}
 	if err != nil {
-		if !now.Before(old.Expiry) {
-			log.Error("DHCP lease expired and could not be renewed: the address may be handed to another host; retrying", "expiry", old.Expiry, "error", err)
-		} else {
-			log.Warn("could not renew DHCP lease; retrying", "t2", old.T2, "expiry", old.Expiry, "error", err)
-		}
+		log.Warn("could not renew DHCP lease; retrying", "t2", old.T2, "expiry", old.Expiry, "error", err)
 		d.leases.set(k, nextLeaseAction(old, now))
 		return
 	}
@@ -181,4 +222,25 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 	}
 	log.Info("renewed DHCP lease", "expiry", l.Expiry, "t1", l.T1)
 	d.leases.set(k, nextLeaseAction(l, d.now()))
+}
+
+// reacquire asks for the old lease's address anew and keeps only that
+// address (its mask may change); another one is given back.
+func (d *Driver) reacquire(ctx context.Context, r LeaseRequest, old store.Lease) (store.Lease, error) {
+	l, err := d.dhcp.Acquire(ctx, r)
+	if err != nil {
+		return l, err
+	}
+	if leaseAddr(l) != leaseAddr(old) {
+		d.log.Error("the DHCP server offers another address; keeping the container's and asking again later", "address", old.Addr, "offered", l.Addr)
+		_ = d.dhcp.Release(ctx, r, l)
+		return store.Lease{}, fmt.Errorf("the server offered %s instead of %s", l.Addr, old.Addr)
+	}
+	return l, nil
+}
+
+// leaseAddr is a lease's address without its prefix length.
+func leaseAddr(l store.Lease) netip.Addr {
+	p, _ := netip.ParsePrefix(l.Addr)
+	return p.Addr()
 }

@@ -250,6 +250,12 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 		return err
 	}
 	d.point("delete-network/after-commit")
+	for _, ep := range eps {
+		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too
+			d.leases.drop(leaseKey{n.ID, ep.ID})
+			d.releaseLease(context.WithoutCancel(ctx), n, ep)
+		}
+	}
 	d.point("delete-network/before-parent-delete")
 	if err := d.releaseParent(ctx, n.Parent); err != nil {
 		return err
