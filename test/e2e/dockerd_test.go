@@ -89,9 +89,24 @@ func (e *env) stopDockerd() error {
 func (e *env) restartDockerd(t *testing.T) {
 	t.Helper()
 	start := time.Now()
+	containerd := containerdPid()
 	if err := e.stopDockerd(); err != nil {
 		t.Fatal(err)
 	}
+	// As a service manager does, start the new engine once the old one's
+	// containerd and plugin are gone: a dockerd 20.10 that starts while
+	// they are still stopping finds the plugin's containerd task half
+	// deleted ("id already in use") and panics in libnetwork's remote
+	// driver (seen once in CI).
+	if containerd > 0 {
+		waitGone(containerd, 60*time.Second)
+	}
+	eventually(t, 30*time.Second, "the old plugin process gone", func() error {
+		if p := pluginPids(); len(p) > 0 {
+			return fmt.Errorf("still running: %v", p)
+		}
+		return nil
+	})
 	if err := e.startDockerd(); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +124,7 @@ func (e *env) crashDockerd(t *testing.T) {
 	if cmd == nil {
 		t.Fatal("dockerd is not running")
 	}
-	containerd, _ := strconv.Atoi(strings.TrimSpace(readFile(filepath.Join(execRoot, "containerd", "containerd.pid"))))
+	containerd := containerdPid()
 	_ = cmd.Process.Kill()
 	<-exited
 	// dockerd's containerd dies with it (parent-death signal). dockerd
@@ -130,6 +145,12 @@ func (e *env) crashDockerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("dockerd killed with SIGKILL and started again")
+}
+
+// containerdPid is the pid of the suite engine's containerd (0 if none).
+func containerdPid() int {
+	pid, _ := strconv.Atoi(strings.TrimSpace(readFile(filepath.Join(execRoot, "containerd", "containerd.pid"))))
+	return pid
 }
 
 // pingDocker asks the suite's API for /_ping.
