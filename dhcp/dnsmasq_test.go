@@ -18,39 +18,6 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// dnsmasqBinary returns dnsmasq, installing Debian's dnsmasq-base when it
-// is missing and the test runs as root; else it skips (fails in CI).
-func dnsmasqBinary(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("dnsmasq"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/sbin/dnsmasq"); err == nil {
-		return "/usr/sbin/dnsmasq"
-	}
-	itest.RequireRoot(t)
-	install := func() ([]byte, error) {
-		cmd := exec.Command("apt-get", "install", "-y", "-q", "--no-install-recommends", "dnsmasq-base")
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		return cmd.CombinedOutput()
-	}
-	out, err := install()
-	if err != nil {
-		if up, uerr := exec.Command("apt-get", "update", "-q").CombinedOutput(); uerr != nil {
-			out = append(out, up...)
-		}
-		out, err = install()
-	}
-	if _, serr := os.Stat("/usr/sbin/dnsmasq"); err != nil || serr != nil {
-		msg := fmt.Sprintf("dnsmasq is missing and `apt-get install dnsmasq-base` failed (%v): install it (test/deps.sh does as root)\n%s", err, out)
-		if itest.InCI() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return "/usr/sbin/dnsmasq"
-}
-
 // dnsmasq runs dnsmasq on srv0 in the server's namespace until cleanup.
 type dnsmasq struct {
 	leases, log string
@@ -58,7 +25,7 @@ type dnsmasq struct {
 
 func (l *lan) dnsmasq() *dnsmasq {
 	t := l.t
-	bin := dnsmasqBinary(t)
+	bin := itest.DnsmasqBinary(t)
 	dir := t.TempDir()
 	d := &dnsmasq{leases: filepath.Join(dir, "leases"), log: filepath.Join(dir, "log")}
 	pid := filepath.Join(dir, "pid")

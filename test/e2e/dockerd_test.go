@@ -75,15 +75,10 @@ func (e *env) stopDockerd() error {
 	if cmd == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-		return nil
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
+	if stopProcess(cmd, exited, 60*time.Second) {
 		return errors.New("dockerd did not stop within 60s of SIGTERM: killed")
 	}
+	return nil
 }
 
 func (e *env) restartDockerd(t *testing.T) {

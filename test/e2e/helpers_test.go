@@ -367,13 +367,15 @@ func startInNetns(t *testing.T, logPath string, args ...string) (cmd *exec.Cmd, 
 }
 
 // stopProcess sends SIGTERM and waits for exited, killing the process if
-// it is still running after timeout.
-func stopProcess(cmd *exec.Cmd, exited chan struct{}, timeout time.Duration) {
+// it is still running after timeout; it reports whether it had to.
+func stopProcess(cmd *exec.Cmd, exited chan struct{}, timeout time.Duration) (killed bool) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
+		return false
 	case <-time.After(timeout):
 		_ = cmd.Process.Kill()
 		<-exited
+		return true
 	}
 }

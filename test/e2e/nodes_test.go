@@ -206,15 +206,10 @@ func (n *node) stop() error {
 	if cmd == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-		return nil
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
+	if stopProcess(cmd, exited, 60*time.Second) {
 		return fmt.Errorf("%s: dockerd did not stop within 60s of SIGTERM: killed", n.name)
 	}
+	return nil
 }
 
 // restart stops the node's dockerd cleanly and starts it again.
