@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -157,50 +156,37 @@ func (d *Driver) RecreateParent(ctx context.Context, name string) (string, error
 // every request making a host link or a parent link holds until its
 // record is committed (endpoint links are recorded before they are made).
 func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, error) {
-	l, err := d.links.Get(ctx, name)
-	if errors.Is(err, netlinkutil.ErrNotFound) {
-		return "no longer needed: the link is gone", nil
-	}
+	links, err := d.links.List(ctx)
 	if err != nil {
 		return "", err
 	}
-	if l.Alias != d.mark {
+	var l netlinkutil.Link
+	for _, k := range links {
+		if k.Name == name {
+			l = k
+		}
+	}
+	switch {
+	case l.Name == "":
+		return "no longer needed: the link is gone", nil
+	case l.Alias != d.mark:
 		return "", refusef("link %s does not carry this underlay's mark %q: not touched", name, d.mark)
 	}
 	locks := []lockReq{exclusive(parentLock(l.Name))}
-	if l.ParentIndex > 0 {
-		links, err := d.links.List(ctx)
-		if err != nil {
-			return "", err
-		}
-		if lower, ok := linkByIndex(links, l.ParentIndex); ok {
-			locks = append(locks, exclusive(parentLock(lower.Name)))
-		}
+	if lower, ok := linkByIndex(links, l.ParentIndex); ok && l.ParentIndex > 0 {
+		locks = append(locks, exclusive(parentLock(lower.Name)))
 	}
 	unlock, err := d.locks.acquire(ctx, locks...)
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	owned := false
-	if err := d.store.View(func(tx *store.Tx) error {
-		_, ep, err := tx.EndpointByLink(name)
-		_, parent, perr := tx.ParentLink(name)
-		owned = ep || parent
-		if err == nil {
-			err = perr
-		}
-		if owned || err != nil {
-			return err
-		}
-		return tx.ForEachNetworkWithHostAddress(func(n store.Network) error {
-			owned = owned || shimName(n.ID) == name
-			return nil
-		})
-	}); err != nil {
+	// The same test as reconcile's for strays, on the state under the locks.
+	s, err := d.readSnapshot(true, l)
+	if err != nil {
 		return "", err
 	}
-	if owned {
+	if s.recorded(name) {
 		return "no longer needed: a record owns link " + name + " now", nil
 	}
 	if err := d.deleteOwnedLink(ctx, name, false); err != nil {

@@ -28,6 +28,14 @@ type snapshot struct {
 	Shims map[string]shimState
 }
 
+// recorded reports whether a record owns the link: an owned parent, a
+// network's host link, or (when the snapshot read them) an endpoint's.
+func (s snapshot) recorded(name string) bool {
+	_, owned := s.Owned[name]
+	_, shim := s.Shims[name]
+	return owned || shim || s.EndpointLinks[name]
+}
+
 // op is what one step does.
 type op int
 
@@ -178,9 +186,7 @@ func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
 	var plan []step
 	var kept []netlinkutil.Link // the links that stay after the strays go
 	for _, l := range links {
-		_, owned := s.Owned[l.Name]
-		_, shim := s.Shims[l.Name]
-		if l.Alias != mark || owned || shim || s.EndpointLinks[l.Name] {
+		if l.Alias != mark || s.recorded(l.Name) {
 			kept = append(kept, l)
 			continue
 		}
