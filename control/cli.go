@@ -32,6 +32,10 @@ type options struct {
 	json, repair       bool
 	stdout, stderr     io.Writer
 	pluginGlob         string
+	// docker is the client of --docker-host, made once; dockerErr says
+	// why there is none (a warning when Docker is asked).
+	docker    *driver.DockerAPI
+	dockerErr error
 }
 
 func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (options, error) {
@@ -57,6 +61,7 @@ func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (o
 	if !strings.HasPrefix(o.dockerHost, "unix://") && !strings.HasPrefix(o.dockerHost, "tcp://") {
 		return o, fmt.Errorf("--docker-host %q is not valid: use unix:///path/to/docker.sock", o.dockerHost)
 	}
+	o.docker, o.dockerErr = driver.NewDockerAPI(o.dockerHost, 5*time.Second)
 	return o, nil
 }
 
@@ -77,7 +82,7 @@ func RunLs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "underlay ls:", err)
 		return ExitCannot
 	}
-	dk := askDocker(ctx, o.dockerHost, st)
+	dk := o.askDocker(ctx, st)
 	doc := listing(st, dk)
 	if o.json {
 		return writeJSON(stdout, stderr, doc)
@@ -107,7 +112,7 @@ func RunDoctor(args []string, stdout, stderr io.Writer) int {
 	// unused once the network is gone): check again after a round that
 	// made progress, a few rounds at most.
 	for round := 0; ; round++ {
-		report.Findings, report.Warnings, err = check(ctx, c, o.dockerHost)
+		report.Findings, report.Warnings, err = o.check(ctx, c)
 		if err != nil {
 			fmt.Fprintln(stderr, "underlay doctor:", err)
 			return ExitCannot
@@ -177,7 +182,7 @@ func actionKey(a doctor.Action) string {
 // both: a request between reading the state file and listing the links
 // (a record written before its link is made, a link deleted before its
 // record) shows a finding once that is no finding.
-func check(ctx context.Context, c *Client, dockerHost string) ([]doctor.Finding, []string, error) {
+func (o options) check(ctx context.Context, c *Client) ([]doctor.Finding, []string, error) {
 	var first map[string]bool
 	var findings []doctor.Finding
 	var warnings []string
@@ -189,7 +194,7 @@ func check(ctx context.Context, c *Client, dockerHost string) ([]doctor.Finding,
 		if err != nil {
 			return nil, nil, err
 		}
-		findings, warnings = doctor.Check(st.Input(askDocker(ctx, dockerHost, st).view))
+		findings, warnings = doctor.Check(st.Input(o.askDocker(ctx, st).view))
 		if pass == 0 {
 			first = map[string]bool{}
 			for _, f := range findings {
@@ -251,11 +256,11 @@ type dockerView struct {
 // askDocker lists Docker's networks once and confirms each network of
 // underlay's that the list lacks with Docker's own 404 (the stale rule of
 // CreateNetwork).
-func askDocker(ctx context.Context, host string, st State) dockerView {
-	api, err := driver.NewDockerAPI(host, 5*time.Second)
-	if err != nil {
-		return dockerView{err: err.Error()}
+func (o options) askDocker(ctx context.Context, st State) dockerView {
+	if o.dockerErr != nil {
+		return dockerView{err: o.dockerErr.Error()}
 	}
+	api := o.docker
 	nets, err := api.Networks(ctx)
 	if err != nil {
 		return dockerView{err: err.Error()}
