@@ -273,7 +273,7 @@ func (d *Driver) deleteOwnedLink(ctx context.Context, name string, recorded bool
 		d.log.Warn("not deleting a link underlay did not create here", "link", name, "mark", l.Alias, "own_mark", d.mark)
 		return nil
 	}
-	return d.links.Delete(ctx, name)
+	return d.links.DeleteLink(ctx, l)
 }
 
 // repoint moves every network recorded with parent from to the link name

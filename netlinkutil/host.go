@@ -47,7 +47,7 @@ func (r Route) Connected() bool {
 // Addrs returns every address of every link, both families.
 func (k *Kernel) Addrs(ctx context.Context) ([]Addr, error) {
 	var as []netlink.Addr
-	if err := k.retry(ctx, func() (err error) { as, err = k.h.AddrList(nil, netlink.FAMILY_ALL); return err }); err != nil {
+	if err := k.retry(ctx, func(h *netlink.Handle) (err error) { as, err = h.AddrList(nil, netlink.FAMILY_ALL); return err }); err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
 	}
 	out := make([]Addr, 0, len(as))
@@ -63,8 +63,8 @@ func (k *Kernel) Addrs(ctx context.Context) ([]Addr, error) {
 func (k *Kernel) Routes(ctx context.Context) ([]Route, error) {
 	var rs []netlink.Route
 	filter := &netlink.Route{Table: unix.RT_TABLE_UNSPEC}
-	if err := k.retry(ctx, func() (err error) {
-		rs, err = k.h.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE)
+	if err := k.retry(ctx, func(h *netlink.Handle) (err error) {
+		rs, err = h.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE)
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("list routes: %w", err)

@@ -109,6 +109,9 @@ type Links interface {
 	AddEndpoint(ctx context.Context, ep Endpoint) error
 	// Delete removes the named link; a missing link is not an error.
 	Delete(ctx context.Context, name string) error
+	// DeleteLink removes the link Get returned, by its index, without
+	// looking it up again; a link gone since is not an error.
+	DeleteLink(ctx context.Context, l Link) error
 	// AddShim creates a macvlan or ipvlan link of the host (marked with
 	// ep.Mark) with addr as a host address, up.
 	AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) error
@@ -122,16 +125,16 @@ type Links interface {
 
 // Kernel implements Links with netlink in the process's network namespace.
 type Kernel struct {
-	// h has no sockets of its own: each request opens a NETLINK_ROUTE
-	// socket, so concurrent requests do not queue behind one socket.
-	h        netlink.Handle
+	// handles are the NETLINK_ROUTE sockets requests take turns on; a
+	// request has one to itself.
+	handles  *handles
 	attempts int
 	backoff  time.Duration
 }
 
 // New returns the real kernel.
 func New() *Kernel {
-	return &Kernel{attempts: 6, backoff: 5 * time.Millisecond}
+	return &Kernel{handles: newHandles(), attempts: 6, backoff: 5 * time.Millisecond}
 }
 
 var macvlanModes = map[string]netlink.MacvlanMode{
@@ -172,12 +175,12 @@ func transient(err error) bool {
 // A dump interrupted by a concurrent change (links created and deleted
 // while it runs) is retried at once and many more times: under heavy link
 // churn most dumps race with something, and waiting longer does not help.
-func (k *Kernel) retry(ctx context.Context, op func() error) error {
+func (k *Kernel) retry(ctx context.Context, op func(h *netlink.Handle) error) error {
 	delay := k.backoff
 	var err error
 	attempts := k.attempts
 	for i := 0; i < attempts; i++ {
-		if err = op(); err == nil || !transient(err) {
+		if err = k.with(op); err == nil || !transient(err) {
 			return err
 		}
 		if errors.Is(err, netlink.ErrDumpInterrupted) {
@@ -221,7 +224,7 @@ func convert(l netlink.Link) Link {
 // Get implements Links.
 func (k *Kernel) Get(ctx context.Context, name string) (Link, error) {
 	var l netlink.Link
-	err := k.retry(ctx, func() (err error) { l, err = k.h.LinkByName(name); return err })
+	err := k.retry(ctx, func(h *netlink.Handle) (err error) { l, err = h.LinkByName(name); return err })
 	var nf netlink.LinkNotFoundError
 	if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
 		return Link{}, fmt.Errorf("%w: %s", ErrNotFound, name)
@@ -235,7 +238,7 @@ func (k *Kernel) Get(ctx context.Context, name string) (Link, error) {
 // List implements Links.
 func (k *Kernel) List(ctx context.Context) ([]Link, error) {
 	var ls []netlink.Link
-	if err := k.retry(ctx, func() (err error) { ls, err = k.h.LinkList(); return err }); err != nil {
+	if err := k.retry(ctx, func(h *netlink.Handle) (err error) { ls, err = h.LinkList(); return err }); err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
 	out := make([]Link, 0, len(ls))
@@ -251,22 +254,22 @@ func (k *Kernel) List(ctx context.Context) ([]Link, error) {
 // failed add leaves nothing.
 func (k *Kernel) add(ctx context.Context, l netlink.Link, mark string, up bool) error {
 	name := l.Attrs().Name
-	if err := k.retry(ctx, func() error { return k.h.LinkAdd(l) }); err != nil {
+	if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkAdd(l) }); err != nil {
 		return fmt.Errorf("create %s link %s: %w%s", l.Type(), name, err, explain(err, l))
 	}
 	undo := func(what string, err error) error {
-		_ = k.h.LinkDel(l)
+		_ = k.with(func(h *netlink.Handle) error { return h.LinkDel(l) })
 		return fmt.Errorf("%s %s link %s: %w", what, l.Type(), name, err)
 	}
 	if mark != "" {
-		if err := k.retry(ctx, func() error { return k.h.LinkSetAlias(l, mark) }); err != nil {
+		if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkSetAlias(l, mark) }); err != nil {
 			return undo("mark", err)
 		}
 	}
 	if !up {
 		return nil
 	}
-	if err := k.retry(ctx, func() error { return k.h.LinkSetUp(l) }); err != nil {
+	if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkSetUp(l) }); err != nil {
 		return undo("bring up", err)
 	}
 	return nil
@@ -346,10 +349,15 @@ func (k *Kernel) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	target := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name, Index: l.Index}}
-	err = k.retry(ctx, func() error { return k.h.LinkDel(target) })
+	return k.DeleteLink(ctx, l)
+}
+
+// DeleteLink implements Links.
+func (k *Kernel) DeleteLink(ctx context.Context, l Link) error {
+	target := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: l.Name, Index: l.Index}}
+	err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkDel(target) })
 	if err == nil || errors.Is(err, unix.ENODEV) {
 		return nil
 	}
-	return fmt.Errorf("delete link %s: %w", name, err)
+	return fmt.Errorf("delete link %s: %w", l.Name, err)
 }

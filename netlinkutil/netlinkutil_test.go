@@ -14,7 +14,8 @@ import (
 // EBUSY and EADDRINUSE are the kernel's final answers: reported once, with
 // what they mean, never retried.
 func TestPermanentErrorsAreNotRetried(t *testing.T) {
-	k := &Kernel{attempts: 6, backoff: time.Millisecond}
+	k := New()
+	k.backoff = time.Millisecond
 	for _, tc := range []struct {
 		err      error
 		attempts int
@@ -23,10 +24,28 @@ func TestPermanentErrorsAreNotRetried(t *testing.T) {
 		{unix.EINTR, 6}, {unix.EAGAIN, 6}, {unix.ENOBUFS, 6}, {netlink.ErrDumpInterrupted, dumpAttempts},
 	} {
 		calls := 0
-		err := k.retry(context.Background(), func() error { calls++; return fmt.Errorf("op: %w", tc.err) })
+		err := k.retry(context.Background(), func(*netlink.Handle) error { calls++; return fmt.Errorf("op: %w", tc.err) })
 		if calls != tc.attempts || err == nil {
 			t.Errorf("%v: tried %d times (err %v), want %d", tc.err, calls, err, tc.attempts)
 		}
+	}
+}
+
+// A socket is kept for the next request after a call that succeeded, and
+// closed after one that failed (it may still hold that call's answers).
+func TestSocketsKeptOnlyAfterSuccess(t *testing.T) {
+	k := New()
+	var first, second, third *netlink.Handle
+	if err := k.with(func(h *netlink.Handle) error { first = h; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	_ = k.with(func(h *netlink.Handle) error { second = h; return unix.EINVAL })
+	_ = k.with(func(h *netlink.Handle) error { third = h; return nil })
+	if first != second {
+		t.Error("the socket of a call that succeeded was not reused")
+	}
+	if third == second {
+		t.Error("the socket of a call that failed was reused")
 	}
 }
 

@@ -31,19 +31,20 @@ func (k *Kernel) AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) erro
 		_ = k.Delete(context.WithoutCancel(ctx), ep.Name)
 		return fmt.Errorf("%s shim %s: %w", what, ep.Name, err)
 	}
-	l, err := k.h.LinkByName(ep.Name)
+	var l netlink.Link
+	err := k.with(func(h *netlink.Handle) (err error) { l, err = h.LinkByName(ep.Name); return err })
 	if err != nil {
 		return fail("look up", err)
 	}
 	ip := &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(addr.BitLen(), addr.BitLen())}}
-	if err := k.retry(ctx, func() error { return k.h.AddrReplace(l, ip) }); err != nil {
+	if err := k.retry(ctx, func(h *netlink.Handle) error { return h.AddrReplace(l, ip) }); err != nil {
 		return fail("address", err)
 	}
-	if err := k.retry(ctx, func() error { return k.h.LinkSetUp(l) }); err != nil {
+	if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkSetUp(l) }); err != nil {
 		return fail("bring up", err)
 	}
 	if mark != "" {
-		if err := k.retry(ctx, func() error { return k.h.LinkSetAlias(l, mark) }); err != nil {
+		if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkSetAlias(l, mark) }); err != nil {
 			return fail("mark", err)
 		}
 	}
@@ -60,7 +61,7 @@ func (k *Kernel) AddHostRoute(ctx context.Context, dst netip.Addr, dev string) e
 	if err != nil {
 		return err
 	}
-	if err := k.retry(ctx, func() error { return k.h.RouteReplace(r) }); err != nil {
+	if err := k.retry(ctx, func(h *netlink.Handle) error { return h.RouteReplace(r) }); err != nil {
 		return fmt.Errorf("route %s via %s: %w", dst, dev, err)
 	}
 	k.flushNeighbour(r.LinkIndex, dst)
@@ -70,7 +71,7 @@ func (k *Kernel) AddHostRoute(ctx context.Context, dst netip.Addr, dev string) e
 // flushNeighbour forgets the link's neighbour entry for an address (none
 // is fine).
 func (k *Kernel) flushNeighbour(index int, a netip.Addr) {
-	_ = k.h.NeighDel(&netlink.Neigh{LinkIndex: index, IP: a.AsSlice()})
+	_ = k.with(func(h *netlink.Handle) error { return h.NeighDel(&netlink.Neigh{LinkIndex: index, IP: a.AsSlice()}) })
 }
 
 // DelHostRoute deletes the route to dst through dev; a missing route or
@@ -83,7 +84,7 @@ func (k *Kernel) DelHostRoute(ctx context.Context, dst netip.Addr, dev string) e
 	if err != nil {
 		return err
 	}
-	err = k.retry(ctx, func() error { return k.h.RouteDel(r) })
+	err = k.retry(ctx, func(h *netlink.Handle) error { return h.RouteDel(r) })
 	k.flushNeighbour(r.LinkIndex, dst)
 	if err == nil || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) {
 		return nil

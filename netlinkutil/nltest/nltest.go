@@ -327,6 +327,20 @@ func (k *Kernel) Delete(_ context.Context, name string) error {
 	return nil
 }
 
+// DeleteLink implements netlinkutil.Links: the link of that name, if it is
+// still the one with that index.
+func (k *Kernel) DeleteLink(_ context.Context, l netlinkutil.Link) error {
+	if err := k.begin("delete", l.Name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if cur, ok := k.links[l.Name]; ok && cur.Index == l.Index {
+		k.remove(l.Name)
+	}
+	return nil
+}
+
 // Link returns the named link, or false.
 func (k *Kernel) Link(name string) (netlinkutil.Link, bool) {
 	k.mu.Lock()
