@@ -137,6 +137,7 @@ type Driver struct {
 	events  Events
 	now     func() time.Time
 	locks   *locker
+	joins   *joinTable // joins not committed (joins.go)
 
 	janitorOnce sync.Once
 	stop        chan struct{}
@@ -178,7 +179,7 @@ func New(c Config) (*Driver, error) {
 	return &Driver{
 		store: c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
-		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: newLocker(),
+		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: newLocker(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}, nil
 }

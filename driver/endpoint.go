@@ -164,7 +164,8 @@ func randomMAC() net.HardwareAddr {
 // the sandbox.
 func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
 	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
-		if ep.Sandbox == "" {
+		d.joins.drop(ep.ID)
+		if ep.Sandbox == "" { // kept in memory, or not joined: no write
 			return nil
 		}
 		ep.Sandbox, ep.Boot = "", ""
@@ -178,6 +179,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	var deleted *store.Endpoint
 	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
 		deleted = &ep
+		d.joins.drop(ep.ID)
 		return func(tx *store.Tx) error { return tx.DeleteEndpoint(ep.NetworkID, ep.ID) }
 	}); err != nil {
 		return err

@@ -47,7 +47,7 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 				inv.HostLinks[n.ID] = shimName(n.ID)
 			}
 			eps, err := tx.Endpoints(n.ID)
-			inv.Endpoints = append(inv.Endpoints, eps...)
+			inv.Endpoints = append(inv.Endpoints, d.joins.overlayAll(eps)...)
 			return err
 		}); err != nil {
 			return err

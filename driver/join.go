@@ -29,10 +29,10 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.J
 	if ep == nil {
 		return nil, notFound("endpoint", req.EndpointID)
 	}
-	if ep.Sandbox != "" && ep.Boot == d.boot {
+	if cur := d.joins.overlay(*ep); cur.Sandbox != "" && cur.Boot == d.boot {
 		if _, err := d.links.Get(ctx, ep.Link); errors.Is(err, netlinkutil.ErrNotFound) {
 			return nil, fmt.Errorf("%w: endpoint %s is already joined to sandbox %s and its link %s is in that sandbox: a second link would carry the same MAC; leave it first (docker network disconnect)",
-				ErrConflict, short(ep.ID), ep.Sandbox, ep.Link)
+				ErrConflict, short(ep.ID), cur.Sandbox, ep.Link)
 		} else if err != nil {
 			return nil, err
 		}
@@ -43,7 +43,10 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.J
 		return nil, fmt.Errorf("join endpoint %s to network %s: %w", short(ep.ID), short(n.ID), err)
 	}
 	d.point("join/after-link")
-	if sandbox := valueOr(req.SandboxKey, "(unnamed)"); ep.Sandbox != sandbox || ep.Boot != d.boot {
+	sandbox := valueOr(req.SandboxKey, "(unnamed)")
+	if !durableJoin(*n) && ep.Sandbox == "" {
+		d.joins.set(ep.ID, sandbox, d.boot) // joins.go: nothing to commit
+	} else if ep.Sandbox != sandbox || ep.Boot != d.boot {
 		joined := *ep
 		joined.Sandbox, joined.Boot = sandbox, d.boot
 		if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(joined) }); err != nil {

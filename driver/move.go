@@ -42,7 +42,7 @@ func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (res
 	}); err != nil {
 		return res, false, err
 	}
-	if keepParent(gone == nil, eps, d.boot) {
+	if keepParent(gone == nil, d.joins.overlayAll(eps), d.boot) {
 		d.log.Warn("the parent option now resolves to another link on this host, but endpoints of the network live on its link: keeping it (docker network rm and create move it)",
 			"network", same.ID, "link", same.Parent, "would_be", res.Name, "why", res.Why)
 		return res, false, nil

@@ -235,6 +235,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/before-link-delete")
 	for _, ep := range eps {
+		d.joins.drop(ep.ID)
 		if err := d.deleteOwnedLink(ctx, ep.Link, true); err != nil {
 			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, short(ep.ID), err)
 		}

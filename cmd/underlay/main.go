@@ -126,6 +126,9 @@ type serveConfig struct {
 	// MetricsListen is the TCP address /metrics is also served on; ""
 	// serves it on the plugin socket only.
 	MetricsListen string
+	// Profile, when set, is the directory CPU, block, mutex and heap
+	// profiles of the whole run are written to at exit.
+	Profile string
 }
 
 // basesFlag collects repeated --default-address-pool values.
@@ -177,6 +180,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&reservation, "pool-reservation-timeout", reservation, "how long an automatic pool Docker has not used yet stays reserved (env POOL_RESERVATION_TIMEOUT)")
 	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf whose nameservers automatic pools avoid")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", getenv("METRICS_LISTEN"), "HOST:PORT to serve /metrics on over TCP too, unauthenticated: bind it to 127.0.0.1 or a management address (env METRICS_LISTEN; default off, /metrics is on the plugin socket)")
+	fs.StringVar(&c.Profile, "profile", getenv("PROFILE_DIR"), "directory to write CPU, block, mutex and heap profiles (pprof) of the whole run to when the daemon stops; off by default, costs some CPU (env PROFILE_DIR)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -172,3 +172,30 @@ func TestManagedPluginConfig(t *testing.T) {
 		}
 	}
 }
+
+// --profile writes pprof profiles of the whole run when stop is called:
+// off by default, PROFILE_DIR from the environment, the flag wins.
+func TestProfiles(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	if c, err := parseServe(nil, getenv, &bytes.Buffer{}); err != nil || c.Profile != "" {
+		t.Fatalf("default: %q %v, want off", c.Profile, err)
+	}
+	env["PROFILE_DIR"] = "/tmp/a"
+	if c, err := parseServe([]string{"--profile", "/tmp/b"}, getenv, &bytes.Buffer{}); err != nil || c.Profile != "/tmp/b" {
+		t.Fatalf("the flag must win: %q %v", c.Profile, err)
+	}
+	dir := filepath.Join(t.TempDir(), "prof")
+	stop, err := startProfiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cpu", "block", "mutex", "heap"} {
+		if fi, err := os.Stat(filepath.Join(dir, name+".pprof")); err != nil || fi.Size() == 0 {
+			t.Errorf("%s profile: %v", name, err)
+		}
+	}
+}

@@ -42,8 +42,21 @@ func serve(c serveConfig, stderr io.Writer) error {
 	}
 	log.Info("starting underlay", "version", versionString(), "socket", c.Socket, "state", c.State,
 		"scope", c.Scope, "docker_host", c.DockerHost, "address_pools", fmt.Sprint(c.Bases), "pool_reservation", c.Reservation,
-		"metrics_listen", c.MetricsListen)
+		"metrics_listen", c.MetricsListen, "profile", c.Profile)
 
+	if c.Profile != "" {
+		stopProfiles, err := startProfiles(c.Profile)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := stopProfiles(); err != nil {
+				log.Error("write profiles", "dir", c.Profile, "error", err)
+			} else {
+				log.Info("profiles written", "dir", c.Profile)
+			}
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
