@@ -83,8 +83,9 @@ func (b *batcher) commit(batch []*call) {
 		failed := -1
 		var failErr error
 		err := b.db.Update(func(tx *bolt.Tx) error {
+			t := &Tx{tx: tx} // one for all calls: it tracks the writes for pack.go
 			for i, c := range batch {
-				if err := c.fn(&Tx{tx: tx}); err != nil {
+				if err := c.fn(t); err != nil {
 					failed, failErr = i, err
 					return err
 				}

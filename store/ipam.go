@@ -69,7 +69,7 @@ func (t *Tx) IPAMPool(id string) (IPAMPool, bool, error) {
 
 // PutIPAMPool writes a pool record.
 func (t *Tx) PutIPAMPool(p IPAMPool) error {
-	return put(t.b(bucketIPAMPools), p.ID, p)
+	return putJSON(t.b(bucketIPAMPools), p.ID, p)
 }
 
 // DeleteIPAMPool removes a pool and its addresses; a missing one is not an

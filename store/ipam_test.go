@@ -12,8 +12,8 @@ import (
 )
 
 // TestMigrateFromSchema2 opens a file as schema 2 wrote it (no IPAM
-// buckets) and finds it migrated to schema 3: the IPAM buckets exist and
-// work, the old records are intact.
+// buckets) and finds it migrated: the IPAM buckets exist and work, the old
+// records are intact.
 func TestMigrateFromSchema2(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v2.db")
 	raw, err := bolt.Open(path, 0o600, nil)
@@ -26,14 +26,14 @@ func TestMigrateFromSchema2(t *testing.T) {
 				return err
 			}
 		}
-		// Records as schema 2 wrote them, through the same Tx methods.
+		// Records as schema 2 wrote them (the layout of schema 3).
+		if err := putV3Network(tx, network("n1", "eth0.10")); err != nil {
+			return err
+		}
+		if err := putV3Endpoint(tx, Endpoint{NetworkID: "n1", ID: "e1", Link: "ule1"}); err != nil {
+			return err
+		}
 		stx := &Tx{tx: tx}
-		if err := stx.PutNetwork(network("n1", "eth0.10")); err != nil {
-			return err
-		}
-		if err := stx.PutEndpoint(Endpoint{NetworkID: "n1", ID: "e1", Link: "ule1"}); err != nil {
-			return err
-		}
 		if err := stx.PutParentLink(ParentLink{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}); err != nil {
 			return err
 		}
@@ -57,7 +57,7 @@ func TestMigrateFromSchema2(t *testing.T) {
 				return fmt.Errorf("bucket %s missing after migration", b)
 			}
 		}
-		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != "3" || SchemaVersion != 3 {
+		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != fmt.Sprint(SchemaVersion) {
 			return fmt.Errorf("schema %s after migration", v)
 		}
 		if n, ok, err := tx.Network("n1"); err != nil || !ok || n.Parent != "eth0.10" || n.IPv4[0].Subnet != "198.18.1.0/24" {

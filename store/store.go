@@ -7,18 +7,38 @@
 // keeps the secondary indexes (networks by parent, endpoints by link name,
 // pending reservations) consistent with the records, so callers never scan
 // the whole file on a request path.
+//
+// The layout (schema 4), bucket by bucket; ID is an ID in its key form
+// (keys.go: a Docker ID as its 32 bytes), seq a network's sequence number
+// (keys.go: 2 to 9 bytes, given once, never reused), {x} a set of keys
+// (a nested bucket, tx.go):
+//
+//	meta                  "schema" -> version, "instance" -> instance ID
+//	nets                  ID -> seq, then the Network as JSON without its ID
+//	nets-by-seq           seq -> ID
+//	nets-by-parent        parent link name -> {seq}
+//	nets-pending          ID -> nothing, while the network has a reservation
+//	eps                   seq + endpoint ID -> the Endpoint's other fields (codec.go)
+//	eps-by-link           link name -> seq + the endpoint ID's first bytes
+//	parent-links          name -> ParentLink as JSON
+//	parent-links-by-base  base link name -> {name}
+//	ipam-pools            pool ID -> IPAMPool as JSON
+//	ipam-addresses        pool ID -> {address}
+//
+// Endpoints are nearly all of the records, so their layout is the size of
+// the file: all networks' endpoints share one flat bucket ordered by
+// network (a network's endpoints are one prefix scan; a network costs no
+// page of its own), a key holds the network's short sequence number
+// rather than its ID, and a value holds neither ID and its common fields
+// in binary. Pages of keys written in runs are packed full (pack.go).
 package store
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,7 +47,7 @@ import (
 
 // SchemaVersion is the layout version this build writes. A file with a higher
 // version is refused; a file with a lower one is migrated on Open.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // ErrLocked is returned by Open when another process holds the state file.
 var ErrLocked = errors.New("state file is locked by another process")
@@ -46,11 +66,12 @@ var ErrNoNetwork = errors.New("network not found")
 
 var (
 	bucketMeta        = []byte("meta")
-	bucketNetworks    = []byte("networks")
-	bucketByParent    = []byte("networks-by-parent")
-	bucketPending     = []byte("pending")
-	bucketEndpoints   = []byte("endpoints")
-	bucketLinks       = []byte("endpoints-by-link")
+	bucketNetworks    = []byte("nets")
+	bucketNetworkSeqs = []byte("nets-by-seq")
+	bucketByParent    = []byte("nets-by-parent")
+	bucketPending     = []byte("nets-pending")
+	bucketEndpoints   = []byte("eps")
+	bucketLinks       = []byte("eps-by-link")
 	bucketParentLinks = []byte("parent-links")
 	// Since schema 2: base link -> the parent links underlay created on it.
 	bucketParentLinksByBase = []byte("parent-links-by-base")
@@ -59,40 +80,14 @@ var (
 	keyInstance = []byte("instance")
 )
 
-// migrations[v] upgrades a file from schema v to v+1 inside one transaction
-// (all steps of one Open share it: a failed migration changes nothing).
-// Version 0 is a file without buckets (new or empty). To change the layout:
-// bump SchemaVersion, add the step, and test it on a file of the old
-// version (store_test.go, TestMigrateFromSchema1).
-var migrations = map[int]func(*bolt.Tx) error{
-	0: func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketNetworks, bucketByParent, bucketPending, bucketEndpoints, bucketLinks, bucketParentLinks} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	},
-	// 1 -> 2: index the parent links by their base link.
-	1: func(tx *bolt.Tx) error {
-		byBase, err := tx.CreateBucketIfNotExists(bucketParentLinksByBase)
-		if err != nil {
-			return err
-		}
-		return tx.Bucket(bucketParentLinks).ForEach(func(k, v []byte) error {
-			var p ParentLink
-			if err := json.Unmarshal(v, &p); err != nil {
-				return fmt.Errorf("%w: parent link record %q: %w", ErrCorrupt, k, err)
-			}
-			if p.Base == "" {
-				return nil
-			}
-			return indexAdd(byBase, p.Base, p.Name)
-		})
-	},
-	// 2 -> 3: the IPAM driver's pools and addresses.
-	2: migrateIPAM,
-}
+// allocSize is bbolt's AllocSize: a file bigger than it is kept that much
+// bigger than its pages need (a smaller one is as big as its mapping, a
+// power of two), so that it grows by an ftruncate and fsync per allocSize
+// written. bbolt's default, 16 MiB, added 16 MiB of zeros to every state
+// file past 16 MiB: as much as the state of 10,000 networks. Steps of 1 MiB
+// cost an extra fsync per MiB the file grows, next to the one of every
+// commit.
+const allocSize = 1 << 20
 
 // Options tunes Open. The zero value is usable.
 type Options struct {
@@ -110,6 +105,7 @@ type Options struct {
 // DB is an open state file.
 type DB struct {
 	bolt     *bolt.DB
+	path     string // bolt's may be the name it was written under (compactMigrated)
 	batch    *batcher
 	instance string
 	observe  func(time.Duration)
@@ -150,11 +146,18 @@ func Open(path string, opts Options) (db *DB, err error) {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("%w: %s: %w; move it aside to start with an empty state", ErrCorrupt, path, err)
 	}
-	if err := migrate(bdb); err != nil {
+	bdb.AllocSize = allocSize
+	from, err := migrate(bdb)
+	if err != nil {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}
-	db = &DB{bolt: bdb, observe: opts.ObserveCommit}
+	if from > 0 && from < SchemaVersion {
+		bdb = compactMigrated(bdb, path, opts.LockTimeout)
+	} else {
+		_ = os.Remove(compactPath(path)) // left by a crash during compactMigrated
+	}
+	db = &DB{bolt: bdb, path: path, observe: opts.ObserveCommit}
 	_ = bdb.View(func(tx *bolt.Tx) error {
 		db.instance = string(tx.Bucket(bucketMeta).Get(keyInstance))
 		return nil
@@ -178,44 +181,6 @@ func checkFile(bdb *bolt.DB) error {
 	})
 }
 
-func migrate(bdb *bolt.DB) error {
-	return bdb.Update(func(tx *bolt.Tx) error {
-		version := 0
-		if meta := tx.Bucket(bucketMeta); meta != nil {
-			v, err := strconv.Atoi(string(meta.Get(keySchema)))
-			if err != nil {
-				return fmt.Errorf("%w: schema version %q is not a number", ErrCorrupt, meta.Get(keySchema))
-			}
-			version = v
-		} else if firstBucket(tx) != nil {
-			return fmt.Errorf("%w: it holds bbolt buckets but no underlay schema version", ErrCorrupt)
-		}
-		if version > SchemaVersion {
-			return fmt.Errorf("%w: version %d, this underlay reads up to %d; upgrade underlay or restore the file this version wrote", ErrNewerSchema, version, SchemaVersion)
-		}
-		for ; version < SchemaVersion; version++ {
-			step, ok := migrations[version]
-			if !ok {
-				return fmt.Errorf("no migration from schema version %d", version)
-			}
-			if err := step(tx); err != nil {
-				return fmt.Errorf("migrate schema %d to %d: %w", version, version+1, err)
-			}
-		}
-		meta := tx.Bucket(bucketMeta)
-		if len(meta.Get(keyInstance)) == 0 {
-			var b [8]byte
-			if _, err := rand.Read(b[:]); err != nil {
-				return fmt.Errorf("make the instance ID: %w", err)
-			}
-			if err := meta.Put(keyInstance, []byte(hex.EncodeToString(b[:]))); err != nil {
-				return err
-			}
-		}
-		return meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
-	})
-}
-
 // InstanceID is the random ID this state file was given when it was first
 // opened (or first opened by an underlay that marks its links). Every link
 // underlay creates carries it, so an instance tells its links from another
@@ -228,7 +193,7 @@ func firstBucket(tx *bolt.Tx) []byte {
 }
 
 // Path returns the file's path.
-func (db *DB) Path() string { return db.bolt.Path() }
+func (db *DB) Path() string { return db.path }
 
 // Close waits for queued batches, then closes the file.
 func (db *DB) Close() error {
@@ -298,15 +263,9 @@ func (t *Tx) Counts() (Counts, error) {
 	}
 	c := Counts{
 		Networks:      keys(t.b(bucketNetworks)),
+		Endpoints:     keys(t.b(bucketEndpoints)),
 		ParentLinks:   keys(t.b(bucketParentLinks)),
 		EndpointLinks: keys(t.b(bucketLinks)),
-	}
-	eps := t.b(bucketEndpoints)
-	if err := eps.ForEachBucket(func(k []byte) error {
-		c.Endpoints += keys(eps.Bucket(k))
-		return nil
-	}); err != nil {
-		return c, err
 	}
 	err := t.ForEachNetworkWithHostAddress(func(n Network) error {
 		if n.HostAddress != "" && n.Pending == nil {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -338,53 +337,6 @@ func TestCrashBetweenReserveAndCommit(t *testing.T) {
 		}
 		if _, ok, _ := tx.Network("done"); !ok {
 			return errors.New("network committed before the crash is lost")
-		}
-		return nil
-	})
-}
-
-// TestMigrateFromSchema1 opens a file as schema 1 wrote it (no index of
-// parent links by base) and finds it migrated, index built, in one step.
-func TestMigrateFromSchema1(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "v1.db")
-	raw, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = raw.Update(func(tx *bolt.Tx) error {
-		if err := migrations[0](tx); err != nil {
-			return err
-		}
-		for _, p := range []ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}, {Name: "eth0.10.20", Kind: "vlan", Base: "eth0.10", VLAN: 20}, {Name: "uli1", Kind: "dummy"}} {
-			b, _ := json.Marshal(p)
-			if err := tx.Bucket(bucketParentLinks).Put([]byte(p.Name), b); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketMeta).Put(keySchema, []byte("1"))
-	})
-	raw.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := open(t, path)
-	defer db.Close()
-	mustView(t, db, func(tx *Tx) error {
-		if got := tx.ParentLinksOn("eth0"); len(got) != 1 || got[0] != "eth0.10" {
-			return fmt.Errorf("ParentLinksOn(eth0) = %v", got)
-		}
-		if got := tx.ParentLinksOn("eth0.10"); len(got) != 1 || got[0] != "eth0.10.20" {
-			return fmt.Errorf("ParentLinksOn(eth0.10) = %v", got)
-		}
-		if v := string(tx.tx.Bucket(bucketMeta).Get(keySchema)); v != fmt.Sprint(SchemaVersion) {
-			return fmt.Errorf("schema %s after migration", v)
-		}
-		return nil
-	})
-	mustUpdate(t, db, func(tx *Tx) error { return tx.DeleteParentLink("eth0.10.20") })
-	mustView(t, db, func(tx *Tx) error {
-		if got := tx.ParentLinksOn("eth0.10"); len(got) != 0 {
-			return fmt.Errorf("index kept a deleted link: %v", got)
 		}
 		return nil
 	})
