@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -62,6 +63,31 @@ type keyedLock struct {
 type locker struct {
 	mu   sync.Mutex
 	keys map[lockKey]*keyedLock
+	// parentEvents counts every exclusive take and every release of an
+	// exclusive parent lock (quietParents).
+	parentEvents atomic.Uint64
+}
+
+// parentCount is how many parent locks were taken and released
+// exclusively so far.
+func (l *locker) parentCount() uint64 { return l.parentEvents.Load() }
+
+// quietParents reports whether, since parentCount returned before, no
+// parent lock was taken or released exclusively but the taken ones (the
+// caller's own takes). Every change underlay makes to a parent link happens
+// under its exclusive lock, so a caller that looked a parent up before and
+// finds the locks quiet after taking its own knows no such change ran in
+// between: any holder in that window was either released in it or made
+// the caller wait until its release, and both count.
+func (l *locker) quietParents(before uint64, taken int) bool {
+	return l.parentEvents.Load() == before+uint64(taken)
+}
+
+// countParent counts an exclusive take or release of a parent lock.
+func (l *locker) countParent(k lockKey, shared bool) {
+	if k.rank == rankParent && !shared {
+		l.parentEvents.Add(1)
+	}
 }
 
 func newLocker() *locker { return &locker{keys: map[lockKey]*keyedLock{}} }
@@ -110,8 +136,9 @@ func (l *locker) acquire(ctx context.Context, reqs ...lockReq) (func(), error) {
 			release()
 			return nil, fmt.Errorf("waiting for the %s, which another request holds: %w", r.key, err)
 		}
-		key := r.key
-		held = append(held, func() { e.sem.Release(w); l.unref(key) })
+		key, sh := r.key, r.shared
+		l.countParent(key, sh)
+		held = append(held, func() { e.sem.Release(w); l.countParent(key, sh); l.unref(key) })
 	}
 	return release, nil
 }
@@ -123,7 +150,8 @@ func (l *locker) tryExclusive(k lockKey) (func(), bool) {
 		l.unref(k)
 		return nil, false
 	}
-	return func() { e.sem.Release(writerWeight); l.unref(k) }, true
+	l.countParent(k, false)
+	return func() { e.sem.Release(writerWeight); l.countParent(k, false); l.unref(k) }, true
 }
 
 func mergeLocks(reqs []lockReq) []lockReq {

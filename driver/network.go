@@ -56,6 +56,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		}
 		res, resolved = r, true
 	}
+	events := d.locks.parentCount()
 	if !resolved {
 		if res, err = d.resolve(ctx, want); err != nil {
 			return err
@@ -74,6 +75,9 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		return err
 	}
 	defer unlockParents()
+	// Whether the lookup above is still the kernel's view as far as
+	// underlay's own changes go (the check at the end).
+	fresh := same == nil && d.locks.quietParents(events, len(mergeLocks(parents)))
 
 	var onParent []store.Network
 	if err := d.store.View(func(tx *store.Tx) (err error) {
@@ -83,6 +87,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		return err
 	}
 	dec := decide(want, same, onParent)
+	fresh = fresh && len(dec.Conflicts) == 0
 	log.Debug("create network decision", "link", want.Parent, "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))
 	if dec.Verdict == move && len(dec.Conflicts) > 0 {
 		// A move the new link's rules refuse must not cost the network
@@ -117,11 +122,13 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 			return d.holdersRefused(err)
 		}
 	}
-	{
+	if !fresh {
 		// The link may have come or gone while this request waited for its
 		// lock (a delete releasing it, the janitor, someone else), and
 		// removing stale networks may have released it: look again, now that
-		// no one else can create or delete it under this name.
+		// no one else can create or delete it under this name. Skipped when
+		// no parent lock changed hands since the lookup and nothing was
+		// removed: then underlay changed no parent link in between.
 		if res, err = d.resolve(ctx, want); err != nil {
 			return err
 		}
