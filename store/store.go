@@ -133,7 +133,7 @@ func Open(path string, opts Options) (db *DB, err error) {
 			err = fmt.Errorf("%w: %s: reading it failed (%v); move it aside to start with an empty state", ErrCorrupt, path, r)
 		}
 	}()
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
+	bdb, file, err := openLocked(path, opts.LockTimeout)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s is held by another underlay process (gave up after %s); stop it or use another --state", ErrLocked, path, opts.LockTimeout)
@@ -142,7 +142,7 @@ func Open(path string, opts Options) (db *DB, err error) {
 	case err != nil:
 		return nil, fmt.Errorf("open state file %s: %w", path, err)
 	}
-	if err := checkFile(bdb); err != nil {
+	if err := checkFile(bdb, file); err != nil {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("%w: %s: %w; move it aside to start with an empty state", ErrCorrupt, path, err)
 	}
@@ -166,11 +166,46 @@ func Open(path string, opts Options) (db *DB, err error) {
 	return db, nil
 }
 
+// openLocked opens and locks the file at path, and makes sure the file it
+// locked is still the one at path. An Open that waited for the lock of a
+// file that meanwhile a compaction's copy replaced (compactMigrated) gets
+// it once the file is no longer at path: it would use a file nobody else
+// sees, its writes lost. Such an Open opens the path again, within the
+// same timeout.
+func openLocked(path string, timeout time.Duration) (*bolt.DB, *os.File, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var file *os.File
+		bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			f, err := os.OpenFile(name, flag, perm)
+			file = f
+			return f, err
+		}})
+		if err != nil {
+			return nil, nil, err
+		}
+		held, err := file.Stat()
+		if err == nil {
+			var named os.FileInfo
+			if named, err = os.Stat(path); err == nil && os.SameFile(held, named) {
+				return bdb, file, nil
+			}
+		}
+		_ = bdb.Close()
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, err
+		}
+		if timeout = time.Until(deadline); timeout <= 0 {
+			return nil, nil, berrors.ErrTimeout
+		}
+	}
+}
+
 // checkFile makes sure every page the file claims lies inside it, so a
 // truncated file is reported before any request reads it.
-func checkFile(bdb *bolt.DB) error {
+func checkFile(bdb *bolt.DB, file *os.File) error {
 	return bdb.View(func(tx *bolt.Tx) error {
-		fi, err := os.Stat(bdb.Path())
+		fi, err := file.Stat()
 		if err != nil {
 			return err
 		}
