@@ -5,12 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -65,9 +62,12 @@ var migrations = map[int]func(*bolt.Tx) error{
 	3: migrateCompact,
 }
 
-// migrate brings the file to SchemaVersion and returns the version it had
-// (0 for a new file).
-func migrate(bdb *bolt.DB) (from int, err error) {
+// migrate brings the file to SchemaVersion and reports whether it is due
+// for compaction (compact.go): a migration from an older schema marks it
+// so in the migration's transaction, and the compacted copy is written
+// without the mark, so a compaction a crash or an error interrupted is
+// done at the next Open.
+func migrate(bdb *bolt.DB) (compact bool, err error) {
 	err = bdb.Update(func(tx *bolt.Tx) error {
 		version := 0
 		if meta := tx.Bucket(bucketMeta); meta != nil {
@@ -79,7 +79,7 @@ func migrate(bdb *bolt.DB) (from int, err error) {
 		} else if firstBucket(tx) != nil {
 			return fmt.Errorf("%w: it holds bbolt buckets but no underlay schema version", ErrCorrupt)
 		}
-		from = version
+		from := version
 		if version > SchemaVersion {
 			return fmt.Errorf("%w: version %d, this underlay reads up to %d; upgrade underlay or restore the file this version wrote", ErrNewerSchema, version, SchemaVersion)
 		}
@@ -93,6 +93,12 @@ func migrate(bdb *bolt.DB) (from int, err error) {
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
+		if from > 0 && from < SchemaVersion {
+			if err := meta.Put(keyCompact, []byte{1}); err != nil {
+				return err
+			}
+		}
+		compact = meta.Get(keyCompact) != nil
 		if len(meta.Get(keyInstance)) == 0 {
 			var b [8]byte
 			if _, err := rand.Read(b[:]); err != nil {
@@ -104,46 +110,8 @@ func migrate(bdb *bolt.DB) (from int, err error) {
 		}
 		return meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
 	})
-	return from, err
+	return compact, err
 }
-
-// compactMigrated rewrites a file a migration rewrote into a new file and
-// puts it in the old one's place, and returns it open. bbolt never shrinks
-// a file: the pages the old layout took stay in it, free, and their list
-// is written at every commit (the schema 3 file of 10,000 networks would
-// stay 100 MiB, 84 of them free, and every commit would write 170 KiB of
-// list). The new file is locked before it replaces the old one, which
-// stays locked until then. Should this fail, the migrated file is kept as
-// it is: complete, only bigger.
-func compactMigrated(src *bolt.DB, path string, timeout time.Duration) *bolt.DB {
-	tmp := compactPath(path)
-	_ = os.Remove(tmp)
-	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: timeout})
-	if err != nil {
-		return src
-	}
-	dst.AllocSize = allocSize
-	// Commits of 8 MiB bound the memory the copy holds.
-	if err := bolt.Compact(dst, src, 8<<20); err != nil {
-		_ = dst.Close()
-		_ = os.Remove(tmp)
-		return src
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = dst.Close()
-		_ = os.Remove(tmp)
-		return src
-	}
-	if dir, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = dir.Sync() // make the rename durable
-		_ = dir.Close()
-	}
-	_ = src.Close()
-	return dst
-}
-
-// compactPath is the name compactMigrated writes the new file under.
-func compactPath(path string) string { return path + ".compact" }
 
 // migrateCompact is the schema 3 -> 4 step: it writes every network
 // through PutNetwork, which numbers it and builds the network indexes (the

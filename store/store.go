@@ -78,6 +78,9 @@ var (
 	keySchema               = []byte("schema")
 	// keyInstance holds the ID that marks the links this state file owns.
 	keyInstance = []byte("instance")
+	// keyCompact marks a file a migration rewrote and Open has yet to
+	// compact (compact.go).
+	keyCompact = []byte("compact")
 )
 
 // allocSize is bbolt's AllocSize: a file bigger than it is kept that much
@@ -109,6 +112,9 @@ type DB struct {
 	batch    *batcher
 	instance string
 	observe  func(time.Duration)
+	// compactErr is why Open did not compact the file a migration
+	// rewrote (CompactError).
+	compactErr error
 }
 
 // Open opens (creating if needed, with its directory) the state file at path,
@@ -147,17 +153,20 @@ func Open(path string, opts Options) (db *DB, err error) {
 		return nil, fmt.Errorf("%w: %s: %w; move it aside to start with an empty state", ErrCorrupt, path, err)
 	}
 	bdb.AllocSize = allocSize
-	from, err := migrate(bdb)
+	compact, err := migrate(bdb)
 	if err != nil {
 		_ = bdb.Close()
 		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}
-	if from > 0 && from < SchemaVersion {
-		bdb = compactMigrated(bdb, path, opts.LockTimeout)
+	var compactErr error
+	if compact {
+		if bdb, compactErr = compactMigrated(bdb, path, opts.LockTimeout); bdb == nil {
+			return nil, compactErr
+		}
 	} else {
-		_ = os.Remove(compactPath(path)) // left by a crash during compactMigrated
+		_ = os.Remove(compactPath(realPath(path))) // left by a crash during compactMigrated
 	}
-	db = &DB{bolt: bdb, path: path, observe: opts.ObserveCommit}
+	db = &DB{bolt: bdb, path: path, observe: opts.ObserveCommit, compactErr: compactErr}
 	_ = bdb.View(func(tx *bolt.Tx) error {
 		db.instance = string(tx.Bucket(bucketMeta).Get(keyInstance))
 		return nil
