@@ -80,23 +80,29 @@ func compactMigrated(src *bolt.DB, path string, timeout time.Duration) (*bolt.DB
 	return dst, nil
 }
 
-// keepOwner gives the file name the mode and owner of fi.
+// keepOwner gives the file name the mode and owner of fi, durably (bbolt's
+// commits sync the data only).
 func keepOwner(name string, fi os.FileInfo) error {
-	if err := os.Chmod(name, fi.Mode().Perm()); err != nil {
-		return err
-	}
-	want, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return nil
-	}
-	now, err := os.Stat(name)
+	f, err := os.Open(name)
 	if err != nil {
 		return err
 	}
-	if got, ok := now.Sys().(*syscall.Stat_t); ok && got.Uid == want.Uid && got.Gid == want.Gid {
-		return nil
+	defer f.Close()
+	if err := f.Chmod(fi.Mode().Perm()); err != nil {
+		return err
 	}
-	return os.Chown(name, int(want.Uid), int(want.Gid))
+	now, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	want, ok := fi.Sys().(*syscall.Stat_t)
+	got, ok2 := now.Sys().(*syscall.Stat_t)
+	if ok && ok2 && (got.Uid != want.Uid || got.Gid != want.Gid) {
+		if err := f.Chown(int(want.Uid), int(want.Gid)); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
 }
 
 // realPath is path with its symlinks resolved, or path when that fails
