@@ -65,9 +65,9 @@ func openCount(t *testing.T, path string) int {
 	if err != nil {
 		t.Skip("no /proc/self/fd:", err)
 	}
-	n := 0
+	n, real := 0, realPath(path)
 	for _, fd := range fds {
-		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && target == path {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && (target == path || target == real) {
 			n++
 		}
 	}
