@@ -82,6 +82,9 @@ func serve(c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := db.CompactError(); err != nil {
+		log.Warn("state file migrated but not compacted: it is complete, only bigger, and the next start tries again", "state", c.State, "error", err)
+	}
 	defer func() {
 		if err := db.Close(); err != nil {
 			log.Error("close state file", "error", err)
