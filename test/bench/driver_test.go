@@ -3,105 +3,46 @@
 package bench
 
 import (
-	"encoding/json"
-	"errors"
+	"context"
 	"fmt"
+	"io"
 	"net"
-	"path/filepath"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/itest"
-	"github.com/vishvananda/netlink"
-	bolt "go.etcd.io/bbolt"
-	"golang.org/x/sys/unix"
 )
 
 const parents = 16
 
 func id(prefix string, w, i int) string { return fmt.Sprintf("%s%03x%08x%052d", prefix, w, i, 0) }
 
-// floor does a cycle's netlink calls and one committed bbolt transaction
-// directly, in this process: what underlay cannot go below.
-type floor struct {
-	nl  []*netlink.Handle // one per worker: a handle's socket is not shared
-	db  *bolt.DB
-	mac net.HardwareAddr
-}
+// levels are the concurrencies the cycles run at; targets are at 1 and 16.
+var levels = []int{1, 4, 16}
 
-func newFloor(t *testing.T, ns *itest.Netns) *floor {
-	f := &floor{mac: net.HardwareAddr{0x02, 0x42, 0xc6, 0x12, 0, 1}}
-	for w := 0; w < parents; w++ {
-		h, err := netlink.NewHandleAt(ns.Handle(), unix.NETLINK_ROUTE)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.nl = append(f.nl, h)
-	}
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "floor.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("b")); return err }); err != nil {
-		t.Fatal(err)
-	}
-	f.db = db
-	t.Cleanup(func() {
-		db.Close()
-		for _, h := range f.nl {
-			h.Close()
-		}
-	})
-	return f
-}
-
-func (f *floor) commit(key string) error {
-	rec, _ := json.Marshal(map[string]string{"id": key, "link": "x", "mac": f.mac.String()})
-	return f.db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte(key), rec) })
-}
-
-// endpointCycle: Join (parent lookup, add macvlan), Leave (lookup, delete),
-// DeleteEndpoint (lookup), and one commit.
-func (f *floor) endpointCycle(w, i int) error {
-	h := f.nl[w]
-	p, err := h.LinkByName(fmt.Sprintf("vp%d", w))
-	if err != nil {
-		return err
-	}
-	name := fmt.Sprintf("flr%03x%08x", w, i)
-	mac := append(net.HardwareAddr{}, f.mac...)
-	mac[4], mac[5] = byte(w), byte(i)
-	if err := h.LinkAdd(&netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: p.Attrs().Index, HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}); err != nil {
-		return err
-	}
-	l, err := h.LinkByName(name)
-	if err != nil {
-		return err
-	}
-	if err := h.LinkDel(l); err != nil {
-		return err
-	}
-	var nf netlink.LinkNotFoundError
-	if _, err := h.LinkByName(name); !errors.As(err, &nf) {
-		return fmt.Errorf("link %s still there: %v", name, err)
-	}
-	return f.commit(name)
-}
-
-// networkCycle: CreateNetwork's parent lookup and one commit.
-func (f *floor) networkCycle(w, i int) error {
-	if _, err := f.nl[w].LinkByName(fmt.Sprintf("vp%d", w)); err != nil {
-		return err
-	}
-	return f.commit(id("f", w, i))
-}
-
+// benchDriver drives the real binary over its socket (16 veth parents in a
+// namespace, one per worker) against the floor (floor_test.go), blocks
+// alternating: the endpoint cycle (CreateEndpoint, Join, Leave,
+// DeleteEndpoint) and the network cycle (CreateNetwork, DeleteNetwork on
+// an existing parent), at each of levels; and the daemon's own time for
+// CreateNetwork from its metrics.
 func benchDriver(t *testing.T, tb *table) {
 	ns := itest.NewNetns(t)
 	for w := 0; w < parents; w++ {
 		ns.AddVeth(fmt.Sprintf("vp%d", w), fmt.Sprintf("vp%d-peer", w), 1500)
 	}
-	d := itest.StartDaemon(t, ns, itest.DaemonOptions{Args: []string{"--log-level", "warn"}})
+	args := []string{"--log-level", "warn"}
+	profile := os.Getenv("BENCH_PROFILE")
+	if profile != "" {
+		// CPU, block and mutex profiles of the daemon, written when it
+		// stops (README, Benchmarks).
+		args = append(args, "--profile", profile)
+	}
+	d := itest.StartDaemon(t, ns, itest.DaemonOptions{Args: args})
 	fl := newFloor(t, ns)
 	for w := 0; w < parents; w++ {
 		d.MustCreateNetwork(itest.Net{ID: id("e", w, 0), Opts: map[string]string{"parent": fmt.Sprintf("vp%d", w)}, V4: []string{fmt.Sprintf("198.18.%d.0/24", w)}})
@@ -116,7 +57,7 @@ func benchDriver(t *testing.T, tb *table) {
 		}
 		return nil
 	}
-	underlayEndpoint := func(w, i int) error {
+	endpoint := func(w, i int) error {
 		netID, ep := id("e", w, 0), id("c", w, i)
 		for _, step := range []struct {
 			route string
@@ -133,7 +74,7 @@ func benchDriver(t *testing.T, tb *table) {
 		}
 		return nil
 	}
-	underlayNetwork := func(w, i int) error {
+	networkCycle := func(w, i int) error {
 		netID := id("n", w, i)
 		if err := call("CreateNetwork", itest.Net{ID: netID, Opts: map[string]string{"parent": fmt.Sprintf("vp%d", w)}, V4: []string{fmt.Sprintf("198.19.%d.%d/30", w, (i%64)*4)}}.Request()); err != nil {
 			return err
@@ -141,43 +82,132 @@ func benchDriver(t *testing.T, tb *table) {
 		return call("DeleteNetwork", network.DeleteNetworkRequest{NetworkID: netID})
 	}
 
-	type series struct{ u1, f1, u16, f16 result }
-	measure := func(name string, u, f func(w, i int) error, blocks, per1, per16 int) series {
-		var s series
-		// Warm up both.
-		run(1, 5, u)
-		run(1, 5, f)
-		n := 0
-		for b := 0; b < blocks; b++ {
-			s.u1.add(run(1, per1, func(w, i int) error { return u(w, n+i) }))
-			s.f1.add(run(1, per1, func(w, i int) error { return f(w, n+i) }))
-			s.u16.add(run(parents, per16, func(w, i int) error { return u(w, n+i) }))
-			s.f16.add(run(parents, per16, func(w, i int) error { return f(w, n+i) }))
-			n += per1 + per16
+	if profile != "" {
+		// One cycle at c=1 alone: the endpoint cycle, or the network
+		// cycle with BENCH_PROFILE_CYCLE=network.
+		name, cycle, n := "endpoint", endpoint, 400
+		if os.Getenv("BENCH_PROFILE_CYCLE") == "network" {
+			name, cycle, n = "network", networkCycle, 3000
 		}
-		for _, r := range []result{s.u1, s.f1, s.u16, s.f16} {
-			if r.failures > 0 {
-				t.Errorf("%s: %d failed operations", name, r.failures)
-			}
+		r := run(1, n, cycle)
+		if err := d.Stop(); err != nil {
+			t.Fatal(err)
 		}
-		return s
+		tb.row("driver", name+" cycle c=1 p50, profiled", ms(r.pct(0.5)), "", "", "", "")
+		return
 	}
-	report := func(name string, s series) {
-		r1 := float64(s.u1.pct(0.5)) / float64(s.f1.pct(0.5))
-		tb.row("driver", name+" c=1 p50 (vs floor)", ms(s.u1.pct(0.5)), ms(s.f1.pct(0.5)), fmt.Sprintf("%.2f", r1), "<= 1.30", verdict(r1 <= 1.3))
-		tb.row("driver", name+" c=1 p99 (vs floor)", ms(s.u1.pct(0.99)), ms(s.f1.pct(0.99)), fmt.Sprintf("%.2f", float64(s.u1.pct(0.99))/float64(s.f1.pct(0.99))), "", "")
-		tb.row("driver", name+" c=1 ops/s (vs floor)", fmt.Sprintf("%.0f", s.u1.opsPerSec()), fmt.Sprintf("%.0f", s.f1.opsPerSec()), fmt.Sprintf("%.2f", s.f1.opsPerSec()/s.u1.opsPerSec()), "", "")
-		tb.row("driver", name+" c=16 p50/p99 (vs floor)", ms(s.u16.pct(0.5))+" / "+ms(s.u16.pct(0.99)), ms(s.f16.pct(0.5))+" / "+ms(s.f16.pct(0.99)), "", "", "")
-		scale := s.u16.opsPerSec() / s.u1.opsPerSec()
-		tb.row("driver", name+" ops/s c=16 vs c=1", fmt.Sprintf("%.0f", s.u16.opsPerSec()), fmt.Sprintf("%.0f", s.u1.opsPerSec()), fmt.Sprintf("%.2fx", scale), ">= 3x", verdict(scale >= 3))
-		tb.row("driver", name+" floor ops/s c=16 vs c=1", fmt.Sprintf("%.0f", s.f16.opsPerSec()), fmt.Sprintf("%.0f", s.f1.opsPerSec()), fmt.Sprintf("%.2fx", s.f16.opsPerSec()/s.f1.opsPerSec()), "", "")
-	}
-	// What bounds a network cycle: two durable commits (create, delete)
-	// where the floor has one, and two protocol round trips.
+
 	rtt := run(1, 400, func(w, i int) error { return call("GetCapabilities", nil) })
 	commit := run(1, 400, func(w, i int) error { return fl.commit(id("k", w, i)) })
 	tb.row("driver", "bound: protocol round trip p50", ms(rtt.pct(0.5)), "", "", "", "")
-	tb.row("driver", "bound: one bbolt commit p50", ms(commit.pct(0.5)), "", "", "", "")
-	report("endpoint cycle", measure("endpoint cycle", underlayEndpoint, fl.endpointCycle, 6, 25, 6))
-	report("network cycle", measure("network cycle", underlayNetwork, fl.networkCycle, 6, 50, 12))
+	tb.row("driver", "bound: one bbolt commit p50 (floor's)", ms(commit.pct(0.5)), "", "", "", "")
+
+	ep := measure(t, "endpoint cycle", endpoint, fl.endpointCycle, 8, 40)
+	r1 := ep[1].u.opsPerSec() / ep[1].f.opsPerSec()
+	p50 := float64(ep[1].u.pct(0.5)) / float64(ep[1].f.pct(0.5))
+	r16 := ep[16].u.opsPerSec() / ep[16].f.opsPerSec()
+	tb.row("driver", "endpoint cycle c=1 ops/s (vs floor)", ops(ep[1].u), ops(ep[1].f), fmt.Sprintf("%.2f", r1), ">= 0.95", verdict(r1 >= 0.95))
+	tb.row("driver", "endpoint cycle c=1 p50 (vs floor)", ms(ep[1].u.pct(0.5)), ms(ep[1].f.pct(0.5)), fmt.Sprintf("%.2f", p50), "<= 1.10", verdict(p50 <= 1.1))
+	tb.row("driver", "endpoint cycle c=1 p99 (vs floor)", ms(ep[1].u.pct(0.99)), ms(ep[1].f.pct(0.99)), "", "", "")
+	tb.row("driver", "endpoint cycle c=4 ops/s (vs floor)", ops(ep[4].u), ops(ep[4].f), fmt.Sprintf("%.2f", ep[4].u.opsPerSec()/ep[4].f.opsPerSec()), "", "")
+	tb.row("driver", "endpoint cycle c=16 ops/s (vs floor)", ops(ep[16].u), ops(ep[16].f), fmt.Sprintf("%.2f", r16), ">= 1.00", verdict(r16 >= 1.0))
+	tb.row("driver", "endpoint cycle c=16 p50 / p99 (vs floor)", ms(ep[16].u.pct(0.5))+" / "+ms(ep[16].u.pct(0.99)), ms(ep[16].f.pct(0.5))+" / "+ms(ep[16].f.pct(0.99)), "", "", "")
+
+	nw := measure(t, "network cycle", networkCycle, fl.networkCycle, 6, 80)
+	tb.row("driver", "network cycle c=1 p50 (vs floor)", ms(nw[1].u.pct(0.5)), ms(nw[1].f.pct(0.5)), fmt.Sprintf("%.2f", float64(nw[1].u.pct(0.5))/float64(nw[1].f.pct(0.5))), "", "")
+	tb.row("driver", "network cycle c=16 ops/s (vs floor)", ops(nw[16].u), ops(nw[16].f), fmt.Sprintf("%.2f", nw[16].u.opsPerSec()/nw[16].f.opsPerSec()), "", "")
+
+	// The daemon's own time for CreateNetwork on an existing parent, from
+	// its metrics over a c=1 series: the request's time in the daemon
+	// (underlay_request_duration_seconds) against its commit's
+	// (underlay_store_commit_seconds, the mean over the same series).
+	before := scrape(t, d.Socket)
+	run(1, 400, func(w, i int) error { return networkCycle(0, 1_000_000+i) })
+	after := scrape(t, d.Socket)
+	const create = `underlay_request_duration_seconds%s{outcome="ok",route="NetworkDriver.CreateNetwork"}`
+	own := after.mean(before, fmt.Sprintf(create, "_sum"), fmt.Sprintf(create, "_count"))
+	com := after.mean(before, "underlay_store_commit_seconds_sum", "underlay_store_commit_seconds_count")
+	tb.row("driver", "CreateNetwork daemon time, existing parent (mean, c=1)", msf(own), msf(com)+" (its commit)", fmt.Sprintf("+%.2f ms", (own-com)*1000), "<= commit + 0.20 ms", verdict(own-com <= 0.0002))
+
+	chart(t, ep)
+}
+
+// pair is one concurrency level's underlay and floor series.
+type pair struct{ u, f result }
+
+// measure runs u and f at every level in alternating blocks (blocks of
+// perBlock operations at c=1, as many per worker at higher levels divided
+// by the level, at least 4), after a warm-up of both.
+func measure(t *testing.T, name string, u, f func(w, i int) error, blocks, perBlock int) map[int]*pair {
+	out := map[int]*pair{}
+	run(1, 5, u)
+	run(1, 5, f)
+	n := 0
+	for b := 0; b < blocks; b++ {
+		for _, c := range levels {
+			if out[c] == nil {
+				out[c] = &pair{}
+			}
+			per := max(perBlock/c, 4)
+			base := n
+			first, second := u, f
+			if b%2 == 1 { // alternate which goes first
+				first, second = f, u
+			}
+			r1 := run(c, per, func(w, i int) error { return first(w, base+i) })
+			r2 := run(c, per, func(w, i int) error { return second(w, base+i) })
+			if b%2 == 1 {
+				r1, r2 = r2, r1
+			}
+			out[c].u.add(r1)
+			out[c].f.add(r2)
+			n += per
+		}
+	}
+	for c, p := range out {
+		if p.u.failures+p.f.failures > 0 {
+			t.Errorf("%s c=%d: %d underlay and %d floor operations failed", name, c, p.u.failures, p.f.failures)
+		}
+	}
+	return out
+}
+
+func ops(r result) string      { return fmt.Sprintf("%.0f", r.opsPerSec()) }
+func msf(seconds float64) string { return fmt.Sprintf("%.2f ms", seconds*1000) }
+
+// metricsText is one scrape of the daemon's /metrics: sample line -> value.
+type metricsText map[string]float64
+
+func scrape(t *testing.T, socket string) metricsText {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	resp, err := c.Get("http://underlay/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metricsText{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				m[line[:i]] = v
+			}
+		}
+	}
+	return m
+}
+
+// mean is (sum - before's sum) / (count - before's count).
+func (m metricsText) mean(before metricsText, sum, count string) float64 {
+	n := m[count] - before[count]
+	if n <= 0 {
+		return 0
+	}
+	return (m[sum] - before[sum]) / n
 }

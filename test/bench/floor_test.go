@@ -1,0 +1,103 @@
+//go:build bench
+
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+
+	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/vishvananda/netlink"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+)
+
+// floor is what underlay cannot go below, done directly in this process:
+// the kernel work of a cycle and the durable writes Docker needs from the
+// driver, each in one committed bbolt transaction. For an endpoint cycle
+// that is the link add (Join) and delete (Leave) and two records: the
+// endpoint's put (CreateEndpoint) and its delete (DeleteEndpoint). Join
+// and Leave need no durable write of their own (what they change is over
+// when the host boots), and the floor makes none.
+type floor struct {
+	nl      []*netlink.Handle // one per worker: a handle's socket is not shared
+	parents []int             // vp<w>'s index, looked up once
+	db      *bolt.DB
+	mac     net.HardwareAddr
+}
+
+func newFloor(t *testing.T, ns *itest.Netns) *floor {
+	f := &floor{mac: net.HardwareAddr{0x02, 0x42, 0xc6, 0x12, 0, 1}}
+	for w := 0; w < parents; w++ {
+		h, err := netlink.NewHandleAt(ns.Handle(), unix.NETLINK_ROUTE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := h.LinkByName(fmt.Sprintf("vp%d", w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.nl, f.parents = append(f.nl, h), append(f.parents, p.Attrs().Index)
+	}
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "floor.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("b")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	f.db = db
+	t.Cleanup(func() {
+		db.Close()
+		for _, h := range f.nl {
+			h.Close()
+		}
+	})
+	return f
+}
+
+func (f *floor) commit(key string) error {
+	rec, _ := json.Marshal(map[string]string{"id": key, "link": "x", "mac": f.mac.String()})
+	return f.db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte(key), rec) })
+}
+
+func (f *floor) remove(key string) error {
+	return f.db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Delete([]byte(key)) })
+}
+
+// endpointCycle: put the record, add the macvlan, delete it, delete the
+// record.
+func (f *floor) endpointCycle(w, i int) error {
+	h := f.nl[w]
+	name := fmt.Sprintf("flr%03x%08x", w, i)
+	if err := f.commit(name); err != nil {
+		return err
+	}
+	mac := append(net.HardwareAddr{}, f.mac...)
+	mac[4], mac[5] = byte(w), byte(i)
+	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: f.parents[w], HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
+	if err := h.LinkAdd(l); err != nil {
+		return err
+	}
+	if err := h.LinkDel(l); err != nil {
+		return err
+	}
+	return f.remove(name)
+}
+
+// networkCycle: CreateNetwork's parent lookup and record, DeleteNetwork's
+// record delete: the two durable writes Docker needs.
+func (f *floor) networkCycle(w, i int) error {
+	if _, err := f.nl[w].LinkByName(fmt.Sprintf("vp%d", w)); err != nil {
+		return err
+	}
+	key := id("f", w, i)
+	if err := f.commit(key); err != nil {
+		return err
+	}
+	return f.remove(key)
+}
+
