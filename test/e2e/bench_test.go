@@ -13,10 +13,12 @@ import (
 
 // TestBenchDocker compares, through the suite's engine, Docker's built-in
 // macvlan driver with underlay as a managed plugin: `docker network create`
-// + `rm`, and `docker run --rm` on the network (container start to exit).
-// The two drivers alternate run by run, on the same parent. `make bench`
-// runs it (test/bench) and prints its rows, written as tab-separated lines
-// to $BENCH_ROWS, in the one table.
+// + `rm`, `docker run --rm` on the network (container start to exit), and
+// the throughput of 16 concurrent `docker run --rm` on one network
+// (bench_concurrent_test.go). The two drivers alternate run by run (block
+// by block for the concurrent runs), on the same parent. `make bench` runs
+// it (test/bench) and prints its rows, written as tab-separated lines to
+// $BENCH_ROWS, in the one table.
 func TestBenchDocker(t *testing.T) {
 	e := need(t)
 	e.ensurePlugin(t)
@@ -84,6 +86,7 @@ func TestBenchDocker(t *testing.T) {
 	}
 	row(fmt.Sprintf("network create+rm median of %d (vs built-in)", netRounds), median(netTimes["underlay"]), median(netTimes["built-in macvlan"]), 1.2)
 	row(fmt.Sprintf("docker run --rm median of %d (vs built-in)", runRounds), median(runTimes["underlay"]), median(runTimes["built-in macvlan"]), 1.03)
+	rows = append(rows, benchConcurrentRun(t, e, map[string]string{drivers[0].name: "bench-run0", drivers[1].name: "bench-run1"}))
 	for _, r := range rows {
 		t.Log(strings.ReplaceAll(r, "\t", " | "))
 	}
