@@ -36,11 +36,11 @@ func newFloor(t *testing.T, ns *itest.Netns) *floor {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := h.LinkByName(fmt.Sprintf("vp%d", w))
-		if err != nil {
-			t.Fatal(err)
+		index := 0 // the sections that run no cycles have fewer parents
+		if p, err := h.LinkByName(fmt.Sprintf("vp%d", w)); err == nil {
+			index = p.Attrs().Index
 		}
-		f.nl, f.parents = append(f.nl, h), append(f.parents, p.Attrs().Index)
+		f.nl, f.parents = append(f.nl, h), append(f.parents, index)
 	}
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "floor.db"), 0o600, nil)
 	if err != nil {
