@@ -2,7 +2,7 @@
 #
 #   sudo make run        build and run the daemon with its default state
 #   sudo make test       the full suite CI runs (installs what it needs as root)
-#   make bench           benchmarks, one table
+#   make bench           benchmarks: one table, and docs/bench-endpoint-cycle.svg
 #   make plugin          managed plugin underlay:latest (PLUGIN=name:tag)
 
 # `sudo` drops /usr/local/go/bin from PATH on Debian: find go there too.
@@ -69,7 +69,7 @@ fuzz:
 	GO=$(GO) test/fuzz.sh $(FUZZTIME)
 
 # Benchmarks (not tests): driver vs floor, scale, Docker built-in vs
-# underlay. Prints one table. BENCH=driver,scale,docker,ipam picks sections.
+# underlay. Prints one table, writes the chart. BENCH=driver,scale,docker,ipam picks sections.
 bench: build
 	UNDERLAY_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -tags bench -count=1 -run '^TestBench$$' -v -timeout 60m ./test/bench/
 
