@@ -124,6 +124,9 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		return nil, fmt.Errorf("record endpoint %s: %w", short(ep.ID), err)
 	}
 	d.point("create-endpoint/after-commit")
+	if existing != nil {
+		d.joins.drop(ep.ID) // the record was written anew, without a join
+	}
 	d.log.Debug("created endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "mac", ep.MAC)
 	answer := &network.EndpointInterface{}
 	if generated {
@@ -179,10 +182,12 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	var deleted *store.Endpoint
 	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
 		deleted = &ep
-		d.joins.drop(ep.ID)
 		return func(tx *store.Tx) error { return tx.DeleteEndpoint(ep.NetworkID, ep.ID) }
 	}); err != nil {
 		return err
+	}
+	if deleted != nil {
+		d.joins.drop(deleted.ID) // after the commit: a failed one keeps the join
 	}
 	if deleted != nil && deleted.Lease != nil {
 		d.leases.drop(leaseKey{deleted.NetworkID, deleted.ID})

@@ -100,6 +100,24 @@ func TestLeaveClearsAJoinAnOlderVersionCommitted(t *testing.T) {
 	}
 }
 
+// CreateEndpoint asked again for an existing endpoint writes its record
+// anew, without a join: the join in memory goes with it.
+func TestCreateEndpointAgainForgetsTheJoin(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
+	f.k.Remove(link)
+	if _, err := f.endpoint(netA, epA, "198.18.1.10/24", ""); err != nil {
+		t.Fatal(err)
+	}
+	if inv := f.inventory(); inv.Endpoints[0].Sandbox != "" {
+		t.Fatalf("the join %q outlived the endpoint's new record", inv.Endpoints[0].Sandbox)
+	}
+	if _, err := f.join(netA, epA); err != nil {
+		t.Fatalf("Join after CreateEndpoint again: %v", err)
+	}
+}
+
 func (f *fixture) stateBytes() []byte {
 	f.t.Helper()
 	b, err := os.ReadFile(f.path)

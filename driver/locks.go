@@ -138,7 +138,9 @@ func (l *locker) acquire(ctx context.Context, reqs ...lockReq) (func(), error) {
 		}
 		key, sh := r.key, r.shared
 		l.countParent(key, sh)
-		held = append(held, func() { e.sem.Release(w); l.countParent(key, sh); l.unref(key) })
+		// Counted before the lock is free: a waiter that takes it must
+		// see this release in quietParents.
+		held = append(held, func() { l.countParent(key, sh); e.sem.Release(w); l.unref(key) })
 	}
 	return release, nil
 }
@@ -151,7 +153,7 @@ func (l *locker) tryExclusive(k lockKey) (func(), bool) {
 		return nil, false
 	}
 	l.countParent(k, false)
-	return func() { e.sem.Release(writerWeight); l.countParent(k, false); l.unref(k) }, true
+	return func() { l.countParent(k, false); e.sem.Release(writerWeight); l.unref(k) }, true
 }
 
 func mergeLocks(reqs []lockReq) []lockReq {

@@ -42,14 +42,21 @@ func TestQuietParents(t *testing.T) {
 		t.Fatal("tryExclusive of a free lock failed")
 	} else {
 		before = l.parentCount() // the holder took it before the lookup
-		done := make(chan func())
-		go func() { done <- take(exclusive(parentLock("eth0"))) }()
+		type taken struct {
+			unlock func()
+			quiet  bool
+		}
+		done := make(chan taken)
+		go func() { // the caller checks as soon as it holds the lock
+			u := take(exclusive(parentLock("eth0")))
+			done <- taken{u, l.quietParents(before, 1)}
+		}()
 		time.Sleep(20 * time.Millisecond)
 		release() // ... and releases it while the caller waits
-		unlock = <-done
-		if l.quietParents(before, 1) {
+		got := <-done
+		if got.quiet {
 			t.Error("a holder from before the lookup that made the caller wait went unnoticed")
 		}
-		unlock()
+		got.unlock()
 	}
 }

@@ -128,7 +128,10 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		// removing stale networks may have released it: look again, now that
 		// no one else can create or delete it under this name. Skipped when
 		// no parent lock changed hands since the lookup and nothing was
-		// removed: then underlay changed no parent link in between.
+		// removed: then underlay changed no parent link in between. A link
+		// someone outside underlay deletes in that window (microseconds
+		// when the lock was free) is found as at any later time: the
+		// next Join re-creates a parent underlay owns, or fails naming it.
 		if res, err = d.resolve(ctx, want); err != nil {
 			return err
 		}
@@ -242,7 +245,6 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/before-link-delete")
 	for _, ep := range eps {
-		d.joins.drop(ep.ID)
 		if err := d.deleteOwnedLink(ctx, ep.Link, true); err != nil {
 			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, short(ep.ID), err)
 		}
@@ -259,6 +261,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/after-commit")
 	for _, ep := range eps {
+		d.joins.drop(ep.ID) // only now: a failed removal keeps its endpoints joined
 		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too
 			d.leases.drop(leaseKey{n.ID, ep.ID})
 			d.releaseLease(context.WithoutCancel(ctx), n, ep)

@@ -44,9 +44,9 @@ func (p *handles) get() (*netlink.Handle, error) {
 	return h, nil
 }
 
-// put gives h back, unless the call on it failed for another reason than
-// the kernel's "no such link": a socket a call gave up on may be in a state
-// the next call should not inherit, so it is closed instead.
+// put gives h back, unless the call on it failed on the way: a socket a
+// call gave up on may be in a state the next call should not inherit, so
+// it is closed instead.
 func (p *handles) put(h *netlink.Handle, failed bool) {
 	if !failed {
 		select {
@@ -58,14 +58,31 @@ func (p *handles) put(h *netlink.Handle, failed bool) {
 	h.Close()
 }
 
-// with runs op with a handle of its own.
-func (k *Kernel) with(op func(h *netlink.Handle) error) error {
+// with runs op with a handle of its own. The handle goes back for reuse
+// after a call the kernel answered (with or without an error), and is
+// closed after one that failed on the way (or panicked).
+func (k *Kernel) with(op func(h *netlink.Handle) error) (err error) {
 	h, err := k.handles.get()
 	if err != nil {
 		return err
 	}
+	clean := false
+	defer func() { k.handles.put(h, !clean) }()
 	err = op(h)
-	var nf netlink.LinkNotFoundError
-	k.handles.put(h, err != nil && !errors.As(err, &nf) && !errors.Is(err, unix.ENODEV))
+	clean = err == nil || kernelAnswer(err)
 	return err
+}
+
+// kernelAnswer reports whether err is the kernel's own answer to a request
+// (an errno it sent back, such as ENODEV, EEXIST or EBUSY, or a dump it
+// marked interrupted and that was read to its end): the socket holds
+// nothing of that call the next one would not skip. A timeout, an overrun,
+// an interrupted system call or a message that could not be read is not.
+func kernelAnswer(err error) bool {
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) || errors.Is(err, netlink.ErrDumpInterrupted) {
+		return true
+	}
+	var errno unix.Errno
+	return errors.As(err, &errno) && !transient(err)
 }

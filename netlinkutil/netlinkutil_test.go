@@ -31,21 +31,32 @@ func TestPermanentErrorsAreNotRetried(t *testing.T) {
 	}
 }
 
-// A socket is kept for the next request after a call that succeeded, and
-// closed after one that failed (it may still hold that call's answers).
+// A socket is kept for the next request after a call the kernel answered,
+// and closed after one that failed on the way or panicked.
 func TestSocketsKeptOnlyAfterSuccess(t *testing.T) {
 	k := New()
 	var first, second, third *netlink.Handle
 	if err := k.with(func(h *netlink.Handle) error { first = h; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	_ = k.with(func(h *netlink.Handle) error { second = h; return unix.EINVAL })
-	_ = k.with(func(h *netlink.Handle) error { third = h; return nil })
-	if first != second {
-		t.Error("the socket of a call that succeeded was not reused")
+	_ = k.with(func(h *netlink.Handle) error { second = h; return fmt.Errorf("add: %w", unix.EEXIST) })
+	_ = k.with(func(h *netlink.Handle) error { third = h; return unix.EAGAIN }) // a receive timeout
+	var fourth, fifth *netlink.Handle
+	_ = k.with(func(h *netlink.Handle) error { fourth = h; return nil })
+	func() {
+		defer func() { _ = recover() }()
+		_ = k.with(func(h *netlink.Handle) error { fifth = h; panic("boom") })
+	}()
+	sixth := fifth
+	_ = k.with(func(h *netlink.Handle) error { sixth = h; return nil })
+	if first != second || second != third {
+		t.Error("the socket of a call the kernel answered (with or without an error) was not reused")
 	}
-	if third == second {
-		t.Error("the socket of a call that failed was reused")
+	if fourth == third {
+		t.Error("the socket of a call that timed out was reused")
+	}
+	if sixth == fifth {
+		t.Error("the socket of a call that panicked was reused")
 	}
 }
 
