@@ -261,7 +261,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/after-commit")
 	for _, ep := range eps {
-		d.joins.drop(ep.ID) // only now: a failed removal keeps its endpoints joined
+		d.joins.drop(ep.ID)  // only now: a failed removal keeps its endpoints joined
 		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too
 			d.leases.drop(leaseKey{n.ID, ep.ID})
 			d.releaseLease(context.WithoutCancel(ctx), n, ep)
