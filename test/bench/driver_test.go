@@ -172,7 +172,7 @@ func measure(t *testing.T, name string, u, f func(w, i int) error, blocks, perBl
 	return out
 }
 
-func ops(r result) string      { return fmt.Sprintf("%.0f", r.opsPerSec()) }
+func ops(r result) string        { return fmt.Sprintf("%.0f", r.opsPerSec()) }
 func msf(seconds float64) string { return fmt.Sprintf("%.2f ms", seconds*1000) }
 
 // metricsText is one scrape of the daemon's /metrics: sample line -> value.

@@ -100,4 +100,3 @@ func (f *floor) networkCycle(w, i int) error {
 	}
 	return f.remove(key)
 }
-
