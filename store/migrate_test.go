@@ -217,17 +217,7 @@ func TestFailedMigrationChangesNothing(t *testing.T) {
 // half-written copy a crash left is removed.
 func TestMigratedFileIsCompacted(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v3.db")
-	var nets []Network
-	var eps []Endpoint
-	for i := 0; i < 300; i++ {
-		n := network(fmt.Sprintf("%064x", i), fmt.Sprintf("p%d", i/10))
-		nets = append(nets, n)
-		for e := 0; e < 10; e++ {
-			id := fmt.Sprintf("%04x%08x%052x", e, i, 0)
-			eps = append(eps, Endpoint{NetworkID: n.ID, ID: id, Link: "ule" + id[:12], MAC: "02:42:c6:12:00:01"})
-		}
-	}
-	writeV3(t, path, nets, eps, func(*bolt.Tx) error { return nil })
+	nets, eps := v3File(t, path)
 	before, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)

@@ -197,15 +197,12 @@ func BenchmarkPutDeleteEndpoint(b *testing.B) {
 	i := 0
 	defer cpuPerOp(b)()
 	for b.Loop() {
-		netID := scaleID("s", 0, i*7919%scaleNets)
-		epID := scaleID("u", 0, i)
+		ep := benchEndpoint(i)
 		i++
-		if err := db.Update(func(tx *Tx) error {
-			return tx.PutEndpoint(Endpoint{NetworkID: netID, ID: epID, Link: "ulx" + epID[4:16], MAC: "02:42:00:00:00:02", IPv4: "10.0.0.2/28"})
-		}); err != nil {
+		if err := db.Update(func(tx *Tx) error { return tx.PutEndpoint(ep) }); err != nil {
 			b.Fatal(err)
 		}
-		if err := db.Update(func(tx *Tx) error { return tx.DeleteEndpoint(netID, epID) }); err != nil {
+		if err := db.Update(func(tx *Tx) error { return tx.DeleteEndpoint(ep.NetworkID, ep.ID) }); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -218,15 +215,14 @@ func BenchmarkPutDeleteEndpointTx(b *testing.B) {
 	i := 0
 	defer cpuPerOp(b)()
 	for b.Loop() {
-		netID := scaleID("s", 0, i*7919%scaleNets)
-		epID := scaleID("u", 0, i)
+		ep := benchEndpoint(i)
 		i++
 		_ = db.bolt.Update(func(btx *bolt.Tx) error {
 			tx := &Tx{tx: btx}
-			if err := tx.PutEndpoint(Endpoint{NetworkID: netID, ID: epID, Link: "ulx" + epID[4:16], MAC: "02:42:00:00:00:02", IPv4: "10.0.0.2/28"}); err != nil {
+			if err := tx.PutEndpoint(ep); err != nil {
 				b.Fatal(err)
 			}
-			if err := tx.DeleteEndpoint(netID, epID); err != nil {
+			if err := tx.DeleteEndpoint(ep.NetworkID, ep.ID); err != nil {
 				b.Fatal(err)
 			}
 			return errRollback
@@ -235,3 +231,10 @@ func BenchmarkPutDeleteEndpointTx(b *testing.B) {
 }
 
 var errRollback = fmt.Errorf("roll back")
+
+// benchEndpoint is the i-th endpoint the write benchmarks add and delete,
+// on one of the big state's networks.
+func benchEndpoint(i int) Endpoint {
+	epID := scaleID("u", 0, i)
+	return Endpoint{NetworkID: scaleID("s", 0, i*7919%scaleNets), ID: epID, Link: "ulx" + epID[4:16], MAC: "02:42:00:00:00:02", IPv4: "10.0.0.2/28"}
+}
