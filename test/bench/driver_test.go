@@ -3,14 +3,8 @@
 package bench
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
@@ -121,9 +115,9 @@ func benchDriver(t *testing.T, tb *table) {
 	// its metrics over a c=1 series: the request's time in the daemon
 	// (underlay_request_duration_seconds) against its commit's
 	// (underlay_store_commit_seconds, the mean over the same series).
-	before := scrape(t, d.Socket)
+	before := scrape(t, d)
 	run(1, 400, func(w, i int) error { return networkCycle(0, 1_000_000+i) })
-	after := scrape(t, d.Socket)
+	after := scrape(t, d)
 	const create = `underlay_request_duration_seconds%s{outcome="ok",route="NetworkDriver.CreateNetwork"}`
 	own := after.mean(before, fmt.Sprintf(create, "_sum"), fmt.Sprintf(create, "_count"))
 	com := after.mean(before, "underlay_store_commit_seconds_sum", "underlay_store_commit_seconds_count")
@@ -175,30 +169,18 @@ func measure(t *testing.T, name string, u, f func(w, i int) error, blocks, perBl
 func ops(r result) string        { return fmt.Sprintf("%.0f", r.opsPerSec()) }
 func msf(seconds float64) string { return fmt.Sprintf("%.2f ms", seconds*1000) }
 
-// metricsText is one scrape of the daemon's /metrics: sample line -> value.
+// metricsText is one scrape of the daemon's /metrics: series -> value.
 type metricsText map[string]float64
 
-func scrape(t *testing.T, socket string) metricsText {
+func scrape(t *testing.T, d *itest.Daemon) metricsText {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}}
-	resp, err := c.Get("http://underlay/metrics")
+	code, body, err := d.Get("/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %s (%v)", code, body, err)
+	}
+	m, err := itest.Metrics(string(body))
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := metricsText{}
-	for _, line := range strings.Split(string(body), "\n") {
-		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-				m[line[:i]] = v
-			}
-		}
 	}
 	return m
 }
