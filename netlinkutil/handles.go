@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -13,6 +14,7 @@ import (
 // back; opening a socket per call (what the library's zero Handle does)
 // cost about 0.1 ms a call here, several times the cost of a link lookup.
 type handles struct {
+	ns   netns.NsHandle
 	idle chan *netlink.Handle
 }
 
@@ -24,7 +26,9 @@ const idleHandles = 16
 // bounds its own per-call sockets.
 const socketTimeout = 60 * time.Second
 
-func newHandles() *handles { return &handles{idle: make(chan *netlink.Handle, idleHandles)} }
+func newHandles(ns netns.NsHandle) *handles {
+	return &handles{ns: ns, idle: make(chan *netlink.Handle, idleHandles)}
+}
 
 // get returns a handle, or nil and the error of opening one.
 func (p *handles) get() (*netlink.Handle, error) {
@@ -33,7 +37,7 @@ func (p *handles) get() (*netlink.Handle, error) {
 		return h, nil
 	default:
 	}
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := netlink.NewHandleAt(p.ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, err
 	}

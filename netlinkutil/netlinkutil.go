@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -110,7 +111,9 @@ type Links interface {
 	// Delete removes the named link; a missing link is not an error.
 	Delete(ctx context.Context, name string) error
 	// DeleteLink removes the link Get returned, by its index, without
-	// looking it up again; a link gone since is not an error.
+	// looking it up again; a link gone since is not an error. It returns
+	// once the link is out of the namespace (name, index and MAC free),
+	// possibly before the kernel has finished freeing it.
 	DeleteLink(ctx context.Context, l Link) error
 	// AddShim creates a macvlan or ipvlan link of the host (marked with
 	// ep.Mark) with addr as a host address, up.
@@ -123,18 +126,28 @@ type Links interface {
 	Subscribe(ctx context.Context, onError func(error)) (<-chan LinkEvent, error)
 }
 
-// Kernel implements Links with netlink in the process's network namespace.
+// Kernel implements Links with netlink in the process's network namespace,
+// or the one NewAt was given.
 type Kernel struct {
+	// ns is the namespace every socket is opened in (netns.None(): the
+	// process's own).
+	ns netns.NsHandle
 	// handles are the NETLINK_ROUTE sockets requests take turns on; a
 	// request has one to itself.
-	handles  *handles
-	attempts int
-	backoff  time.Duration
+	handles *handles
+	// deletions lets DeleteLink answer before the kernel's cleanup ends.
+	deletions *deletions
+	attempts  int
+	backoff   time.Duration
 }
 
-// New returns the real kernel.
-func New() *Kernel {
-	return &Kernel{handles: newHandles(), attempts: 6, backoff: 5 * time.Millisecond}
+// New returns the real kernel of the process's network namespace.
+func New() *Kernel { return NewAt(netns.None()) }
+
+// NewAt returns the real kernel of the namespace ns, which must stay open
+// while the Kernel is used (tests and benchmarks: the daemon uses New).
+func NewAt(ns netns.NsHandle) *Kernel {
+	return &Kernel{ns: ns, handles: newHandles(ns), deletions: newDeletions(), attempts: 6, backoff: 5 * time.Millisecond}
 }
 
 var macvlanModes = map[string]netlink.MacvlanMode{
@@ -350,14 +363,4 @@ func (k *Kernel) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	return k.DeleteLink(ctx, l)
-}
-
-// DeleteLink implements Links.
-func (k *Kernel) DeleteLink(ctx context.Context, l Link) error {
-	target := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: l.Name, Index: l.Index}}
-	err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkDel(target) })
-	if err == nil || errors.Is(err, unix.ENODEV) {
-		return nil
-	}
-	return fmt.Errorf("delete link %s: %w", l.Name, err)
 }

@@ -115,7 +115,7 @@ type LinkEvent struct {
 func (k *Kernel) Subscribe(ctx context.Context, onError func(error)) (<-chan LinkEvent, error) {
 	updates := make(chan netlink.LinkUpdate, 256)
 	done := make(chan struct{})
-	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{ErrorCallback: onError})
+	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{ErrorCallback: onError, Namespace: &k.ns})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to link events: %w", err)
 	}

@@ -94,6 +94,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	kernel := netlinkutil.New()
+	defer kernel.Close() // after the driver: its last deletions finish
 	docker, err := driver.NewDockerAPI(c.DockerHost, 2*time.Second)
 	if err != nil {
 		return err

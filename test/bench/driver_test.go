@@ -106,6 +106,13 @@ func benchDriver(t *testing.T, tb *table) {
 	tb.row("driver", "endpoint cycle c=4 ops/s (vs floor)", ops(ep[4].u), ops(ep[4].f), fmt.Sprintf("%.2f", ep[4].u.opsPerSec()/ep[4].f.opsPerSec()), "", "")
 	tb.row("driver", "endpoint cycle c=16 ops/s (vs floor)", ops(ep[16].u), ops(ep[16].f), fmt.Sprintf("%.2f", r16), ">= 1.00", verdict(r16 >= 1.0))
 	tb.row("driver", "endpoint cycle c=16 p50 / p99 (vs floor)", ms(ep[16].u.pct(0.5))+" / "+ms(ep[16].u.pct(0.99)), ms(ep[16].f.pct(0.5))+" / "+ms(ep[16].f.pct(0.99)), "", "", "")
+	// Leave answers once the kernel has unlisted the link, not after its
+	// RCU cleanup as the floor's delete does: against a floor deleting the
+	// same way, the ratio is the daemon's own cost.
+	un := measure(t, "endpoint cycle vs unlisted floor", endpoint, fl.endpointCycleUnlisted, 4, 40)
+	for _, c := range []int{1, 16} {
+		tb.row("driver", fmt.Sprintf("endpoint cycle c=%d ops/s, p50 (vs floor deleting as Leave)", c), ops(un[c].u)+", "+ms(un[c].u.pct(0.5)), ops(un[c].f)+", "+ms(un[c].f.pct(0.5)), fmt.Sprintf("%.2f", un[c].u.opsPerSec()/un[c].f.opsPerSec()), "", "")
+	}
 
 	nw := measure(t, "network cycle", networkCycle, fl.networkCycle, 6, 80)
 	tb.row("driver", "network cycle c=1 p50 (vs floor)", ms(nw[1].u.pct(0.5)), ms(nw[1].f.pct(0.5)), fmt.Sprintf("%.2f", float64(nw[1].u.pct(0.5))/float64(nw[1].f.pct(0.5))), "", "")

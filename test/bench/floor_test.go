@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/vishvananda/netlink"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
@@ -24,7 +26,8 @@ import (
 // when the host boots), and the floor makes none.
 type floor struct {
 	nl      []*netlink.Handle // one per worker: a handle's socket is not shared
-	parents []int             // vp<w>'s index, looked up once
+	kernel  *netlinkutil.Kernel
+	parents []int // vp<w>'s index, looked up once
 	db      *bolt.DB
 	mac     net.HardwareAddr
 }
@@ -50,7 +53,9 @@ func newFloor(t *testing.T, ns *itest.Netns) *floor {
 		t.Fatal(err)
 	}
 	f.db = db
+	f.kernel = netlinkutil.NewAt(ns.Handle())
 	t.Cleanup(func() {
+		f.kernel.Close()
 		db.Close()
 		for _, h := range f.nl {
 			h.Close()
@@ -83,6 +88,27 @@ func (f *floor) endpointCycle(w, i int) error {
 		return err
 	}
 	if err := h.LinkDel(l); err != nil {
+		return err
+	}
+	return f.remove(name)
+}
+
+// endpointCycleUnlisted is endpointCycle with the link's deletion answered
+// as underlay's Leave answers it: once the kernel has taken the link out of
+// the namespace, its cleanup left to run on (netlinkutil's DeleteLink).
+// Against it, the cycle's ratio is the daemon's own cost.
+func (f *floor) endpointCycleUnlisted(w, i int) error {
+	name := fmt.Sprintf("fly%03x%08x", w, i)
+	if err := f.commit(name); err != nil {
+		return err
+	}
+	mac := append(net.HardwareAddr{}, f.mac...)
+	mac[3], mac[4], mac[5] = 1, byte(w), byte(i)
+	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: f.parents[w], HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
+	if err := f.nl[w].LinkAdd(l); err != nil {
+		return err
+	}
+	if err := f.kernel.DeleteLink(context.Background(), netlinkutil.Link{Name: name, Index: l.Attrs().Index}); err != nil {
 		return err
 	}
 	return f.remove(name)

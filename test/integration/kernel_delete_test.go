@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/vishvananda/netlink"
+)
+
+// netlinkutil's DeleteLink answers once the kernel has taken the link out
+// of the namespace, before its cleanup ends (what Leave waits for): when it
+// returns, the link's name and MAC are free on the parent at once. These
+// run the real kernel in a namespace of the test's own.
+
+func addMacvlan(t *testing.T, ns *itest.Netns, name string, mac net.HardwareAddr) netlinkutil.Link {
+	t.Helper()
+	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: ns.MustLink("kp0").Attrs().Index, HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
+	if err := ns.NL.LinkAdd(l); err != nil {
+		t.Fatalf("add macvlan %s: %v", name, err)
+	}
+	return netlinkutil.Link{Name: name, Index: ns.MustLink(name).Attrs().Index}
+}
+
+func TestDeleteLinkFreesNameAndMACWhenItReturns(t *testing.T) {
+	ns := itest.NewNetns(t)
+	ns.AddVeth("kp0", "kp0-peer", 1500)
+	k := netlinkutil.NewAt(ns.Handle())
+	mac := net.HardwareAddr{0x02, 0x42, 0xc6, 0x12, 0x00, 0x01}
+	for i := 0; i < 20; i++ {
+		l := addMacvlan(t, ns, "kdel0", mac)
+		if err := k.DeleteLink(context.Background(), l); err != nil {
+			t.Fatalf("round %d: DeleteLink: %v", i, err)
+		}
+		if got := ns.Link("kdel0"); got != nil && got.Attrs().Index == l.Index {
+			t.Fatalf("round %d: link kdel0 (index %d) still listed after DeleteLink returned", i, l.Index)
+		}
+		// The same name and MAC on the same parent: refused (EEXIST,
+		// EADDRINUSE) while the old link is listed.
+		again := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "kdel0", ParentIndex: ns.MustLink("kp0").Attrs().Index, HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
+		if err := ns.NL.LinkAdd(again); err != nil {
+			t.Fatalf("round %d: re-create kdel0 with MAC %s right after DeleteLink: %v", i, mac, err)
+		}
+		ns.Delete("kdel0")
+	}
+	k.Close()
+}
+
+// A link renamed since it was read is still deleted by its index; its
+// announcement names another link, so DeleteLink waits for the kernel's
+// acknowledgement instead, and a link gone already is not an error.
+func TestDeleteLinkOfRenamedOrGoneLink(t *testing.T) {
+	ns := itest.NewNetns(t)
+	ns.AddVeth("kp0", "kp0-peer", 1500)
+	k := netlinkutil.NewAt(ns.Handle())
+	defer k.Close()
+	l := addMacvlan(t, ns, "kold0", nil)
+	if err := ns.NL.LinkSetName(ns.MustLink("kold0"), "knew0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.DeleteLink(context.Background(), l); err != nil {
+		t.Fatalf("DeleteLink of a renamed link: %v", err)
+	}
+	if ns.Link("knew0") != nil {
+		t.Fatal("the renamed link knew0 is still there: DeleteLink must delete by index")
+	}
+	if err := k.DeleteLink(context.Background(), l); err != nil {
+		t.Fatalf("DeleteLink of a link gone already: %v, want nil", err)
+	}
+}
+
+// More deletions at once than run in the background (64): all return, every
+// link is gone, and Close returns once the kernel has finished them.
+func TestConcurrentDeleteLinks(t *testing.T) {
+	ns := itest.NewNetns(t)
+	ns.AddVeth("kp0", "kp0-peer", 1500)
+	k := netlinkutil.NewAt(ns.Handle())
+	const n = 80
+	links := make([]netlinkutil.Link, n)
+	for i := range links {
+		links[i] = addMacvlan(t, ns, fmt.Sprintf("kc%d", i), nil)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range links {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = k.DeleteLink(context.Background(), links[i]) }()
+	}
+	wg.Wait()
+	k.Close()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("DeleteLink %s: %v", links[i].Name, err)
+		}
+	}
+	for _, name := range ns.LinkNames() {
+		if len(name) > 2 && name[:2] == "kc" {
+			t.Errorf("link %s still there after every DeleteLink returned", name)
+		}
+	}
+}
