@@ -17,6 +17,12 @@
 #      VM_VERBOSE=1      print the whole kernel console to stderr after the run
 #      VM_EXTRA_MODULES  more kernel modules to load (space separated)
 #      VM_KVM=1          use KVM instead of software emulation (off: nested KVM can be broken)
+#      VM_DOCKER=1       add the host's Docker engine (Debian's docker.io: dockerd, containerd,
+#                        containerd-shim-runc-v2, runc, docker in /bin) with the shared libraries
+#                        and ELF interpreter they link; /init then mounts cgroup2 on /sys/fs/cgroup,
+#                        links /var/run to /run and exports DOCKER_RAMDISK=1 (the root is the
+#                        initramfs: runc cannot pivot_root out of it). About 200 MB more initramfs:
+#                        give it VM_MEM=2048.
 # The first run needs root: it installs qemu-system-x86 and fetches (apt-get download, never
 # installs) the kernel package and busybox-static, unpacked into VM_CACHE.
 set -euo pipefail
@@ -65,6 +71,19 @@ printf '127.0.0.1 localhost\n::1 localhost\n' >"$R/etc/hosts"
 echo 'root:x:0:0:root:/root:/bin/sh' >"$R/etc/passwd"
 T=/t/${BIN##*/}; cp "$BIN" "$R$T"
 [ -z "${UNDERLAY_BIN:-}" ] || cp "$UNDERLAY_BIN" "$R/bin/underlay"
+SETUP=
+if [ "${VM_DOCKER:-0}" = 1 ]; then
+  libs=()
+  for n in dockerd containerd containerd-shim-runc-v2 runc docker; do
+    p=$(PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v "$n") || die 2 "VM_DOCKER=1: $n not found (apt-get install docker.io)"
+    cp "$p" "$R/bin/$n"
+    mapfile -t -O "${#libs[@]}" libs < <(ldd "$p" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
+  done
+  for l in $(printf '%s\n' "${libs[@]}" | sort -u); do
+    mkdir -p "$R${l%/*}"; cp -L "$l" "$R$l"
+  done
+  SETUP="mkdir -p /sys/fs/cgroup /var /etc/docker; mount -t cgroup2 cgroup2 /sys/fs/cgroup; ln -s /run /var/run; export DOCKER_RAMDISK=1"
+fi
 declare -A seen=(); LOAD=
 for m in $MODULES; do
   pat=${m//[-_]/[-_]}   # file names may spell _ as -
@@ -89,6 +108,7 @@ export PATH=/bin HOME=/root TMPDIR=/tmp $ENV
 /bin/busybox --install -s /bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mount -t tmpfs run /run; mount -t tmpfs tmp /tmp; mkdir -p /run/netns
+$SETUP
 stty -F /dev/ttyS1 raw -echo
 for m in$LOAD; do
   p=; [ \$m = dummy ] && p=numdummies=0
