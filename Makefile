@@ -18,7 +18,7 @@ FUZZTIME ?= 100000x
 
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-deps test-go test-vm test-e2e fuzz bench plugin clean
+.PHONY: all build run test test-deps test-go test-vm test-vm-docker test-e2e fuzz bench plugin clean
 
 all: build
 
@@ -32,7 +32,7 @@ $(BIN): $(shell find . -name '*.go' -not -path './test/*') go.mod go.sum
 run: build
 	./$(BIN) serve
 
-test: test-deps test-go test-vm test-e2e fuzz
+test: test-deps test-go test-vm test-vm-docker test-e2e fuzz
 	@echo "make test: all suites passed"
 
 # Installs the Debian packages the suites need when run as root.
@@ -60,6 +60,20 @@ bin/vm/underlay: FORCE
 
 bin/vm/integration.test: FORCE
 	$(GO) test -c -tags vm -o $@ ./test/integration/
+
+# Docker in the VM: the host's dockerd 20.10 (docker.io) bundled into the
+# VM, underlay as its legacy plugin, ipvlan DHCP containers (test/vmdocker).
+# Root, or CI, as test-vm.
+test-vm-docker: bin/vm/underlay bin/vm/vmdocker.test
+	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
+		echo "test-vm-docker: skipped: the VM's Docker suite needs root (as test-vm): run sudo make test"; \
+	else \
+		VM_DOCKER=1 VM_MEM=2048 VM_TIMEOUT=900 UNDERLAY_BIN=bin/vm/underlay test/vm/run.sh bin/vm/vmdocker.test -test.v -test.timeout 12m; \
+	fi
+
+bin/vm/vmdocker.test: FORCE
+	$(GO) vet -tags vmdocker ./test/vmdocker/
+	$(GO) test -c -tags vmdocker -o $@ ./test/vmdocker/
 
 # Docker end to end: a dockerd of the suite's own, the managed plugin, swarm.
 test-e2e: build
