@@ -28,8 +28,10 @@ import (
 //
 // Not covered here: ipvlan containers. The host kernel of these machines
 // has no ipvlan module, so an ipvlan endpoint cannot be created in this
-// engine's namespace; the VM suite covers ipvlan leases (the parent's MAC,
-// a client ID per endpoint) in test/integration/vm_dhcp_test.go.
+// engine's namespace; the VM covers ipvlan: leases through the binary (the
+// parent's MAC, a client ID per endpoint) in
+// test/integration/vm_dhcp_test.go, and two containers of a dockerd running
+// in the VM in test/vmdocker (make test-vm-docker).
 const (
 	dhcpNS        = nsName + "-dhcp"
 	dhcpNSPath    = "/run/netns/" + dhcpNS
@@ -159,7 +161,7 @@ func TestDHCP(t *testing.T) {
 	start := time.Now()
 	e.ensurePlugin(t)
 	e.wantNoLeak(t, "before the test")
-	t.Log("ipvlan: not run here, this host's kernel has no ipvlan module (documented limitation); test/integration/vm_dhcp_test.go covers ipvlan leases in the VM")
+	t.Log("ipvlan: not run here, this host's kernel has no ipvlan module; the VM covers it (test/integration/vm_dhcp_test.go, and Docker containers in test/vmdocker)")
 	d := e.makeDHCPLAN(t)
 	id := e.network(t, "n9", "-d", plugin, "--ipam-driver", "null", "-o", "parent="+dhcpParent, "-o", "dhcp=true")
 	t.Logf("network n9 %s on %s; LAN ready after %s", short(id), dhcpParent, time.Since(start).Round(100*time.Millisecond))
