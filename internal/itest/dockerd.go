@@ -100,7 +100,7 @@ func StartDockerd(t testing.TB, ns *Netns, args ...string) *Dockerd {
 			t.Error(err)
 		}
 		if t.Failed() {
-			t.Logf("dockerd's log (last lines):\n%s", tailLines(d.Log(), 60))
+			t.Logf("dockerd's log (last lines):\n%s", TailLines(d.Log(), 60))
 		}
 		_ = os.RemoveAll(run)
 	})
@@ -111,11 +111,11 @@ func StartDockerd(t testing.TB, ns *Netns, args ...string) *Dockerd {
 		}
 		select {
 		case <-d.exited:
-			t.Fatalf("dockerd exited at start (%v):\n%s", d.cmd.ProcessState, tailLines(d.Log(), 30))
+			t.Fatalf("dockerd exited at start (%v):\n%s", d.cmd.ProcessState, TailLines(d.Log(), 30))
 		case <-time.After(250 * time.Millisecond):
 		}
 		if time.Since(start) > 2*time.Minute {
-			t.Fatalf("dockerd did not answer on %s within 2m:\n%s", d.Socket, tailLines(d.Log(), 30))
+			t.Fatalf("dockerd did not answer on %s within 2m:\n%s", d.Socket, TailLines(d.Log(), 30))
 		}
 	}
 	t.Logf("dockerd answers after %s", time.Since(start).Round(100*time.Millisecond))
@@ -193,22 +193,35 @@ func (d *Dockerd) JSON(v any, args ...string) {
 // Host is the engine's DOCKER_HOST.
 func (d *Dockerd) Host() string { return "unix://" + d.Socket }
 
-// ImportBusybox imports an image named tag holding busybox (from PATH,
-// static) as /bin/busybox and a link in /bin for each of its applets,
-// built in memory and given to `docker import -`; it returns the image ID.
+// ImportBusybox imports an image named tag (BusyboxImage, given to
+// `docker import -`) and returns its ID.
 func (d *Dockerd) ImportBusybox(tag string) string {
 	d.t.Helper()
-	bb, err := exec.LookPath("busybox")
+	img, err := BusyboxImage()
 	if err != nil {
 		d.t.Fatal(err)
+	}
+	if _, err := d.dockerIn(img, "import", "-", tag); err != nil {
+		d.t.Fatal(err)
+	}
+	return d.Must("image", "inspect", "-f", "{{.Id}}", tag)
+}
+
+// BusyboxImage is the tar of an image holding busybox (from PATH, static)
+// as /bin/busybox with a link in /bin for each of its applets, and /tmp:
+// the tests' image, for `docker import` (there is no registry here).
+func BusyboxImage() ([]byte, error) {
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return nil, err
 	}
 	data, err := os.ReadFile(bb)
 	if err != nil {
-		d.t.Fatal(err)
+		return nil, err
 	}
 	list, err := exec.Command(bb, "--list").Output()
 	if err != nil {
-		d.t.Fatalf("busybox --list: %v", err)
+		return nil, fmt.Errorf("busybox --list: %w", err)
 	}
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
@@ -222,21 +235,18 @@ func (d *Dockerd) ImportBusybox(tag string) string {
 	for _, h := range hdrs {
 		h.ModTime = time.Unix(0, 0)
 		if err := tw.WriteHeader(h); err != nil {
-			d.t.Fatal(err)
+			return nil, err
 		}
 		if h.Name == "bin/busybox" {
 			if _, err := tw.Write(data); err != nil {
-				d.t.Fatal(err)
+				return nil, err
 			}
 		}
 	}
 	if err := tw.Close(); err != nil {
-		d.t.Fatal(err)
+		return nil, err
 	}
-	if _, err := d.dockerIn(b.Bytes(), "import", "-", tag); err != nil {
-		d.t.Fatal(err)
-	}
-	return d.Must("image", "inspect", "-f", "{{.Id}}", tag)
+	return b.Bytes(), nil
 }
 
 // Ping runs `ping -c 1 -W 1 addr` in container c until it succeeds or
@@ -268,8 +278,8 @@ func LegacyPlugin(t testing.TB, name, socket string) {
 	t.Cleanup(func() { _ = os.Remove(spec) })
 }
 
-// tailLines is the last n lines of s.
-func tailLines(s string, n int) string {
+// TailLines is the last n lines of s.
+func TailLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/itest"
 )
 
 // cluster is a swarm of the suite's engine (node 1, the manager) and the
@@ -149,7 +151,7 @@ func (c *cluster) close(t *testing.T) {
 	m := c.manager()
 	if t.Failed() {
 		for _, n := range c.nodes {
-			t.Logf("%s: dockerd's log (last lines):\n%s", n.name, tail(readFile(n.logPath()), 60))
+			t.Logf("%s: dockerd's log (last lines):\n%s", n.name, itest.TailLines(readFile(n.logPath()), 60))
 		}
 		keepNodeLogs()
 	}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/itest"
 )
 
 // startDockerd starts the suite's dockerd in the namespace and waits for
@@ -57,7 +59,7 @@ func (e *env) startDockerd() error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("dockerd exited at start (%v); its log:\n%s", cmd.ProcessState, tail(readFile(filepath.Join(dataDir, "dockerd.log")), 30))
+			return fmt.Errorf("dockerd exited at start (%v); its log:\n%s", cmd.ProcessState, itest.TailLines(readFile(filepath.Join(dataDir, "dockerd.log")), 30))
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -168,38 +170,15 @@ func pingSocket(path string) error {
 	return nil
 }
 
-// importImage imports a busybox-static image: bin/busybox and a link per
-// applet.
+// importImage imports the tests' busybox image (itest.BusyboxImage).
 func (e *env) importImage() error {
-	dir := filepath.Join(dataDir, "image")
-	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
-		return err
-	}
-	bb, err := exec.LookPath("busybox")
+	img, err := itest.BusyboxImage()
 	if err != nil {
 		return err
-	}
-	data, err := os.ReadFile(bb)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "bin", "busybox"), data, 0o755); err != nil {
-		return err
-	}
-	list, err := exec.Command(bb, "--list").Output()
-	if err != nil {
-		return fmt.Errorf("busybox --list: %w", err)
-	}
-	for _, a := range strings.Fields(string(list)) {
-		if a != "busybox" {
-			if err := os.Symlink("busybox", filepath.Join(dir, "bin", a)); err != nil {
-				return err
-			}
-		}
 	}
 	tarball := filepath.Join(dataDir, "bb.tar")
-	if out, err := exec.Command("tar", "-C", dir, "-cf", tarball, ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("tar: %w: %s", err, out)
+	if err := os.WriteFile(tarball, img, 0o644); err != nil {
+		return err
 	}
 	if _, err := e.docker("import", tarball, imageTag); err != nil {
 		return err
@@ -268,12 +247,4 @@ func (e *env) logSinceMark() string {
 		return s
 	}
 	return s[off:]
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

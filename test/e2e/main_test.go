@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/itest"
 )
 
 const (
@@ -186,7 +188,7 @@ func need(t *testing.T) *env {
 	suite.markLog()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("dockerd's log during the test (last lines):\n%s", tail(suite.logSinceMark(), 80))
+			t.Logf("dockerd's log during the test (last lines):\n%s", itest.TailLines(suite.logSinceMark(), 80))
 		}
 	})
 	return suite

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/itest"
 )
 
 // The multi-node harness: more dockerds on this one machine, each in a
@@ -182,7 +184,7 @@ func (n *node) start() error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("%s: dockerd exited at start (%v); its log:\n%s", n.name, cmd.ProcessState, tail(readFile(n.logPath()), 30))
+			return fmt.Errorf("%s: dockerd exited at start (%v); its log:\n%s", n.name, cmd.ProcessState, itest.TailLines(readFile(n.logPath()), 30))
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {

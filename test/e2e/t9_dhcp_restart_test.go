@@ -180,7 +180,7 @@ func renewedAfter(t *testing.T, d *itest.Dnsmasq, name string, v dhcpView, was i
 		}
 		now = ls[0]
 		return nil
-	}, func() { t.Logf("dnsmasq's log:\n%s", tail(d.Log(), 40)) })
+	}, func() { t.Logf("dnsmasq's log:\n%s", itest.TailLines(d.Log(), 40)) })
 	// dnsmasq's expiry is the time of its ACK plus the lease time.
 	leased, renewed := was.Expiry.Add(-dhcpLeaseTime), now.Expiry.Add(-dhcpLeaseTime)
 	if after := renewed.Sub(leased); after < dhcpLeaseTime/2-2*time.Second || after > dhcpLeaseTime/2+10*time.Second {
@@ -262,7 +262,7 @@ func TestDHCPRestart(t *testing.T) {
 	e.restartDockerd(t)
 	m1 := restarted("after a dockerd restart", m0, from)
 	if !strings.Contains(d.Log(), "DHCPRELEASE("+dhcpSrvLink+") "+m0.addr.String()+" "+dhcpFixedMAC) {
-		t.Errorf("dnsmasq logged no DHCPRELEASE of %s from %s:\n%s", m0.addr, dhcpFixedMAC, tail(d.Log(), 30))
+		t.Errorf("dnsmasq logged no DHCPRELEASE of %s from %s:\n%s", m0.addr, dhcpFixedMAC, itest.TailLines(d.Log(), 30))
 	}
 
 	// (a) With live-restore: turned on by a restart (still one without
@@ -317,7 +317,7 @@ func TestDHCPRestart(t *testing.T) {
 	}
 	for _, bad := range []string{"could not renew", "could not release", "DHCP lease expired", "refused to renew", "offers another address"} {
 		if strings.Contains(e.logSinceMark(), bad) {
-			t.Errorf("the plugin logged %q:\n%s", bad, tail(e.logSinceMark(), 40))
+			t.Errorf("the plugin logged %q:\n%s", bad, itest.TailLines(e.logSinceMark(), 40))
 		}
 	}
 

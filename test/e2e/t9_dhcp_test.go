@@ -238,7 +238,7 @@ func TestDHCP(t *testing.T) {
 				return fmt.Errorf("lease file line %q, was %q", now.Line, c.lease.Line)
 			}
 			return nil
-		}, func() { t.Logf("dnsmasq's log:\n%s", tail(d.Log(), 40)) })
+		}, func() { t.Logf("dnsmasq's log:\n%s", itest.TailLines(d.Log(), 40)) })
 		t.Logf("%s: renewed %s after it was leased: %s", c.name, time.Since(c.lease.Expiry.Add(-dhcpLeaseTime)).Round(100*time.Millisecond), now.Line)
 		c.lease = now
 	}
@@ -248,7 +248,7 @@ func TestDHCP(t *testing.T) {
 	}
 	for _, bad := range []string{"could not renew", "could not release", "DHCP lease expired", "refused to renew"} {
 		if strings.Contains(log, bad) {
-			t.Errorf("the plugin logged %q:\n%s", bad, tail(log, 40))
+			t.Errorf("the plugin logged %q:\n%s", bad, itest.TailLines(log, 40))
 		}
 	}
 
@@ -264,7 +264,7 @@ func TestDHCP(t *testing.T) {
 		t.Fatalf("after c9a's release, c9b's lease of %s is %q", cs[1].addr, l.Line)
 	}
 	if !strings.Contains(d.Log(), "DHCPRELEASE("+dhcpSrvLink+") "+cs[0].addr.String()+" "+cs[0].mac) {
-		t.Errorf("dnsmasq logged no DHCPRELEASE of %s from %s:\n%s", cs[0].addr, cs[0].mac, tail(d.Log(), 20))
+		t.Errorf("dnsmasq logged no DHCPRELEASE of %s from %s:\n%s", cs[0].addr, cs[0].mac, itest.TailLines(d.Log(), 20))
 	}
 	e.must(t, "rm", "-f", "c9b")
 	eventually(t, 15*time.Second, "c9b's lease leaves dnsmasq's lease file", func() error {
