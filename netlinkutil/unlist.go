@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -33,6 +34,8 @@ type deletions struct {
 	// bounds them (each holds an OS thread in the kernel).
 	pending sync.WaitGroup
 	slots   chan struct{}
+	// early counts the deletions answered at their announcement.
+	early atomic.Uint64
 }
 
 // deletion is one DeleteLink waiting for its link's announcement.
@@ -61,21 +64,26 @@ func (k *Kernel) DeleteLink(ctx context.Context, l Link) error {
 			return fmt.Errorf("delete link %s: %d deletions still running in the kernel: %w", l.Name, backgroundDeletions, ctx.Err())
 		}
 	}
-	w := d.watch(k.ns, l)
+	w, background := d.watch(k.ns, l)
 	done := make(chan error, 1)
-	d.pending.Add(1)
-	go func() {
-		defer func() { <-d.slots; d.pending.Done() }()
+	del := func() {
+		defer func() { <-d.slots }()
 		target := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: l.Name, Index: l.Index}}
 		done <- k.retry(context.WithoutCancel(ctx), func(h *netlink.Handle) error { return h.LinkDel(target) })
-	}()
+	}
 	var gone <-chan struct{}
-	if w != nil {
-		gone = w.gone
-		defer d.forget(l.Index, w)
+	if background {
+		go func() { defer d.pending.Done(); del() }()
+		if w != nil {
+			gone = w.gone
+			defer d.forget(l.Index, w)
+		}
+	} else {
+		del() // closing: nothing may be left running
 	}
 	select {
 	case <-gone:
+		d.early.Add(1)
 		return nil // unlisted: the kernel finishes the deletion on its own
 	case err := <-done:
 		if err == nil || errors.Is(err, unix.ENODEV) {
@@ -85,38 +93,53 @@ func (k *Kernel) DeleteLink(ctx context.Context, l Link) error {
 	}
 }
 
-// Close waits for the deletions running in the background and ends the
-// subscription. DeleteLink must not be called after Close.
-func (k *Kernel) Close() {
+// EarlyDeletes is how many DeleteLink calls returned at their link's
+// announcement; the others returned at the kernel's acknowledgement.
+func (k *Kernel) EarlyDeletes() uint64 { return k.deletions.early.Load() }
+
+// Close waits for the deletions running in the background (until ctx
+// ends) and ends the subscription. DeleteLink calls made from then on run
+// to the kernel's acknowledgement.
+func (k *Kernel) Close(ctx context.Context) error {
 	d := k.deletions
-	d.pending.Wait()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.closed = true
 	if d.sub != nil {
 		d.sub.Close() // wakes the reader, which then ends
 	}
+	d.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { d.pending.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("link deletions still running in the kernel: %w", ctx.Err())
+	}
 }
 
 // watch registers a wait for l's announcement, starting the subscription
-// if none runs. It returns nil when there is no subscription to wait on.
-func (d *deletions) watch(ns netns.NsHandle, l Link) *deletion {
+// if none runs, and counts a deletion about to run in the background. It
+// returns no wait when there is no subscription, and background false
+// once the Kernel is closed.
+func (d *deletions) watch(ns netns.NsHandle, l Link) (w *deletion, background bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil
+		return nil, false
 	}
+	d.pending.Add(1)
 	if d.sub == nil {
 		s, err := nl.SubscribeAt(ns, netns.None(), unix.NETLINK_ROUTE, unix.RTNLGRP_LINK)
 		if err != nil {
-			return nil
+			return nil, true
 		}
 		d.sub = s
 		go d.read(s)
 	}
-	w := &deletion{name: l.Name, gone: make(chan struct{})}
+	w = &deletion{name: l.Name, gone: make(chan struct{})}
 	d.waiters[l.Index] = append(d.waiters[l.Index], w)
-	return w
+	return w, true
 }
 
 // forget drops w if no announcement took it.
@@ -169,8 +192,11 @@ func (d *deletions) read(s *nl.NetlinkSocket) {
 }
 
 // announce wakes the waiters of the link an RTM_DELLINK message names. Only
-// a link's own announcement (family unspecified: a bridge announces a
-// port's leaving with AF_BRIDGE) with the waiter's name counts.
+// the announcement of a link's deletion counts: family unspecified (a
+// bridge announces a port's leaving with AF_BRIDGE), no IFLA_NEW_NETNSID or
+// IFLA_NEW_IFINDEX (a link moved to another namespace, as into a container
+// at Join: that message may still be queued when the link, back in the
+// host with the same index and name, is deleted), and the waiter's name.
 func (d *deletions) announce(data []byte) {
 	info := nl.DeserializeIfInfomsg(data)
 	if info.Family != unix.AF_UNSPEC {
@@ -182,7 +208,10 @@ func (d *deletions) announce(data []byte) {
 	if len(ws) == 0 {
 		return
 	}
-	name := ifname(data[unix.SizeofIfInfomsg:])
+	name, moved := deleted(data[unix.SizeofIfInfomsg:])
+	if moved {
+		return
+	}
 	kept := ws[:0]
 	for _, w := range ws {
 		if w.name == name {
@@ -198,16 +227,20 @@ func (d *deletions) announce(data []byte) {
 	}
 }
 
-// ifname is the IFLA_IFNAME attribute of a link message, "" if none.
-func ifname(attrs []byte) string {
+// deleted reads an RTM_DELLINK message's attributes: the link's name, and
+// whether the message says the link moved to another namespace.
+func deleted(attrs []byte) (name string, moved bool) {
 	as, err := nl.ParseRouteAttr(attrs)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	for _, a := range as {
-		if a.Attr.Type == unix.IFLA_IFNAME {
-			return string(bytes.TrimRight(a.Value, "\x00"))
+		switch a.Attr.Type {
+		case unix.IFLA_IFNAME:
+			name = string(bytes.TrimRight(a.Value, "\x00"))
+		case unix.IFLA_NEW_NETNSID, unix.IFLA_NEW_IFINDEX:
+			moved = true
 		}
 	}
-	return ""
+	return name, moved
 }

@@ -94,7 +94,13 @@ func serve(c serveConfig, stderr io.Writer) error {
 		return err
 	}
 	kernel := netlinkutil.New()
-	defer kernel.Close() // after the driver: its last deletions finish
+	defer func() { // after the driver: its last link deletions finish
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := kernel.Close(ctx); err != nil {
+			log.Error("stopping without waiting longer for the kernel", "error", err)
+		}
+	}()
 	docker, err := driver.NewDockerAPI(c.DockerHost, 2*time.Second)
 	if err != nil {
 		return err

@@ -55,7 +55,7 @@ func newFloor(t *testing.T, ns *itest.Netns) *floor {
 	f.db = db
 	f.kernel = netlinkutil.NewAt(ns.Handle())
 	t.Cleanup(func() {
-		f.kernel.Close()
+		_ = f.kernel.Close(context.Background())
 		db.Close()
 		for _, h := range f.nl {
 			h.Close()

@@ -17,21 +17,37 @@ import (
 // returns, the link's name and MAC are free on the parent at once. These
 // run the real kernel in a namespace of the test's own.
 
+// addMacvlan adds an up macvlan on kp0: the kernel refuses a MAC another
+// macvlan on the parent has when the second one comes up (EADDRINUSE).
 func addMacvlan(t *testing.T, ns *itest.Netns, name string, mac net.HardwareAddr) netlinkutil.Link {
 	t.Helper()
 	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: ns.MustLink("kp0").Attrs().Index, HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
 	if err := ns.NL.LinkAdd(l); err != nil {
 		t.Fatalf("add macvlan %s: %v", name, err)
 	}
+	if err := ns.NL.LinkSetUp(l); err != nil {
+		t.Fatalf("set macvlan %s up: %v", name, err)
+	}
 	return netlinkutil.Link{Name: name, Index: ns.MustLink(name).Attrs().Index}
+}
+
+func newKernel(t *testing.T, ns *itest.Netns) *netlinkutil.Kernel {
+	k := netlinkutil.NewAt(ns.Handle())
+	t.Cleanup(func() {
+		if err := k.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return k
 }
 
 func TestDeleteLinkFreesNameAndMACWhenItReturns(t *testing.T) {
 	ns := itest.NewNetns(t)
 	ns.AddVeth("kp0", "kp0-peer", 1500)
-	k := netlinkutil.NewAt(ns.Handle())
+	k := newKernel(t, ns)
 	mac := net.HardwareAddr{0x02, 0x42, 0xc6, 0x12, 0x00, 0x01}
-	for i := 0; i < 20; i++ {
+	const rounds = 20
+	for i := 0; i < rounds; i++ {
 		l := addMacvlan(t, ns, "kdel0", mac)
 		if err := k.DeleteLink(context.Background(), l); err != nil {
 			t.Fatalf("round %d: DeleteLink: %v", i, err)
@@ -39,15 +55,23 @@ func TestDeleteLinkFreesNameAndMACWhenItReturns(t *testing.T) {
 		if got := ns.Link("kdel0"); got != nil && got.Attrs().Index == l.Index {
 			t.Fatalf("round %d: link kdel0 (index %d) still listed after DeleteLink returned", i, l.Index)
 		}
-		// The same name and MAC on the same parent: refused (EEXIST,
+		// The same name and MAC on the same parent, up: refused (EEXIST,
 		// EADDRINUSE) while the old link is listed.
 		again := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "kdel0", ParentIndex: ns.MustLink("kp0").Attrs().Index, HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
 		if err := ns.NL.LinkAdd(again); err != nil {
 			t.Fatalf("round %d: re-create kdel0 with MAC %s right after DeleteLink: %v", i, mac, err)
 		}
+		if err := ns.NL.LinkSetUp(again); err != nil {
+			t.Fatalf("round %d: bring the new kdel0 with MAC %s up right after DeleteLink: %v", i, mac, err)
+		}
 		ns.Delete("kdel0")
 	}
-	k.Close()
+	// Each returned at the announcement, not at the acknowledgement that
+	// comes after the kernel's RCU cleanup (in a namespace of its own no
+	// event is lost to a full buffer).
+	if n := k.EarlyDeletes(); n != rounds {
+		t.Fatalf("%d of %d deletions returned at their link's announcement; want all", n, rounds)
+	}
 }
 
 // A link renamed since it was read is still deleted by its index; its
@@ -56,8 +80,7 @@ func TestDeleteLinkFreesNameAndMACWhenItReturns(t *testing.T) {
 func TestDeleteLinkOfRenamedOrGoneLink(t *testing.T) {
 	ns := itest.NewNetns(t)
 	ns.AddVeth("kp0", "kp0-peer", 1500)
-	k := netlinkutil.NewAt(ns.Handle())
-	defer k.Close()
+	k := newKernel(t, ns)
 	l := addMacvlan(t, ns, "kold0", nil)
 	if err := ns.NL.LinkSetName(ns.MustLink("kold0"), "knew0"); err != nil {
 		t.Fatal(err)
@@ -67,6 +90,9 @@ func TestDeleteLinkOfRenamedOrGoneLink(t *testing.T) {
 	}
 	if ns.Link("knew0") != nil {
 		t.Fatal("the renamed link knew0 is still there: DeleteLink must delete by index")
+	}
+	if n := k.EarlyDeletes(); n != 0 {
+		t.Fatalf("the deletion of kold0, renamed knew0, returned at an announcement (%d): the announcement names knew0", n)
 	}
 	if err := k.DeleteLink(context.Background(), l); err != nil {
 		t.Fatalf("DeleteLink of a link gone already: %v, want nil", err)
@@ -91,7 +117,9 @@ func TestConcurrentDeleteLinks(t *testing.T) {
 		go func() { defer wg.Done(); errs[i] = k.DeleteLink(context.Background(), links[i]) }()
 	}
 	wg.Wait()
-	k.Close()
+	if err := k.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("DeleteLink %s: %v", links[i].Name, err)
@@ -101,5 +129,15 @@ func TestConcurrentDeleteLinks(t *testing.T) {
 		if len(name) > 2 && name[:2] == "kc" {
 			t.Errorf("link %s still there after every DeleteLink returned", name)
 		}
+	}
+	// Closed: a late deletion (a repair still running at shutdown) runs
+	// to the kernel's acknowledgement, nothing left behind.
+	early := k.EarlyDeletes()
+	late := addMacvlan(t, ns, "klate0", nil)
+	if err := k.DeleteLink(context.Background(), late); err != nil {
+		t.Fatalf("DeleteLink after Close: %v", err)
+	}
+	if ns.Link("klate0") != nil || k.EarlyDeletes() != early {
+		t.Fatalf("DeleteLink after Close: link left %v, early answers %d -> %d; want it gone at the acknowledgement", ns.Link("klate0") != nil, early, k.EarlyDeletes())
 	}
 }
