@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/store"
@@ -27,7 +28,9 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	}
 	refs := ipamRefs(req)
 	asked := requestedParent(want)
-	log := d.log.With("network", want.ID, "parent", asked)
+	// The request's attributes on each of its log lines (not a With
+	// logger: it formats them at once, logged or not).
+	attrs := func(kv ...any) []any { return append([]any{"network", want.ID, "parent", asked}, kv...) }
 	unlockNet, err := d.locks.acquire(ctx, exclusive(networkLock(want.ID)))
 	if err != nil {
 		return err
@@ -51,7 +54,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 				return err
 			}
 			defer unlock()
-			log.Info("network exists with the same configuration: reusing it", "link", same.Parent)
+			d.log.Info("network exists with the same configuration: reusing it", attrs("link", same.Parent)...)
 			return d.reuse(ctx, *same)
 		}
 		res, resolved = r, true
@@ -64,7 +67,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	}
 	want.Parent = res.Name
 	if res.Why != "" {
-		log.Info("parent resolved on this host", "link", res.Name, "why", res.Why)
+		d.log.Info("parent resolved on this host", attrs("link", res.Name, "why", res.Why)...)
 	}
 	parents := []lockReq{exclusive(parentLock(want.Parent))}
 	if same != nil {
@@ -88,7 +91,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	}
 	dec := decide(want, same, onParent)
 	fresh = fresh && len(dec.Conflicts) == 0
-	log.Debug("create network decision", "link", want.Parent, "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))
+	d.log.Debug("create network decision", attrs("link", want.Parent, "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))...)
 	if dec.Verdict == move && len(dec.Conflicts) > 0 {
 		// A move the new link's rules refuse must not cost the network
 		// its working copy: rule out stale holders before anything goes.
@@ -103,11 +106,11 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	case reuse: // the reuse path above answered this; a pending same is not reused
 	case replace, move:
 		if dec.Verdict == move {
-			log.Info("the parent option now resolves to another link on this host: moving the network there (its endpoints' links of earlier sandboxes go with the old copy)",
-				"old_link", same.Parent, "link", want.Parent, "why", res.Why)
+			d.log.Info("the parent option now resolves to another link on this host: moving the network there (its endpoints' links of earlier sandboxes go with the old copy)",
+				attrs("old_link", same.Parent, "link", want.Parent, "why", res.Why)...)
 		} else {
-			log.Warn("replacing stale duplicate of network (same ID, other configuration)",
-				"old_parent", same.Parent, "old", describe(*same), "new", describe(want))
+			d.log.Warn("replacing stale duplicate of network (same ID, other configuration)",
+				attrs("old_parent", same.Parent, "old", describe(*same), "new", describe(want))...)
 		}
 		d.point("create-network/before-remove-stale")
 		if err := d.removeNetwork(ctx, *same); err != nil {
@@ -164,7 +167,9 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 			return fmt.Errorf("create network %s: %w", short(want.ID), err)
 		}
 		d.point("create-network/after-commit")
-		d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", requestedParent(want), "config", describe(want), "parent_created", false)
+		if d.log.Enabled(ctx, slog.LevelInfo) { // describe is not free
+			d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", requestedParent(want), "config", describe(want), "parent_created", false)
+		}
 		return nil
 	}
 	// A parent link must be created: claim the parent durably first, so a
