@@ -82,8 +82,12 @@ func TestDeleteLinkOfRenamedOrGoneLink(t *testing.T) {
 	ns.AddVeth("kp0", "kp0-peer", 1500)
 	k := newKernel(t, ns)
 	l := addMacvlan(t, ns, "kold0", nil)
-	if err := ns.NL.LinkSetName(ns.MustLink("kold0"), "knew0"); err != nil {
+	old := ns.MustLink("kold0") // down first: kernels before 6.2 refuse to rename an up link
+	if err := ns.NL.LinkSetDown(old); err != nil {
 		t.Fatal(err)
+	}
+	if err := ns.NL.LinkSetName(old, "knew0"); err != nil {
+		t.Fatalf("rename kold0 to knew0: %v", err)
 	}
 	if err := k.DeleteLink(context.Background(), l); err != nil {
 		t.Fatalf("DeleteLink of a renamed link: %v", err)
