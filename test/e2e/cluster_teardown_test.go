@@ -60,7 +60,6 @@ func (c *cluster) teardown(t *testing.T, services []service, nets ...string) {
 		t.Errorf("links of the plugin in %s: %v (%v)", lanNS, l, err)
 	}
 	for _, n := range c.nodes {
-		var known []string
 		within(t, 15*time.Second, n.name+": no link of the plugin, links as after setup", func() error {
 			if l, err := pluginLinks(n.ns); err != nil || len(l) > 0 {
 				return fmt.Errorf("links of the plugin in %s: %v (%v)", n.ns, l, err)
@@ -73,19 +72,15 @@ func (c *cluster) teardown(t *testing.T, services []service, nets ...string) {
 			if len(missing) > 0 {
 				return fmt.Errorf("links %v of %s after setup are gone", missing, n.ns)
 			}
-			var other []string
-			known, other = c.leftovers(t, n, extra)
-			if len(other) > 0 {
+			if len(extra) > 0 {
 				return fmt.Errorf("links in %s %v, after setup %v", n.ns, got, c.base[n.name])
 			}
 			return nil
 		}, func() { c.linkDiag(t, n) })
-		if len(known) > 0 {
-			t.Logf("known defect (README, Known limitations): %s keeps %v: its peer is in a sandbox from before the dockerd crash that only the restarted plugin's copy of /run holds", n.name, known)
-		}
 	}
-	// Namespaces that only mounts in plugins hold: the known defect on a
-	// node whose dockerd was killed, a failure anywhere else.
+	// Namespaces that only mounts in plugins hold: a plugin keeping an old
+	// sandbox alive (as its copy of /run did before it mounted /run
+	// without the mounts below it).
 	for _, h := range c.foreignNS(t) {
 		pluginOnly := len(h.holds) > 0
 		for _, x := range h.holds {
@@ -100,11 +95,7 @@ func (c *cluster) teardown(t *testing.T, services []service, nets ...string) {
 				names = append(names, fmt.Sprintf("%s (%s)", l.Attrs().Name, l.Type()))
 			}
 		}
-		if c.knownLinger(h) {
-			t.Logf("known defect: %s, links %v", h, names)
-		} else {
-			t.Errorf("namespace left after teardown: %s, links %v", h, names)
-		}
+		t.Errorf("namespace left after teardown: %s, links %v", h, names)
 	}
 }
 

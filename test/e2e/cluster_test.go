@@ -21,8 +21,6 @@ type cluster struct {
 	// base is each node's link list once its plugin runs, before swarm
 	// and docker_gwbridge: what teardown must come back to.
 	base map[string][]string
-	// crashed are the nodes whose dockerd was killed (SIGKILL).
-	crashed map[string]bool
 }
 
 func (c *cluster) manager() *node { return c.nodes[0] }
@@ -33,7 +31,7 @@ func (c *cluster) manager() *node { return c.nodes[0] }
 // back to the suite as it was: out of swarm, plugin at local scope.
 func startCluster(t *testing.T, e *env) *cluster {
 	t.Helper()
-	c := &cluster{e: e, nodes: []*node{suiteNode()}, base: map[string][]string{}, crashed: map[string]bool{}}
+	c := &cluster{e: e, nodes: []*node{suiteNode()}, base: map[string][]string{}}
 	for i := 2; i <= 1+extraNodes; i++ {
 		c.nodes = append(c.nodes, extraNode(i))
 	}

@@ -123,7 +123,7 @@ func TestHostAddress(t *testing.T) {
 	t.Logf("network n7 %s, host link %s", short(id), shim)
 	c := e.run(t, ctr{name: "c7a", ip: haCtr}, "n7", "--restart=always")
 
-	check := func(t *testing.T, phase string, leftoverKnown ...bool) {
+	check := func(t *testing.T, phase string) {
 		t.Helper()
 		e.waitRunning(t, 90*time.Second, c.name)
 		eventually(t, 30*time.Second, phase+": host link "+shim+" with "+haHost+"/32 and a route to "+c.ip, func() error {
@@ -138,25 +138,12 @@ func TestHostAddress(t *testing.T) {
 		// namespace of an earlier start kept alive (by a mount of it in
 		// some mount namespace) with its eth0 still on the parent would
 		// answer for the container.
-		lingers := false
-		if len(leftoverKnown) > 0 && leftoverKnown[0] {
-			// Known defect, not issue 11's (see the README, "Known
-			// limitations"): after a dockerd crash the managed plugin's
-			// private copy of the host's /run keeps the old sandbox's
-			// namespace, and its eth0 with the address, alive until the
-			// plugin restarts. Reported, not asserted; while it lingers,
-			// it may also answer the host's pings in the container's
-			// place (then reported too); otherwise the pings below prove
-			// the host reaches the container itself (its MAC).
-			if err := onlyHolder(e, c.name, c.ip); err != nil {
-				t.Logf("%s: known defect, the old sandbox lingers: %v", phase, err)
-				lingers = true
-			}
-		} else {
-			eventually(t, 10*time.Second, phase+": only "+c.name+"'s network namespace carries "+c.ip, func() error {
-				return onlyHolder(e, c.name, c.ip)
-			})
-		}
+		// (Before the plugin mounted /run without the mounts below it, its
+		// copy of the host's /run kept an old sandbox's namespace alive
+		// after a dockerd crash.)
+		eventually(t, 10*time.Second, phase+": only "+c.name+"'s network namespace carries "+c.ip, func() error {
+			return onlyHolder(e, c.name, c.ip)
+		})
 		// Host first: the container's own ARP request for the host
 		// would refresh the host's neighbour entry and hide a stale one.
 		within(t, haReach, phase+": the host ("+nsName+") pings "+c.name+" at "+c.ip, func() error {
@@ -170,9 +157,7 @@ func TestHostAddress(t *testing.T) {
 		neigh, _ := nsIP("-4", "neigh", "show", c.ip, "dev", shim)
 		started, _ := e.docker("inspect", "-f", "{{.State.StartedAt}}", c.name)
 		// The MAC the host's pings went to is the container's.
-		if f := strings.Fields(neigh); lingers && (len(f) < 3 || f[2] != mac) {
-			t.Logf("%s: known defect: the lingering old sandbox answered the host's pings for %s (neighbour entry %q, %s's eth0 has MAC %s)", phase, c.ip, neigh, c.name, mac)
-		} else if len(f) < 3 || f[1] != "lladdr" || f[2] != mac {
+		if f := strings.Fields(neigh); len(f) < 3 || f[1] != "lladdr" || f[2] != mac {
 			t.Errorf("%s: the host's neighbour entry for %s is %q, but %s's eth0 has MAC %s: the host's pings were answered by another interface", phase, c.ip, neigh, c.name, mac)
 		}
 		t.Logf("%s: host and %s reach each other (%s started %s, eth0 MAC %s; host's neighbour entry: %s)", phase, c.name, c.name, started, mac, neigh)
@@ -208,7 +193,7 @@ func TestHostAddress(t *testing.T) {
 	t.Run("dockerd crash", func(t *testing.T) {
 		prime(t)
 		e.crashDockerd(t)
-		check(t, "after a dockerd crash", true)
+		check(t, "after a dockerd crash")
 	})
 	t.Run("plugin disable -f, host link deleted, enable", func(t *testing.T) {
 		prime(t)

@@ -87,7 +87,6 @@ func TestMultiNode(t *testing.T) {
 		mk = c.markLogs()
 		down := time.Now()
 		l.kill(t)
-		c.crashed[l.name] = true
 		c.nodeState(t, l, "down", 90*time.Second)
 		t.Logf("%s down for the manager after %s", l.name, time.Since(down).Round(time.Millisecond))
 		if err := l.start(); err != nil {
