@@ -73,24 +73,10 @@ func (f *floor) remove(key string) error {
 	return f.db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Delete([]byte(key)) })
 }
 
-// endpointCycle: put the record, add the macvlan, delete it, delete the
-// record.
+// endpointCycle: put the record, add the macvlan, delete it (waiting for
+// the kernel's acknowledgement), delete the record.
 func (f *floor) endpointCycle(w, i int) error {
-	h := f.nl[w]
-	name := fmt.Sprintf("flr%03x%08x", w, i)
-	if err := f.commit(name); err != nil {
-		return err
-	}
-	mac := append(net.HardwareAddr{}, f.mac...)
-	mac[4], mac[5] = byte(w), byte(i)
-	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: f.parents[w], HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
-	if err := h.LinkAdd(l); err != nil {
-		return err
-	}
-	if err := h.LinkDel(l); err != nil {
-		return err
-	}
-	return f.remove(name)
+	return f.macvlanCycle(w, i, "flr", 0, func(l *netlink.Macvlan) error { return f.nl[w].LinkDel(l) })
 }
 
 // endpointCycleUnlisted is endpointCycle with the link's deletion answered
@@ -98,17 +84,27 @@ func (f *floor) endpointCycle(w, i int) error {
 // the namespace, its cleanup left to run on (netlinkutil's DeleteLink).
 // Against it, the cycle's ratio is the daemon's own cost.
 func (f *floor) endpointCycleUnlisted(w, i int) error {
-	name := fmt.Sprintf("fly%03x%08x", w, i)
+	return f.macvlanCycle(w, i, "fly", 1, func(l *netlink.Macvlan) error {
+		return f.kernel.DeleteLink(context.Background(), netlinkutil.Link{Name: l.Name, Index: l.Index})
+	})
+}
+
+// macvlanCycle is an endpoint cycle of worker w whose link is named
+// prefix+w+i, with a MAC of its own (tag, xored into its 4th byte, tells
+// the two floors' apart), and
+// deleted by del.
+func (f *floor) macvlanCycle(w, i int, prefix string, tag byte, del func(*netlink.Macvlan) error) error {
+	name := fmt.Sprintf("%s%03x%08x", prefix, w, i)
 	if err := f.commit(name); err != nil {
 		return err
 	}
 	mac := append(net.HardwareAddr{}, f.mac...)
-	mac[3], mac[4], mac[5] = 1, byte(w), byte(i)
+	mac[3], mac[4], mac[5] = mac[3]^tag, byte(w), byte(i)
 	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: f.parents[w], HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
 	if err := f.nl[w].LinkAdd(l); err != nil {
 		return err
 	}
-	if err := f.kernel.DeleteLink(context.Background(), netlinkutil.Link{Name: name, Index: l.Attrs().Index}); err != nil {
+	if err := del(l); err != nil {
 		return err
 	}
 	return f.remove(name)
