@@ -138,6 +138,10 @@ type Driver struct {
 	now     func() time.Time
 	locks   *locker
 	joins   *joinTable // joins not committed (joins.go)
+	// deleting are the links underlay is deleting itself (heal.go).
+	deleting selfDeletions
+	// failures are the repair steps' last failures, logged once (heal.go).
+	failures failureLog
 
 	janitorOnce sync.Once
 	stop        chan struct{}

@@ -113,6 +113,9 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		} else if ok && other.ID != ep.ID {
 			ep.Link = altEndpointLinkName(ep.ID)
 		}
+		if err := hostRouteFree(tx, *n, ep); err != nil {
+			return err
+		}
 		return tx.PutEndpoint(ep)
 	}); err != nil {
 		if leased {
@@ -120,6 +123,9 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		}
 		if errors.Is(err, store.ErrNoNetwork) {
 			return nil, notFound("network", req.NetworkID)
+		}
+		if errors.Is(err, ErrConflict) {
+			return nil, err
 		}
 		return nil, fmt.Errorf("record endpoint %s: %w", short(ep.ID), err)
 	}

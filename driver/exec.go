@@ -113,11 +113,13 @@ func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, d
 				// The base may be gone: the networks stay, the watcher
 				// tries again when links come back, and the next request
 				// on them reports it.
-				log.Warn("could not re-create a parent link underlay created", "error", err)
+				d.failures.warn(log, s.Name, "could not re-create a parent link underlay created", err)
 				out.failed = true
+			} else {
+				d.failures.clear(s.Name)
 			}
 		case opKeep:
-			log.Warn("keeping a parent link underlay created that no network needs")
+			log.Warn("keeping a link underlay created that no network needs")
 		case opForget, opRelease:
 			if busy {
 				continue
@@ -141,10 +143,25 @@ func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, d
 			} else if err != nil {
 				// The parent may be gone: the network stays, the watcher
 				// tries again when links come back.
-				log.Warn("could not make the host link of a network", "error", err)
+				d.failures.warn(log, s.Name, "could not make the host link of a network", err)
 				out.failed = true
-			} else if s.Op == opShim {
-				log.Warn("made the missing host link of a network, with its routes")
+			} else {
+				d.failures.clear(s.Name)
+				if s.Op == opShim {
+					log.Warn("made the missing host link of a network, with its routes")
+				}
+			}
+		case opHeal, opFollow:
+			if busy {
+				continue
+			}
+			if err = d.heal(ctx, s, held); errors.Is(err, errBusy) {
+				busy = true
+			} else if err != nil {
+				d.failures.warn(log, s.Name, "could not put an owned link back in order", err)
+				out.failed = true
+			} else {
+				d.failures.clear(s.Name)
 			}
 		case opDeleteStray:
 			log.Warn("deleting link no record owns")
@@ -273,29 +290,33 @@ func (d *Driver) deleteOwnedLink(ctx context.Context, name string, recorded bool
 		d.log.Warn("not deleting a link underlay did not create here", "link", name, "mark", l.Alias, "own_mark", d.mark)
 		return nil
 	}
+	d.deleting.add(l.Index, d.now())
 	return d.links.DeleteLink(ctx, l)
 }
 
 // repoint moves every network recorded with parent from to the link name
 // to, keeping the parent as it was asked in the network's options.
 func (d *Driver) repoint(from, to string) error {
-	return d.store.Update(func(tx *store.Tx) error {
-		ns, err := tx.NetworksOn(from)
-		if err != nil {
+	return d.store.Update(func(tx *store.Tx) error { return repointTx(tx, from, to) })
+}
+
+// repointTx is repoint inside a transaction.
+func repointTx(tx *store.Tx, from, to string) error {
+	ns, err := tx.NetworksOn(from)
+	if err != nil {
+		return err
+	}
+	for _, n := range ns {
+		asked := requestedParent(n)
+		opts := make(map[string]string, len(n.Options)+1)
+		for k, v := range n.Options {
+			opts[k] = v
+		}
+		opts[OptParent] = asked
+		n.Options, n.Parent = opts, to
+		if err := tx.PutNetwork(n); err != nil {
 			return err
 		}
-		for _, n := range ns {
-			asked := requestedParent(n)
-			opts := make(map[string]string, len(n.Options)+1)
-			for k, v := range n.Options {
-				opts[k] = v
-			}
-			opts[OptParent] = asked
-			n.Options, n.Parent = opts, to
-			if err := tx.PutNetwork(n); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	return nil
 }

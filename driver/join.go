@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -40,7 +41,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.J
 	spec := netlinkutil.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
 	d.point("join/before-link")
 	if err := d.addEndpointLink(ctx, *n, spec); err != nil {
-		return nil, fmt.Errorf("join endpoint %s to network %s: %w", short(ep.ID), short(n.ID), err)
+		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", short(ep.ID), short(n.ID), err, d.mtuHint(ctx, *n, err))
 	}
 	d.point("join/after-link")
 	sandbox := valueOr(req.SandboxKey, "(unnamed)")
@@ -54,26 +55,53 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.J
 			return nil, fmt.Errorf("join endpoint %s: record the join: %w", short(ep.ID), err)
 		}
 	}
-	if err := d.routeToEndpoint(ctx, n, *ep, false); err != nil {
-		// The host's link went missing: make it again, with this route.
-		unlockParent, lerr := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
-		if lerr != nil {
-			return nil, lerr
-		}
-		var routes []netip.Addr // every joined endpoint's, this one's included
-		if err = d.store.View(func(tx *store.Tx) (err error) {
-			routes, err = d.joinedRoutes(tx, n.ID)
-			return err
-		}); err == nil {
-			err = d.ensureShim(ctx, *n, routes)
-		}
-		unlockParent()
-		if err != nil {
-			return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", short(ep.ID), err)
-		}
+	if err := d.joinHostRoute(ctx, *n, *ep); err != nil {
+		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", short(ep.ID), err)
 	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
 	return joinResponse(*n, *ep), nil
+}
+
+// joinHostRoute routes the host to a joining endpoint of a network with a
+// host address. A host link that is missing or broken (down, without its
+// address, another MTU: an operator's doing) is made healthy first, under
+// the parent's lock, with the routes of every joined endpoint: a Join
+// never fails for a state underlay can repair.
+func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.Endpoint) error {
+	if n.HostAddress == "" {
+		return nil
+	}
+	if d.shimHealthy(ctx, n) && d.routeToEndpoint(ctx, &n, ep, false) == nil {
+		return nil
+	}
+	unlockParent, err := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+	if err != nil {
+		return err
+	}
+	defer unlockParent()
+	var routes []netip.Addr // every joined endpoint's, this one's included
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		routes, err = d.joinedRoutes(tx, n.ID)
+		return err
+	}); err != nil {
+		return err
+	}
+	if a, ok := endpointV4(ep); ok && !slices.Contains(routes, a) {
+		routes = append(routes, a) // a join kept in memory (joins.go)
+	}
+	return d.ensureShim(ctx, n, routes)
+}
+
+// shimHealthy reports whether the network's host link exists with this
+// instance's mark, up, with its address and MTU.
+func (d *Driver) shimHealthy(ctx context.Context, n store.Network) bool {
+	l, err := d.links.Get(ctx, shimName(n.ID))
+	if err != nil || l.Name != shimName(n.ID) || l.Alias != d.mark {
+		return false
+	}
+	have, err := d.links.LinkAddrs(ctx, l.Name)
+	addr, perr := netip.ParseAddr(n.HostAddress)
+	return err == nil && perr == nil && brokenBy(l, n.MTU, addr, have) == ""
 }
 
 // addEndpointLink creates the link, replacing a leftover of an earlier
@@ -96,10 +124,27 @@ func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netl
 		return lerr
 	}
 	defer unlockParent()
-	if perr := d.ensureParent(ctx, n); perr != nil {
+	parent, perr := d.ensureParent(ctx, n)
+	if perr != nil {
 		return fmt.Errorf("%w; and its parent could not be restored: %w", err, perr)
 	}
+	spec.Parent = parent
 	return d.links.AddEndpoint(ctx, spec)
+}
+
+// mtuHint explains the kernel's EINVAL for an endpoint link whose MTU is
+// above its parent's (an operator lowered the parent's MTU after the
+// network was created): "" when that is not the cause.
+func (d *Driver) mtuHint(ctx context.Context, n store.Network, err error) string {
+	if n.MTU == 0 || !errors.Is(err, unix.EINVAL) {
+		return ""
+	}
+	p, perr := d.links.Get(ctx, n.Parent)
+	if perr != nil || p.MTU >= n.MTU {
+		return ""
+	}
+	return fmt.Sprintf(": the network's MTU %d is above the MTU %d its parent %s has now; set the parent's MTU back (ip link set dev %s mtu %d), or re-create the network with -o mtu=%d or less",
+		n.MTU, p.MTU, p.Name, p.Name, n.MTU, p.MTU)
 }
 
 // joinResponse tells libnetwork what to do with the link: its gateways for

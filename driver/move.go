@@ -53,9 +53,11 @@ func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (res
 // reuse makes a stored network whole again: its parent link and host link.
 // The caller holds the network's and the parent's locks.
 func (d *Driver) reuse(ctx context.Context, n store.Network) error {
-	if err := d.ensureParent(ctx, n); err != nil {
+	parent, err := d.ensureParent(ctx, n)
+	if err != nil {
 		return err
 	}
+	n.Parent = parent
 	var routes []netip.Addr
 	if err := d.store.View(func(tx *store.Tx) (err error) {
 		routes, err = d.joinedRoutes(tx, n.ID)

@@ -44,10 +44,19 @@ func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error
 		return nil
 	}
 	if p.Kind == kindVLAN {
+		b, bok := findLink(links, p.Base)
 		for _, l := range links {
-			if b, ok := findLink(links, p.Base); ok && l.Kind == kindVLAN && l.ParentIndex == b.Index && l.VLAN == p.VLAN {
-				return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel already has that VLAN as %s, made by someone else: use -o parent=%s, or remove %s", ErrConflict, p.VLAN, p.Base, p.Name, l.Name, l.Name, l.Name)
+			if !bok || l.Kind != kindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
+				continue
 			}
+			if l.Alias == d.mark {
+				return errRenamed{vlan: p.VLAN, base: p.Base, from: p.Name, to: l.Name}
+			}
+			return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel already has that VLAN as %s, made by someone else (mark %q): use -o parent=%s, or remove %s", ErrConflict, p.VLAN, p.Base, p.Name, l.Name, l.Alias, l.Name, l.Name)
+		}
+		if _, named := findLink(links, p.Name); !named && bok {
+			return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel answers that it exists (%w), but no link of this namespace has that name or VLAN %d on %s: a link with that VLAN ID was probably moved into another network namespace (ip link set ... netns NS), where it keeps the ID; move it back (ip -n NS link set ... netns 1) or delete it there",
+				ErrConflict, p.VLAN, p.Base, p.Name, err, p.VLAN, p.Base)
 		}
 	}
 	return fmt.Errorf("%w: create %s link %s: a link of that name exists and is not the one planned: remove it or use another parent (%w)", ErrConflict, p.Kind, p.Name, err)
@@ -95,11 +104,14 @@ func (d *Driver) recreateParentLink(ctx context.Context, p store.ParentLink) err
 
 // ensureParent makes sure a stored network's parent exists, re-creating a
 // VLAN or dummy link underlay owns (or, for a VLAN parent, creating and
-// then owning it) when it is missing. The caller holds the parent lock.
-func (d *Driver) ensureParent(ctx context.Context, n store.Network) error {
+// then owning it) when it is missing. An owned VLAN an operator renamed is
+// followed: its record and networks move to the new name, which is
+// returned (otherwise the network's parent). The caller holds the parent
+// lock.
+func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, error) {
 	_, err := d.links.Get(ctx, n.Parent)
 	if err == nil || !errors.Is(err, netlinkutil.ErrNotFound) {
-		return err
+		return n.Parent, err
 	}
 	var owned store.ParentLink
 	var ok bool
@@ -107,7 +119,7 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) error {
 		owned, ok, err = tx.ParentLink(n.Parent)
 		return err
 	}); err != nil {
-		return err
+		return n.Parent, err
 	}
 	if !ok {
 		// A link underlay did not create is gone: if the network asked for
@@ -115,27 +127,34 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) error {
 		// and own it from now on; otherwise say what is missing.
 		res, err := d.resolve(ctx, n)
 		if err != nil {
-			return fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, short(n.ID), err)
+			return n.Parent, fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, short(n.ID), err)
 		}
 		if res.Name != n.Parent {
-			return invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, short(n.ID), requestedParent(n), res.Name)
+			return n.Parent, invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, short(n.ID), requestedParent(n), res.Name)
 		}
 		if res.Create == nil {
-			return nil
+			return n.Parent, nil
 		}
 		owned = *res.Create
 		if err := d.store.Update(func(tx *store.Tx) error { return tx.PutParentLink(owned) }); err != nil {
-			return err
+			return n.Parent, err
 		}
 		if err := d.recreateParentLink(ctx, owned); err != nil {
 			// Not made here: not ours to own.
 			_ = d.store.Update(func(tx *store.Tx) error { return tx.DeleteParentLink(owned.Name) })
-			return fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
+			return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
 		}
-		return nil
+		return n.Parent, nil
 	}
-	if err := d.recreateParentLink(ctx, owned); err != nil {
-		return fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
+	err = d.recreateParentLink(ctx, owned)
+	if to, renamed := renamedTo(err); renamed {
+		if ferr := d.follow(ctx, n.Parent, to, n.Parent); ferr != nil {
+			return n.Parent, fmt.Errorf("parent %s of network %s was renamed to %s, and its record could not follow: %w", n.Parent, short(n.ID), to, ferr)
+		}
+		return to, nil
 	}
-	return nil
+	if err != nil {
+		return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
+	}
+	return n.Parent, nil
 }

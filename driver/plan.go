@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -26,6 +27,9 @@ type snapshot struct {
 	// Shims are the networks with a host address and the routes their
 	// host link carries (read for reconcile and repair), by link name.
 	Shims map[string]shimState
+	// ShimAddrs are the addresses the kernel shows on the host links that
+	// exist, by link name (read with Shims).
+	ShimAddrs map[string][]netip.Addr
 }
 
 // recorded reports whether a record owns the link: an owned parent, a
@@ -64,10 +68,16 @@ const (
 	opShim
 	// opRoutes puts back the routes of an existing host link.
 	opRoutes
+	// opHeal puts back what an existing owned link lost: up, its MTU, a
+	// host link's address (health.go).
+	opHeal
+	// opFollow moves the record of an owned VLAN an operator renamed to
+	// the link's new name, with the networks on it (health.go).
+	opFollow
 )
 
 func (o op) String() string {
-	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes"}[o]
+	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes", "heal", "follow"}[o]
 }
 
 // step is one action of a plan.
@@ -80,7 +90,7 @@ type step struct {
 	// To is the kernel name the networks on Name move to (opRepoint).
 	To string
 	// Shim is the network whose host link the step makes (opShim,
-	// opRoutes).
+	// opRoutes, and opHeal of a host link).
 	Shim shimState
 	// Why explains the step in the log.
 	Why string
@@ -183,11 +193,17 @@ func planRelease(s snapshot, links []netlinkutil.Link, mark string, candidates [
 // an altname move to the link's kernel name. Links without this instance's
 // mark are never deleted as strays.
 func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
-	var plan []step
+	plan := planFollow(s, links, mark)
+	s = s.followed(plan)
 	var kept []netlinkutil.Link // the links that stay after the strays go
 	for _, l := range links {
 		if l.Alias != mark || s.recorded(l.Name) {
 			kept = append(kept, l)
+			continue
+		}
+		if on := standsOn(links, l); len(on) > 0 {
+			kept = append(kept, l)
+			plan = append(plan, step{Op: opKeep, Name: l.Name, Why: fmt.Sprintf("it carries underlay's mark and no record owns it, but links stand on it: %v", on)})
 			continue
 		}
 		plan = append(plan, step{Op: opDeleteStray, Name: l.Name, Why: "it carries underlay's mark and no record owns it (left by a crash or a deleted network)"})
@@ -241,12 +257,17 @@ func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
 		}
 	}
 	plan = append(plan, planRelease(after, links, mark, owned)...)
-	return append(plan, planShims(s, links)...)
+	plan = append(plan, planHealParents(after, links, mark)...)
+	return append(plan, planShims(s, links, mark)...)
 }
 
 // planShims makes every missing host link of a network with a host
-// address, with its routes, and puts the routes of the existing ones back.
-func planShims(s snapshot, links []netlinkutil.Link) []step {
+// address, with its routes (replacing a link of that name that carries no
+// mark: a crash while it was made leaves one), heals the broken ones (down,
+// without their address, another MTU) and puts the routes of the healthy
+// ones back. A link of that name with another instance's mark is left
+// alone.
+func planShims(s snapshot, links []netlinkutil.Link, mark string) []step {
 	names := make([]string, 0, len(s.Shims))
 	for name := range s.Shims {
 		names = append(names, name)
@@ -254,9 +275,22 @@ func planShims(s snapshot, links []netlinkutil.Link) []step {
 	sort.Strings(names)
 	var plan []step
 	for _, name := range names {
-		st := step{Op: opShim, Name: name, Shim: s.Shims[name], Why: "the network's host link is missing"}
-		if l, ok := findLink(links, name); ok && l.Name == name {
-			st.Op, st.Why = opRoutes, "the host link's routes to joined endpoints"
+		sh := s.Shims[name]
+		st := step{Op: opShim, Name: name, Shim: sh, Why: "the network's host link is missing"}
+		l, ok := findLink(links, name)
+		switch {
+		case !ok || l.Name != name:
+		case l.Alias == "":
+			st.Why = "a link of the host link's name carries no mark (left by a crash while it was made): made again"
+		case l.Alias != mark:
+			continue
+		default:
+			addr, _ := netip.ParseAddr(sh.Network.HostAddress)
+			if why := brokenBy(l, sh.Network.MTU, addr, s.ShimAddrs[name]); why != "" {
+				st.Op, st.Why = opHeal, why
+			} else {
+				st.Op, st.Why = opRoutes, "the host link's routes to joined endpoints"
+			}
 		}
 		plan = append(plan, st)
 	}

@@ -24,6 +24,7 @@ func (d *Driver) Restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read state: %w", err)
 	}
+	d.readShimAddrs(ctx, &s, links)
 	plan := planRestore(s, links, d.mark)
 	d.log.Info("reconcile plan", "steps", len(plan), "plan", fmt.Sprint(plan))
 	if _, err := d.executeCounted(ctx, plan, "", d.events.ReconcileAction); err != nil {

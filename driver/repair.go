@@ -57,8 +57,9 @@ func (d *Driver) repairShim(ctx context.Context, s step, held string) error {
 // that are missing (bases first) and the host links with their routes.
 func planRepair(s snapshot, links []netlinkutil.Link, mark string) []step {
 	var plan []step
-	for _, st := range planRestore(snapshot{Use: s.Use, Owned: s.Owned, Shims: s.Shims}, links, mark) {
-		if st.Op == opRecreate || st.Op == opShim || st.Op == opRoutes {
+	for _, st := range planRestore(snapshot{Use: s.Use, Owned: s.Owned, Shims: s.Shims, ShimAddrs: s.ShimAddrs}, links, mark) {
+		switch st.Op {
+		case opRecreate, opShim, opRoutes, opHeal, opFollow:
 			plan = append(plan, st)
 		}
 	}
@@ -76,6 +77,7 @@ func (d *Driver) repair(ctx context.Context) (outcome, error) {
 	if err != nil {
 		return outcome{failed: true}, err
 	}
+	d.readShimAddrs(ctx, &s, links)
 	var todo []step
 	for _, st := range planRepair(s, links, d.mark) {
 		if st.Op != opRoutes {
@@ -134,14 +136,7 @@ func (d *Driver) Watch(ctx context.Context) error {
 					waiting, trigger = true, true
 					break
 				}
-				// Endpoint links come and go with every container (moved
-				// into sandboxes, deleted): only parents and host links are
-				// repaired.
-				owned := ev.Deleted && ev.Link.Alias == d.mark && !isEndpointLinkName(ev.Link.Name)
-				if owned {
-					d.log.Warn("a link underlay owns went away; re-making it if networks need it", "link", ev.Link.Name, "kind", ev.Link.Kind)
-				}
-				trigger = owned || (!ev.Deleted && waiting)
+				trigger = d.relevant(ev, waiting)
 			case <-retry.C:
 				trigger = waiting
 			}
@@ -178,6 +173,34 @@ func (d *Driver) Watch(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// relevant reports whether a link event calls for a repair pass. Endpoint
+// links come and go with every container (moved into sandboxes, deleted):
+// only parents and host links are repaired. A link of this instance that
+// underlay deletes itself is no repair; one that went away otherwise is
+// logged once. A change of one (set down, renamed, its MTU or a host link's
+// address) is looked at. While a repair waits for a base link, a new link
+// other than an endpoint's or a host link's may be it.
+func (d *Driver) relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
+	l := ev.Link
+	if isEndpointLinkName(l.Name) {
+		return false
+	}
+	ours := l.Alias == d.mark
+	switch {
+	case ev.Deleted:
+		if !ours || d.deleting.claim(l.Index) {
+			return false
+		}
+		d.log.Warn("a link underlay owns went away; re-making it if networks need it", "link", l.Name, "kind", l.Kind)
+		return true
+	case ev.AddrRemoved:
+		return ours && netlinkutil.IsEndpointKind(l.Kind)
+	case ours:
+		return true
+	}
+	return waiting && !isShimName(l.Name)
 }
 
 // subscribe opens the link event stream.

@@ -2,8 +2,10 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/docker/go-plugins-helpers/network"
@@ -80,26 +82,93 @@ func (d *Driver) shimSpec(n store.Network) netlinkutil.Endpoint {
 	return netlinkutil.Endpoint{Name: shimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: d.mark}
 }
 
-// ensureShim makes the network's shim if it has a host address and the
-// shim is missing, with the routes to its joined endpoints. The caller
-// holds the parent's lock.
+// ensureShim makes the network's host link healthy if it has a host
+// address: made when missing (replacing a link of its name that carries no
+// mark, and deleting a copy an operator renamed, so a network has one),
+// healed when down, without its address or with another MTU; then its
+// routes to the joined endpoints. The caller holds the parent's lock.
 func (d *Driver) ensureShim(ctx context.Context, n store.Network, routes []netip.Addr) error {
 	if n.HostAddress == "" {
 		return nil
 	}
+	addr, perr := netip.ParseAddr(n.HostAddress)
+	if perr != nil {
+		return fmt.Errorf("%w: network %s has host address %q", store.ErrCorrupt, short(n.ID), n.HostAddress)
+	}
 	name := shimName(n.ID)
-	if _, err := d.links.Get(ctx, name); err != nil {
-		addr, perr := netip.ParseAddr(n.HostAddress)
-		if perr != nil {
-			return fmt.Errorf("%w: network %s has host address %q", store.ErrCorrupt, short(n.ID), n.HostAddress)
+	l, err := d.links.Get(ctx, name)
+	switch {
+	case err == nil && l.Name == name && l.Alias == d.mark:
+		if err := d.healShim(ctx, n, l, addr); err != nil {
+			return err
+		}
+	case err == nil && l.Name == name && l.Alias != "":
+		return fmt.Errorf("%w: the host link %s of network %s carries the mark %q of another underlay instance, not %q: remove that link (ip link del %s) or the other instance's network",
+			ErrConflict, name, short(n.ID), l.Alias, d.mark, name)
+	case err == nil && l.Name != name:
+		return fmt.Errorf("%w: %s, the host link name of network %s, is an altname of link %s: remove the altname", ErrConflict, name, short(n.ID), l.Name)
+	case err == nil || errors.Is(err, netlinkutil.ErrNotFound):
+		if err == nil {
+			d.log.Warn("replacing a link of the host link's name that carries no mark (left by a crash while it was made)", "network", n.ID, "link", name)
+			if err := d.deleteOwnedLink(ctx, name, true); err != nil {
+				return err
+			}
+		}
+		if err := d.deleteRenamedShims(ctx, name, addr); err != nil {
+			return err
 		}
 		if err := d.links.AddShim(ctx, d.shimSpec(n), addr); err != nil {
 			return fmt.Errorf("create the host's link %s on %s for network %s: %w", name, n.Parent, short(n.ID), err)
 		}
 		d.log.Info("host link ready", "network", n.ID, "link", name, "address", n.HostAddress, "parent", n.Parent)
+	default:
+		return err
 	}
 	for _, r := range routes {
 		if err := d.links.AddHostRoute(ctx, r, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// healShim puts back what an existing host link lost (up, its address,
+// its MTU), logging what was wrong once.
+func (d *Driver) healShim(ctx context.Context, n store.Network, l netlinkutil.Link, addr netip.Addr) error {
+	have, err := d.links.LinkAddrs(ctx, l.Name)
+	if err != nil {
+		return err
+	}
+	why := brokenBy(l, n.MTU, addr, have)
+	if why == "" {
+		return nil
+	}
+	if err := d.links.Heal(ctx, l.Name, netlinkutil.Heal{MTU: n.MTU, Addr: addr}); err != nil {
+		return fmt.Errorf("put the host link %s of network %s back in order (%s): %w", l.Name, short(n.ID), why, err)
+	}
+	d.log.Warn("put an owned link back in order", "network", n.ID, "link", l.Name, "was", why)
+	return nil
+}
+
+// deleteRenamedShims deletes the links of this instance that an operator
+// renamed from a host link name (a macvlan or ipvlan link with the mark,
+// neither an endpoint's nor a host link's name, carrying the host
+// address), before the host link is made again: one per network.
+func (d *Driver) deleteRenamedShims(ctx context.Context, name string, addr netip.Addr) error {
+	links, err := d.links.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if l.Alias != d.mark || !netlinkutil.IsEndpointKind(l.Kind) || isEndpointLinkName(l.Name) || isShimName(l.Name) {
+			continue
+		}
+		as, err := d.links.LinkAddrs(ctx, l.Name)
+		if err != nil || !slices.Contains(as, addr) {
+			continue
+		}
+		d.log.Warn("deleting a renamed copy of a host link", "link", l.Name, "host_link", name, "address", addr)
+		if err := d.deleteOwnedLink(ctx, l.Name, false); err != nil {
 			return err
 		}
 	}
@@ -139,4 +208,31 @@ func (d *Driver) routeToEndpoint(ctx context.Context, n *store.Network, ep store
 		return d.links.DelHostRoute(ctx, a, shimName(n.ID))
 	}
 	return d.links.AddHostRoute(ctx, a, shimName(n.ID))
+}
+
+// hostRouteFree refuses an endpoint of a network with a host address whose
+// IPv4 address an endpoint of another such network has: the host routes
+// one address through one host link, so the second would take the first's
+// route (and its Leave delete it).
+func hostRouteFree(tx *store.Tx, n store.Network, ep store.Endpoint) error {
+	a, ok := endpointV4(ep)
+	if n.HostAddress == "" || !ok {
+		return nil
+	}
+	return tx.ForEachNetworkWithHostAddress(func(o store.Network) error {
+		if o.ID == n.ID || o.HostAddress == "" {
+			return nil
+		}
+		eps, err := tx.Endpoints(o.ID)
+		if err != nil {
+			return err
+		}
+		for _, e := range eps {
+			if b, ok := endpointV4(e); ok && b == a {
+				return fmt.Errorf("%w: address %s of endpoint %s is already the address of endpoint %s of network %s, which also has a host address (host link %s): the host routes one address through one host link; give this container another address (--ip), or use another subnet",
+					ErrConflict, a, short(ep.ID), short(e.ID), short(o.ID), shimName(o.ID))
+			}
+		}
+		return nil
+	})
 }

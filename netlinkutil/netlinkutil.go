@@ -56,6 +56,8 @@ type Link struct {
 	// for Ethernet, "none" (WireGuard, tun), "ppp", "ipip", "loopback"...
 	// Empty when unknown.
 	Encap string
+	// Down is set when the link is administratively down (IFF_UP clear).
+	Down bool
 }
 
 // Ethernet reports whether the link carries Ethernet frames, which
@@ -122,7 +124,14 @@ type Links interface {
 	AddHostRoute(ctx context.Context, dst netip.Addr, dev string) error
 	// DelHostRoute deletes that route; a missing one is not an error.
 	DelHostRoute(ctx context.Context, dst netip.Addr, dev string) error
-	// Subscribe streams link events until ctx ends.
+	// LinkAddrs returns the addresses of the named link (both families).
+	LinkAddrs(ctx context.Context, name string) ([]netip.Addr, error)
+	// Heal puts back on an existing link what underlay gave it: the MTU
+	// (when h.MTU is set and differs), a host address (when h.Addr is
+	// valid and missing), and the up flag.
+	Heal(ctx context.Context, name string, h Heal) error
+	// Subscribe streams link events (and the removal of addresses) until
+	// ctx ends.
 	Subscribe(ctx context.Context, onError func(error)) (<-chan LinkEvent, error)
 }
 
@@ -219,7 +228,7 @@ const dumpAttempts = 100
 func convert(l netlink.Link) Link {
 	a := l.Attrs()
 	out := Link{Name: a.Name, Index: a.Index, Kind: l.Type(), ParentIndex: a.ParentIndex, MTU: a.MTU,
-		Alias: a.Alias, AltNames: a.AltNames, Encap: a.EncapType}
+		Alias: a.Alias, AltNames: a.AltNames, Encap: a.EncapType, Down: a.Flags&net.FlagUp == 0}
 	if a.HardwareAddr != nil {
 		out.MAC = a.HardwareAddr.String()
 	}

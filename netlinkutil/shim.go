@@ -103,15 +103,20 @@ func (k *Kernel) hostRoute(ctx context.Context, dst netip.Addr, dev string) (*ne
 	}, nil
 }
 
-// LinkEvent is a link appearing or going away.
+// LinkEvent is a link appearing, changing or going away, or an address
+// removed from a link.
 type LinkEvent struct {
 	Deleted bool
-	Link    Link
+	// AddrRemoved is set for the removal of an address from Link (whose
+	// Name and Index are set, looked up at the event; the other fields are
+	// the link's then).
+	AddrRemoved bool
+	Link        Link
 }
 
-// Subscribe streams the link events of the namespace until ctx ends. The
-// channel is closed when the subscription ends (ctx, or a socket error,
-// which is reported through onError).
+// Subscribe streams the link events of the namespace, and the removals of
+// addresses, until ctx ends. The channel is closed when the subscription
+// ends (ctx, or a socket error, which is reported through onError).
 func (k *Kernel) Subscribe(ctx context.Context, onError func(error)) (<-chan LinkEvent, error) {
 	updates := make(chan netlink.LinkUpdate, 256)
 	done := make(chan struct{})
@@ -119,17 +124,30 @@ func (k *Kernel) Subscribe(ctx context.Context, onError func(error)) (<-chan Lin
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to link events: %w", err)
 	}
+	addrs := make(chan netlink.AddrUpdate, 256)
+	addrDone := make(chan struct{})
+	err = netlink.AddrSubscribeWithOptions(addrs, addrDone, netlink.AddrSubscribeOptions{ErrorCallback: onError, Namespace: &k.ns})
+	if err != nil {
+		close(done)
+		for range updates {
+		}
+		return nil, fmt.Errorf("subscribe to address events: %w", err)
+	}
 	out := make(chan LinkEvent, 256)
 	go func() {
 		defer close(out)
 		defer func() {
-			// netlink's receiver may be blocked sending: drain until it
-			// sees done and closes the channel.
+			// netlink's receivers may be blocked sending: drain until they
+			// see done and close their channels.
 			close(done)
+			close(addrDone)
 			for range updates {
+			}
+			for range addrs {
 			}
 		}()
 		for {
+			var ev LinkEvent
 			select {
 			case <-ctx.Done():
 				return
@@ -137,12 +155,24 @@ func (k *Kernel) Subscribe(ctx context.Context, onError func(error)) (<-chan Lin
 				if !ok {
 					return
 				}
-				ev := LinkEvent{Deleted: u.Header.Type == unix.RTM_DELLINK, Link: convert(u.Link)}
-				select {
-				case out <- ev:
-				case <-ctx.Done():
+				ev = LinkEvent{Deleted: u.Header.Type == unix.RTM_DELLINK, Link: convert(u.Link)}
+			case a, ok := <-addrs:
+				if !ok {
 					return
 				}
+				if a.NewAddr {
+					continue
+				}
+				var l netlink.Link
+				if err := k.with(func(h *netlink.Handle) (err error) { l, err = h.LinkByIndex(a.LinkIndex); return err }); err != nil {
+					continue // the link itself went away: its own event says so
+				}
+				ev = LinkEvent{AddrRemoved: true, Link: convert(l)}
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
 			}
 		}
 	}()

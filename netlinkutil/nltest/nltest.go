@@ -302,7 +302,7 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
 	if mtu == 0 {
 		mtu = p.MTU
 	}
-	l := netlinkutil.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC, Alias: ep.Mark}
+	l := netlinkutil.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC, Alias: ep.Mark, Down: true}
 	if ep.Type == netlinkutil.KindIpvlan {
 		// The port mode and flags belong to the parent: the newest link's
 		// settings silently apply to all of them.
@@ -378,6 +378,7 @@ func (k *Kernel) AddShim(ctx context.Context, ep netlinkutil.Endpoint, addr neti
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.addrs[ep.Name] = append(k.addrs[ep.Name], addr)
+	k.links[ep.Name].Down = false
 	return nil
 }
 

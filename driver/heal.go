@@ -1,0 +1,202 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Carrying out health.go's steps: healing owned links that exist but are
+// broken, and following a renamed owned VLAN.
+
+// readShimAddrs reads the kernel's addresses of the host links that exist,
+// for the planners (a link gone meanwhile has none).
+func (d *Driver) readShimAddrs(ctx context.Context, s *snapshot, links []netlinkutil.Link) {
+	s.ShimAddrs = map[string][]netip.Addr{}
+	for name := range s.Shims {
+		if l, ok := findLink(links, name); ok && l.Name == name {
+			if as, err := d.links.LinkAddrs(ctx, name); err == nil {
+				s.ShimAddrs[name] = as
+			}
+		}
+	}
+}
+
+// heal carries out opHeal (an owned parent or a host link) and opFollow,
+// under the locks of the links involved (tried unless held).
+func (d *Driver) heal(ctx context.Context, s step, held string) error {
+	switch {
+	case s.Op == opFollow:
+		return d.follow(ctx, s.Name, s.To, held)
+	case s.Shim.Network.ID != "":
+		return d.repairShim(ctx, s, held) // ensureShim logs what it healed
+	default:
+		unlock, err := d.tryParent(s.Name, held)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		var p store.ParentLink
+		var still bool
+		if err := d.store.View(func(tx *store.Tx) (err error) {
+			p, still, err = tx.ParentLink(s.Name)
+			still = still && parentNeeded(tx, s.Name)
+			return err
+		}); err != nil || !still {
+			return err
+		}
+		if err := d.links.Heal(ctx, s.Name, netlinkutil.Heal{MTU: p.MTU}); err != nil {
+			return err
+		}
+	}
+	d.log.Warn("put an owned link back in order", "link", s.Name, "was", s.Why)
+	return nil
+}
+
+// follow moves the record of the owned VLAN from (renamed by an operator)
+// to the link's name to, with the networks recorded on it and the owned
+// VLANs standing on it, under both links' locks.
+func (d *Driver) follow(ctx context.Context, from, to, held string) error {
+	unlockFrom, err := d.tryParent(from, held)
+	if err != nil {
+		return err
+	}
+	defer unlockFrom()
+	unlockTo, err := d.tryParent(to, held)
+	if err != nil {
+		return err
+	}
+	defer unlockTo()
+	l, err := d.links.Get(ctx, to)
+	if err != nil || l.Name != to || l.Alias != d.mark {
+		return err // changed again meanwhile: the next pass sees it
+	}
+	err = d.store.Update(func(tx *store.Tx) error {
+		p, ok, err := tx.ParentLink(from)
+		if err != nil || !ok || p.Kind != kindVLAN || p.VLAN != l.VLAN {
+			return err
+		}
+		if _, taken, err := tx.ParentLink(to); err != nil || taken {
+			return err
+		}
+		for _, up := range tx.ParentLinksOn(from) {
+			u, ok, err := tx.ParentLink(up)
+			if err != nil {
+				return err
+			}
+			if ok {
+				u.Base = to
+				if err := tx.PutParentLink(u); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.DeleteParentLink(from); err != nil {
+			return err
+		}
+		p.Name = to
+		if err := tx.PutParentLink(p); err != nil {
+			return err
+		}
+		return repointTx(tx, from, to)
+	})
+	if err != nil {
+		return fmt.Errorf("follow VLAN %s renamed to %s: %w", from, to, err)
+	}
+	d.log.Warn("an owned VLAN was renamed: its record and networks follow it", "from", from, "to", to)
+	return nil
+}
+
+// selfDeletions remembers the links underlay itself is deleting, by index,
+// so the repair watcher does not take their announcements for repairs to
+// make. Entries not claimed within a minute (no watcher runs, the event
+// was lost) are dropped.
+type selfDeletions struct {
+	mu sync.Mutex
+	at map[int]time.Time
+}
+
+func (s *selfDeletions) add(index int, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[int]time.Time{}
+	}
+	for i, t := range s.at {
+		if now.Sub(t) > time.Minute {
+			delete(s.at, i)
+		}
+	}
+	s.at[index] = now
+}
+
+// claim reports whether underlay deleted the link with this index itself,
+// forgetting it.
+func (s *selfDeletions) claim(index int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.at[index]
+	delete(s.at, index)
+	return ok
+}
+
+// errRenamed is createParentLink's answer when the VLAN it would create
+// exists under another name with this instance's mark: an operator renamed
+// it, and the record must follow it.
+type errRenamed struct {
+	vlan       int
+	base, from string
+	to         string
+}
+
+func (e errRenamed) Error() string {
+	return fmt.Sprintf("VLAN %d on %s, which underlay created as %s, was renamed to %s (it carries this underlay's mark)", e.vlan, e.base, e.from, e.to)
+}
+
+// renamedTo reports the new name of an owned VLAN createParentLink found
+// renamed.
+func renamedTo(err error) (string, bool) {
+	var r errRenamed
+	if errors.As(err, &r) {
+		return r.to, true
+	}
+	return "", false
+}
+
+// failureLog logs a repair step's failure once per link and message: a
+// parent gone for good fails every pass the same way, and one line per
+// state change is enough (the repeats go to debug).
+type failureLog struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func (f *failureLog) warn(log *slog.Logger, link, msg string, err error) {
+	f.mu.Lock()
+	text := msg + ": " + err.Error()
+	repeat := f.last[link] == text
+	if f.last == nil {
+		f.last = map[string]string{}
+	}
+	f.last[link] = text
+	f.mu.Unlock()
+	if repeat {
+		log.Debug(msg+" (again)", "error", err)
+		return
+	}
+	log.Warn(msg, "error", err)
+}
+
+// clear forgets a link's failure once its step succeeded.
+func (f *failureLog) clear(link string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.last, link)
+}

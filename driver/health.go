@@ -1,0 +1,151 @@
+package driver
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Health of the links underlay owns: a link is healthy when it exists,
+// carries this instance's mark, is up and has what underlay gave it (a
+// parent's recorded MTU; a host link's address and MTU). These planners
+// say what to do with the owned links that exist but are not healthy, and
+// with an owned VLAN an operator renamed (the record follows the link: it
+// is the same VLAN, and endpoint links may stand on it).
+
+// brokenBy says what is wrong with an existing link of this instance: ""
+// when nothing is. mtu is the MTU underlay gave it (0: the kernel's), addr
+// the host address it must carry (invalid: none), have its addresses.
+func brokenBy(l netlinkutil.Link, mtu int, addr netip.Addr, have []netip.Addr) string {
+	var why []string
+	if l.Down {
+		why = append(why, "it is down")
+	}
+	if addr.IsValid() && !slices.Contains(have, addr) {
+		why = append(why, fmt.Sprintf("it lost its address %s", addr))
+	}
+	if mtu > 0 && l.MTU != mtu {
+		why = append(why, fmt.Sprintf("its MTU is %d, not %d", l.MTU, mtu))
+	}
+	return strings.Join(why, ", ")
+}
+
+// planHealParents heals the needed owned parent links that exist with
+// this instance's mark but are down or lost their recorded MTU.
+func planHealParents(s snapshot, links []netlinkutil.Link, mark string) []step {
+	names := make([]string, 0, len(s.Owned))
+	for name := range s.Owned {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var plan []step
+	for _, name := range names {
+		p := s.Owned[name]
+		l, ok := findLink(links, name)
+		if !ok || l.Name != name || l.Alias != mark || !s.needed(name) {
+			continue
+		}
+		if why := brokenBy(l, p.MTU, netip.Addr{}, nil); why != "" {
+			plan = append(plan, step{Op: opHeal, Name: name, Parent: p, Why: why})
+		}
+	}
+	return plan
+}
+
+// planFollow finds the owned VLANs an operator renamed: a record whose
+// name no link has, and a link carrying this instance's mark that no
+// record names, with the record's VLAN ID on the record's base. The record
+// moves to the link's name (opFollow), with the networks on it.
+func planFollow(s snapshot, links []netlinkutil.Link, mark string) []step {
+	names := make([]string, 0, len(s.Owned))
+	for name := range s.Owned {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var plan []step
+	taken := map[string]bool{}
+	for _, name := range names {
+		p := s.Owned[name]
+		if p.Kind != kindVLAN {
+			continue
+		}
+		if _, ok := findLink(links, name); ok {
+			continue
+		}
+		base, ok := findLink(links, p.Base)
+		if !ok {
+			continue
+		}
+		for _, l := range links {
+			if l.Kind == kindVLAN && l.Alias == mark && l.ParentIndex == base.Index && l.VLAN == p.VLAN &&
+				!s.recorded(l.Name) && !taken[l.Name] {
+				taken[l.Name] = true
+				plan = append(plan, step{Op: opFollow, Name: name, To: l.Name, Parent: p,
+					Why: fmt.Sprintf("VLAN %d on %s was renamed from %s to %s: the record follows the link", p.VLAN, p.Base, name, l.Name)})
+				break
+			}
+		}
+	}
+	return plan
+}
+
+// followed is the snapshot as it is once the follow steps are carried out.
+func (s snapshot) followed(plan []step) snapshot {
+	if len(plan) == 0 {
+		return s
+	}
+	out := s
+	out.Owned = make(map[string]store.ParentLink, len(s.Owned))
+	for k, v := range s.Owned {
+		out.Owned[k] = v
+	}
+	out.Use = make(map[string]int, len(s.Use))
+	for k, v := range s.Use {
+		out.Use[k] = v
+	}
+	out.Shims = make(map[string]shimState, len(s.Shims))
+	for k, v := range s.Shims {
+		out.Shims[k] = v
+	}
+	for _, st := range plan {
+		if st.Op != opFollow {
+			continue
+		}
+		p := out.Owned[st.Name]
+		delete(out.Owned, st.Name)
+		p.Name = st.To
+		out.Owned[st.To] = p
+		for k, v := range out.Owned {
+			if v.Base == st.Name {
+				v.Base = st.To
+				out.Owned[k] = v
+			}
+		}
+		out.Use[st.To] += out.Use[st.Name]
+		delete(out.Use, st.Name)
+		for k, v := range out.Shims {
+			if v.Network.Parent == st.Name {
+				v.Network.Parent = st.To
+				out.Shims[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// standsOn reports whether another link of the namespace has l as its
+// lower link.
+func standsOn(links []netlinkutil.Link, l netlinkutil.Link) []string {
+	var out []string
+	for _, o := range links {
+		if o.ParentIndex == l.Index && o.Index != l.Index {
+			out = append(out, o.Name)
+		}
+	}
+	return out
+}
