@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/vishvananda/netlink"
+)
+
+// A host link that exists but is broken is healed, through the real
+// daemon: set down or flushed by an operator while the daemon runs (the
+// watcher), both while it is down (the start), an unmarked leftover of its
+// name (a crash while it was made), and a copy an operator renamed; a Join
+// right after an operator broke it answers and routes.
+func TestShimBrokenHostLinkIsHealed(t *testing.T) {
+	ns, d := setup(t, itest.DaemonOptions{})
+	mark := instanceMark(t, d)
+	shim := shimLink(netA)
+	const host, ctr, ctr2 = "198.18.1.2", "198.18.1.10", "198.18.1.11"
+	d.MustCreateNetwork(hostNet(netA, "vp0", 1))
+	_, j := d.Endpoint(netA, epA, ctr+"/24", "", "")
+	sb := itest.NewNetns(t)
+	itest.JoinSandbox(ns, sb, j, ctr+"/24")
+	wantShim(t, ns, shim, "macvlan", "vp0", mark, host, ctr)
+	wantPings(t, "after the join", ns, host, sb, ctr)
+
+	setDown := func() {
+		t.Helper()
+		if err := ns.NL.LinkSetDown(ns.MustLink(shim)); err != nil {
+			t.Fatalf("set %s down: %v", shim, err)
+		}
+	}
+	flush := func() {
+		t.Helper()
+		addrs, err := ns.NL.AddrList(ns.MustLink(shim), netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range addrs {
+			if err := ns.NL.AddrDel(ns.MustLink(shim), &a); err != nil {
+				t.Fatalf("flush %s: %v", shim, err)
+			}
+		}
+	}
+	// Set down while the daemon runs (the kernel drops its routes too).
+	setDown()
+	took := waitShim(t, 5*time.Second, ns, shim, "macvlan", "vp0", mark, host, ctr)
+	t.Logf("host link up again %s after it was set down", took.Round(time.Millisecond))
+	wantPings(t, "after the host link was set down and healed", ns, host, sb, ctr)
+	// Its address flushed while the daemon runs.
+	flush()
+	waitShim(t, 5*time.Second, ns, shim, "macvlan", "vp0", mark, host, ctr)
+	wantPings(t, "after the host link's address was flushed and healed", ns, host, sb, ctr)
+
+	// A Join right after an operator set it down and flushed it answers
+	// (it failed with 500 "network is down" before) and routes.
+	setDown()
+	flush()
+	_, j2 := d.Endpoint(netA, epB, ctr2+"/24", "", "")
+	sb2 := itest.NewNetns(t)
+	itest.JoinSandbox(ns, sb2, j2, ctr2+"/24")
+	waitShim(t, 5*time.Second, ns, shim, "macvlan", "vp0", mark, host, ctr, ctr2)
+	wantPings(t, "a container joined while the host link was broken", ns, host, sb2, ctr2)
+
+	// Both while the daemon is down (kill -9): the start heals it, before
+	// serving, keeping the link.
+	idx := ns.LinkIndex(shim)
+	d.Kill()
+	setDown()
+	flush()
+	d.Start()
+	if got := wantShim(t, ns, shim, "macvlan", "vp0", mark, host, ctr, ctr2); got != idx {
+		t.Fatalf("the host link was re-made (index %d, was %d) where healing it was enough", got, idx)
+	}
+
+	// An unmarked macvlan of the host link's name without an address (a
+	// crash inside the host link's creation leaves one): made again.
+	d.Kill()
+	ns.Delete(shim)
+	addMarkedMacvlan(t, ns, shim, "vp0", "")
+	d.Start()
+	wantShim(t, ns, shim, "macvlan", "vp0", mark, host, ctr, ctr2)
+	wantPings(t, "after the unmarked leftover was replaced", ns, host, sb, ctr)
+
+	// Renamed by an operator while the daemon runs: one host link per
+	// network, under its own name.
+	if err := ns.NL.LinkSetDown(ns.MustLink(shim)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.NL.LinkSetName(ns.MustLink(shim), "myshim"); err != nil {
+		t.Fatalf("rename %s: %v", shim, err)
+	}
+	waitShim(t, 5*time.Second, ns, shim, "macvlan", "vp0", mark, host, ctr, ctr2)
+	deadline := time.Now().Add(5 * time.Second)
+	for ns.Link("myshim") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the renamed copy of the host link still carries the network's address beside the new host link")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wantPings(t, "after the host link was renamed", ns, host, sb, ctr)
+
+	// Each repair is logged once, and the network's own deletion is no
+	// repair: no "went away" line for it.
+	before := strings.Count(d.Log(), "went away")
+	d.RemoveEndpoint(netA, epA)
+	d.RemoveEndpoint(netA, epB)
+	d.DeleteNetwork(netA)
+	time.Sleep(500 * time.Millisecond)
+	if after := strings.Count(d.Log(), "went away"); after != before {
+		t.Fatalf("DeleteNetwork's own deletion of the host link was logged as a repair event:\n%s", tailLog(d.Log(), 10))
+	}
+	if n := strings.Count(d.Log(), "put an owned link back in order"); n < 3 {
+		t.Fatalf("%d heal lines logged, want one per repair (at least 3):\n%s", n, tailLog(d.Log(), 30))
+	}
+	ns.WantLinks(base...)
+}
+
+// tailLog is the last n lines of a log.
+func tailLog(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
