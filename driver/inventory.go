@@ -189,6 +189,14 @@ func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, err
 	if s.recorded(name) {
 		return "no longer needed: a record owns link " + name + " now", nil
 	}
+	for _, st := range planFollow(s, links, d.mark) {
+		if st.To == name {
+			return "", refusef("link %s is the VLAN %s that underlay created, renamed (%s): its record follows it; not deleted", name, st.Name, st.Why)
+		}
+	}
+	if on := standsOn(links, l); len(on) > 0 {
+		return "", refusef("links stand on %s (%v): deleting it would take them with it; not deleted", name, on)
+	}
 	if err := d.deleteOwnedLink(ctx, name, false); err != nil {
 		return "", err
 	}
