@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -127,3 +128,29 @@ func tailLog(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+
+// A parent gone for good (a user's link deleted under a host-address
+// network): the watcher waits for it without a repair pass, and a WARN
+// line, per burst of unrelated link events: 100 endpoint cycles on
+// another network log nothing more.
+func TestShimParentGoneForGoodIsQuiet(t *testing.T) {
+	ns, d := setup(t, itest.DaemonOptions{})
+	d.MustCreateNetwork(hostNet(netA, "vp1", 1))
+	d.MustCreateNetwork(itest.Net{ID: netB, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	ns.Delete("vp1")
+	time.Sleep(1500 * time.Millisecond) // the first pass fails and waits
+	warns := func() int { return strings.Count(d.Log(), "level=WARN") }
+	before := warns()
+	for i := 0; i < 100; i++ {
+		ep := fmt.Sprintf("%012x%052d", 0xe0e0e0e00000+i, i)
+		d.Endpoint(netB, ep, fmt.Sprintf("198.18.2.%d/24", 10+i), "", "")
+		d.RemoveEndpoint(netB, ep)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if got := warns() - before; got > 0 {
+		t.Fatalf("%d WARN lines for 100 unrelated endpoint cycles while a parent is gone for good:\n%s", got, tailLog(d.Log(), 30))
+	}
+	// When the parent comes back, the host link does too.
+	ns.AddVeth("vp1", "vp1-peer", 1500)
+	waitShim(t, 5*time.Second, ns, shimLink(netA), "macvlan", "vp1", instanceMark(t, d), "198.18.1.2")
+}
