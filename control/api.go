@@ -18,7 +18,8 @@ import (
 	"github.com/underlay-net/underlay/ipam"
 )
 
-// Paths of the control API (POST, JSON).
+// Paths of the control API: POST only (other methods are answered 405
+// with Allow: POST), JSON bodies.
 const (
 	PathState  = "/underlay/v1/state"
 	PathRepair = "/underlay/v1/repair"
@@ -67,16 +68,36 @@ type Server struct {
 }
 
 // Register adds the control API's routes to the plugin socket's mux.
+// Only POST reaches them: any other method is answered 405 with an Allow
+// header, before the request is decoded or counted.
 func (s *Server) Register(mux *http.ServeMux) {
-	pluginapi.Route(mux, s.Log, PathState, func(ctx context.Context, _ *struct{}) (any, error) {
+	routes := http.NewServeMux()
+	pluginapi.Route(routes, s.Log, PathState, func(ctx context.Context, _ *struct{}) (any, error) {
 		return s.State(ctx)
 	})
-	pluginapi.Route(mux, s.Log, PathRepair, func(ctx context.Context, r *RepairRequest) (any, error) {
+	pluginapi.Route(routes, s.Log, PathRepair, func(ctx context.Context, r *RepairRequest) (any, error) {
 		res, err := s.Repair(ctx, r.action())
 		if err != nil {
 			return nil, err
 		}
 		return RepairResponse{Result: res}, nil
+	})
+	for _, p := range []string{PathState, PathRepair} {
+		mux.Handle(p, postOnly(routes))
+	}
+}
+
+// postOnly answers every method but POST with 405, naming the method, the
+// path and what to use.
+func postOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			pluginapi.WriteJSON(w, http.StatusMethodNotAllowed, pluginapi.ErrorResponse{
+				Err: fmt.Sprintf("%s %s: the control API answers POST only (a JSON body, {} when empty): use POST", r.Method, r.URL.Path)})
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/underlay-net/underlay/doctor"
@@ -20,11 +19,20 @@ import (
 //	underlay ls     [--socket PATH] [--docker-host unix://PATH] [--json]
 //	underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
 
-// Exit codes of doctor.
+// Exit codes of doctor (README.md, underlay doctor). A monitor reads only
+// ExitHealthy as healthy.
 const (
-	ExitHealthy  = 0
+	// ExitHealthy: every check ran and nothing was found (or, with
+	// --repair, nothing remains).
+	ExitHealthy = 0
+	// ExitFindings: findings remain (some checks may have been skipped
+	// too: the report says which).
 	ExitFindings = 1
-	ExitCannot   = 2
+	// ExitCannot: doctor could not run (no daemon, bad flags).
+	ExitCannot = 2
+	// ExitIncomplete: the checks that ran found nothing, but some were
+	// skipped (Docker unreachable): health is unknown, not proven.
+	ExitIncomplete = 3
 )
 
 type options struct {
@@ -58,8 +66,8 @@ func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (o
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q: underlay %s takes only flags", fs.Arg(0), name)
 	}
-	if !strings.HasPrefix(o.dockerHost, "unix://") && !strings.HasPrefix(o.dockerHost, "tcp://") {
-		return o, fmt.Errorf("--docker-host %q is not valid: use unix:///path/to/docker.sock", o.dockerHost)
+	if err := CheckDockerHost(o.dockerHost); err != nil {
+		return o, err
 	}
 	o.docker, o.dockerErr = driver.NewDockerAPI(o.dockerHost, 5*time.Second)
 	return o, nil
@@ -112,7 +120,7 @@ func RunDoctor(args []string, stdout, stderr io.Writer) int {
 	// unused once the network is gone): check again after a round that
 	// made progress, a few rounds at most.
 	for round := 0; ; round++ {
-		report.Findings, report.Warnings, err = o.check(ctx, c)
+		report.Findings, report.Skipped, err = o.check(ctx, c)
 		if err != nil {
 			fmt.Fprintln(stderr, "underlay doctor:", err)
 			return ExitCannot
@@ -142,13 +150,21 @@ func RunDoctor(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	report.Remaining = len(report.Findings)
+	report.Complete = len(report.Skipped) == 0
+	report.Warnings = make([]string, 0, len(report.Skipped))
+	for _, sk := range report.Skipped {
+		report.Warnings = append(report.Warnings, sk.String())
+	}
 	if o.json {
 		writeJSON(stdout, stderr, report)
 	} else {
 		printReport(stdout, stderr, report, o.repair)
 	}
-	if report.Remaining > 0 {
+	switch {
+	case report.Remaining > 0:
 		return ExitFindings
+	case !report.Complete:
+		return ExitIncomplete
 	}
 	return ExitHealthy
 }
@@ -157,11 +173,17 @@ func RunDoctor(args []string, stdout, stderr io.Writer) int {
 type Report struct {
 	// Findings are what is wrong (after the repairs, with --repair).
 	Findings []doctor.Finding `json:"findings"`
-	// Warnings are checks that could not run (Docker unreachable).
+	// Warnings are checks that could not run (Docker unreachable), one
+	// line each: Skipped as text.
 	Warnings []string `json:"warnings"`
+	// Skipped are the checks that could not run, each with its reason.
+	Skipped []doctor.Skip `json:"skipped"`
+	// Complete is false when a check was skipped: no findings then means
+	// unknown, not healthy (exit ExitIncomplete).
+	Complete bool `json:"complete"`
 	// Repairs are the actions --repair took, in order.
 	Repairs []RepairResult `json:"repairs"`
-	// Remaining is len(Findings): 0 means healthy (exit 0).
+	// Remaining is len(Findings): 0 with Complete means healthy (exit 0).
 	Remaining int `json:"remaining"`
 }
 
@@ -182,10 +204,10 @@ func actionKey(a doctor.Action) string {
 // both: a request between reading the state file and listing the links
 // (a record written before its link is made, a link deleted before its
 // record) shows a finding once that is no finding.
-func (o options) check(ctx context.Context, c *Client) ([]doctor.Finding, []string, error) {
+func (o options) check(ctx context.Context, c *Client) ([]doctor.Finding, []doctor.Skip, error) {
 	var first map[string]bool
 	var findings []doctor.Finding
-	var warnings []string
+	var skipped []doctor.Skip
 	for pass := 0; pass < 2; pass++ {
 		if pass == 1 {
 			time.Sleep(confirmDelay)
@@ -194,7 +216,10 @@ func (o options) check(ctx context.Context, c *Client) ([]doctor.Finding, []stri
 		if err != nil {
 			return nil, nil, err
 		}
-		findings, warnings = doctor.Check(st.Input(o.askDocker(ctx, st).view))
+		dv := o.askDocker(ctx, st)
+		in := st.Input(dv.view)
+		in.DockerError = dv.err
+		findings, skipped = doctor.Check(in)
 		if pass == 0 {
 			first = map[string]bool{}
 			for _, f := range findings {
@@ -211,10 +236,10 @@ func (o options) check(ctx context.Context, c *Client) ([]doctor.Finding, []stri
 			kept = append(kept, f)
 		}
 	}
-	if warnings == nil {
-		warnings = []string{}
+	if skipped == nil {
+		skipped = []doctor.Skip{}
 	}
-	return kept, warnings, nil
+	return kept, skipped, nil
 }
 
 // confirmDelay separates the two passes of check.

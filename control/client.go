@@ -91,25 +91,77 @@ func (c *Client) call(ctx context.Context, path string, in, out any) error {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("ask underlay on %s: %w: is the daemon running?", c.socket, err)
+		return fmt.Errorf("ask underlay on %s: %w: is the daemon running, and is this its socket?", c.socket, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return fmt.Errorf("read underlay's answer on %s: %w", c.socket, err)
 	}
-	if resp.StatusCode == http.StatusNotFound {
+	var e struct{ Err string }
+	isUnderlayError := json.Unmarshal(data, &e) == nil && e.Err != ""
+	switch {
+	case resp.StatusCode == http.StatusNotFound && isUnderlayError && strings.HasPrefix(e.Err, "underlay does not implement"):
 		return fmt.Errorf("underlay on %s does not know %s: it is older than this command; run the same version", c.socket, path)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Err string }
-		if json.Unmarshal(data, &e) != nil || e.Err == "" {
-			e.Err = fmt.Sprintf("status %d: %.200s", resp.StatusCode, strings.TrimSpace(string(data)))
-		}
+	case resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusMethodNotAllowed && !isUnderlayError:
+		return fmt.Errorf("%s is not underlay's socket: %s answered %s to %s: pass the socket underlay serves with --socket (underlay serve --socket; default %s, a managed plugin's is %s)",
+			c.socket, answerer(resp.Header), summary(resp, data), path, DefaultSocket, PluginSockets)
+	case resp.StatusCode != http.StatusOK && isUnderlayError:
 		return fmt.Errorf("%w: %s", errDaemon, e.Err)
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("%s on %s answered %s to %s, not underlay's JSON error: is this underlay's socket? pass the one underlay serves with --socket",
+			answerer(resp.Header), c.socket, summary(resp, data), path)
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("underlay's answer on %s is not valid: %w", c.socket, err)
+		return fmt.Errorf("the answer on %s to %s is not underlay's (%s: %w): is this underlay's socket? pass the one underlay serves with --socket", c.socket, path, summary(resp, data), err)
 	}
 	return nil
+}
+
+// answerer says what answered, from the headers: Docker's Engine API
+// sends Api-Version (and Server: Docker/...).
+func answerer(h http.Header) string {
+	if v := h.Get("Api-Version"); v != "" {
+		if srv := h.Get("Server"); srv != "" {
+			return fmt.Sprintf("a Docker Engine API (Api-Version %s, Server %q)", v, srv)
+		}
+		return fmt.Sprintf("a Docker Engine API (Api-Version %s)", v)
+	}
+	if srv := h.Get("Server"); srv != "" {
+		return fmt.Sprintf("the server (Server %q)", srv)
+	}
+	return "the server"
+}
+
+// summaryLen bounds the first line of a body quoted in an error.
+const summaryLen = 80
+
+// summary describes an answer in one short line: its status, its content
+// type and the first non-empty line of its body, cut at summaryLen (an
+// HTML error page is not printed whole).
+func summary(resp *http.Response, body []byte) string {
+	s := resp.Status
+	if s == "" {
+		s = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	} else if !strings.HasPrefix(s, fmt.Sprint(resp.StatusCode)) {
+		s = fmt.Sprintf("%d %s", resp.StatusCode, s)
+	}
+	s = "status " + s
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		s += ", " + ct
+	}
+	line := ""
+	for _, l := range strings.Split(string(body), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			line = l
+			break
+		}
+	}
+	if line == "" {
+		return s + ", empty body"
+	}
+	if r := []rune(line); len(r) > summaryLen {
+		line = string(r[:summaryLen]) + "..."
+	}
+	return fmt.Sprintf("%s: %q", s, line)
 }

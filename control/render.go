@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -187,6 +188,9 @@ func printReport(stdout, stderr io.Writer, r Report, repaired bool) {
 		fmt.Fprintf(stdout, "%s %s: %s. --repair: %s\n", f.Kind, f.Subject, f.Message, f.Repair)
 	}
 	switch {
+	case len(r.Findings) == 0 && !r.Complete:
+		fmt.Fprintf(stdout, "incomplete: the checks that ran found nothing, but the %s %s skipped (see the warnings): health unknown\n",
+			skippedChecks(r.Skipped), plural(len(r.Skipped), "check was", "checks were"))
 	case len(r.Findings) == 0 && repaired && len(r.Repairs) > 0:
 		fmt.Fprintf(stdout, "healthy after %d repairs\n", len(r.Repairs))
 	case len(r.Findings) == 0:
@@ -196,6 +200,30 @@ func printReport(stdout, stderr io.Writer, r Report, repaired bool) {
 	default:
 		fmt.Fprintf(stdout, "%d findings: run underlay doctor --repair to fix what is safe to fix\n", len(r.Findings))
 	}
+}
+
+// skippedChecks names the skipped checks: "stale-network and unused-pool",
+// "stale-network (network 3f2a1b4c5d6e)".
+func skippedChecks(skips []doctor.Skip) string {
+	names := make([]string, 0, len(skips))
+	for _, s := range skips {
+		n := s.Check
+		if s.Subject != "" {
+			n += " (network " + short(s.Subject) + ")"
+		}
+		names = append(names, n)
+	}
+	if len(names) <= 1 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func short(id string) string {

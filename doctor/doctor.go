@@ -41,6 +41,8 @@ type Input struct {
 
 	// Docker is Docker's view; nil when Docker could not be asked.
 	Docker *Docker
+	// DockerError says why Docker could not be asked (Docker nil).
+	DockerError string
 }
 
 // Docker is what Docker said.
@@ -97,11 +99,39 @@ type Finding struct {
 	Action *Action `json:"action,omitempty"`
 }
 
-// Check runs every comparison. warnings are what kept a check from
-// running (Docker unreachable); they are not findings.
-func Check(in Input) (findings []Finding, warnings []string) {
+// Skip is a check that could not run: its findings are unknown, not
+// absent. A monitor must not read a report with skips as healthy.
+type Skip struct {
+	// Check is the kind of finding that was not looked for
+	// (stale-network, unused-pool).
+	Check string `json:"check"`
+	// Subject is the one network not checked; empty when the check was
+	// skipped for everything.
+	Subject string `json:"subject,omitempty"`
+	// Reason says why, with the error that kept it from running.
+	Reason string `json:"reason"`
+}
+
+// String is the skip as one line for an operator.
+func (s Skip) String() string {
+	if s.Subject != "" {
+		return fmt.Sprintf("%s check of network %s skipped: %s", s.Check, short(s.Subject), s.Reason)
+	}
+	return fmt.Sprintf("%s check skipped: %s", s.Check, s.Reason)
+}
+
+// Check runs every comparison. skipped are the checks that could not run
+// (Docker unreachable, or unsure about a network); they are not findings,
+// but the report is incomplete.
+func Check(in Input) (findings []Finding, skipped []Skip) {
 	if in.Docker == nil {
-		warnings = append(warnings, "Docker could not be asked: stale networks and unused IPAM pools were not checked")
+		why := "Docker could not be asked"
+		if in.DockerError != "" {
+			why += " (" + in.DockerError + ")"
+		}
+		skipped = append(skipped,
+			Skip{Check: kindStale, Reason: why + ": whether Docker still knows underlay's networks is unknown"},
+			Skip{Check: kindUnusedPool, Reason: why + ": which subnets Docker's networks use is unknown"})
 	} else {
 		ids := make([]string, 0, len(in.Docker.Unsure))
 		for id := range in.Docker.Unsure {
@@ -109,7 +139,7 @@ func Check(in Input) (findings []Finding, warnings []string) {
 		}
 		sort.Strings(ids)
 		for _, id := range ids {
-			warnings = append(warnings, fmt.Sprintf("Docker could not say whether network %s exists (%s): not checked", short(id), in.Docker.Unsure[id]))
+			skipped = append(skipped, Skip{Check: kindStale, Subject: id, Reason: fmt.Sprintf("Docker could not say whether network %s exists (%s)", short(id), in.Docker.Unsure[id])})
 		}
 	}
 	findings = append(findings, staleNetworks(in)...)
@@ -117,7 +147,7 @@ func Check(in Input) (findings []Finding, warnings []string) {
 	findings = append(findings, parents(in)...)
 	findings = append(findings, orphans(in)...)
 	findings = append(findings, unusedPools(in)...)
-	return findings, warnings
+	return findings, skipped
 }
 
 // old reports whether a record made at created is past the grace period.

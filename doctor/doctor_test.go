@@ -48,10 +48,12 @@ func healthy() Input {
 
 func TestCheck(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		change   func(*Input)
-		want     []string // kind subject op
-		warnings []string
+		name   string
+		change func(*Input)
+		want   []string // kind subject op
+		// skipped are texts the skips say, one skip each but for the
+		// texts of one skip (an Unsure network's).
+		skipped []string
 	}{
 		{name: "healthy", change: func(*Input) {}},
 		{name: "Docker does not know a network", change: func(in *Input) { in.Docker.Missing[netA] = true },
@@ -64,12 +66,13 @@ func TestCheck(t *testing.T) {
 			in.Docker.Missing[netA] = true
 			in.Networks[0].Created = time.Time{}
 		}, want: []string{"stale-network " + netA + " remove-stale-network"}},
-		{name: "Docker unreachable: a warning, no stale or pool findings", change: func(in *Input) {
-			in.Docker = nil
+		{name: "Docker unreachable: both Docker checks skipped with the reason, no stale or pool findings", change: func(in *Input) {
+			in.Docker, in.DockerError = nil, "dial unix /run/docker.sock: connect: no such file or directory"
 			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Created: now.Add(-time.Hour)})
-		}, warnings: []string{"Docker could not be asked"}},
+		}, skipped: []string{"stale-network check skipped: Docker could not be asked (dial unix /run/docker.sock: connect: no such file or directory)",
+			"unused-pool check skipped: Docker could not be asked (dial unix /run/docker.sock"}},
 		{name: "Docker unsure about one network", change: func(in *Input) { in.Docker.Unsure = map[string]string{netA: "timeout"} },
-			warnings: []string{"network aaaaaaaaaaaa", "timeout"}},
+			skipped: []string{"stale-network check of network aaaaaaaaaaaa skipped", "timeout"}},
 		{name: "owned parent missing", change: func(in *Input) { in.Links = append(in.Links[:2], in.Links[3:]...) },
 			want: []string{"missing-parent eth0.10 recreate-parent"}},
 		{name: "user's parent missing: a finding without repair", change: func(in *Input) { in.Links = in.Links[2:] },
@@ -103,7 +106,7 @@ func TestCheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := healthy()
 			tc.change(&in)
-			findings, warnings := Check(in)
+			findings, skipped := Check(in)
 			var got []string
 			for _, f := range findings {
 				op := ""
@@ -118,12 +121,19 @@ func TestCheck(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("findings %q, want %q", got, tc.want)
 			}
-			if len(warnings) != len(tc.warnings) && !(len(tc.warnings) > 0 && len(warnings) == 1) {
-				t.Errorf("warnings %q, want %q", warnings, tc.warnings)
+			var skips []string
+			for _, sk := range skipped {
+				skips = append(skips, sk.String())
+				if sk.Check == "" || sk.Reason == "" {
+					t.Errorf("skip %+v does not name its check or its reason", sk)
+				}
 			}
-			for _, w := range tc.warnings {
-				if len(warnings) == 0 || !strings.Contains(strings.Join(warnings, "\n"), w) {
-					t.Errorf("warnings %q do not say %q", warnings, w)
+			if len(skips) != len(tc.skipped) && !(len(tc.skipped) > 0 && len(skips) == 1) {
+				t.Errorf("skipped %q, want %q", skips, tc.skipped)
+			}
+			for _, w := range tc.skipped {
+				if !strings.Contains(strings.Join(skips, "\n"), w) {
+					t.Errorf("skipped %q do not say %q", skips, w)
 				}
 			}
 		})

@@ -201,8 +201,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if c.Scope != "local" && c.Scope != "global" {
 		return c, fmt.Errorf("--scope %q is not valid: use local or global", c.Scope)
 	}
-	if !strings.HasPrefix(c.DockerHost, "unix://") && !strings.HasPrefix(c.DockerHost, "tcp://") {
-		return c, fmt.Errorf("--docker-host %q is not valid: use unix:///path/to/docker.sock", c.DockerHost)
+	if err := control.CheckDockerHost(c.DockerHost); err != nil {
+		return c, err
 	}
 	if c.MetricsListen != "" {
 		_, port, err := net.SplitHostPort(c.MetricsListen)

@@ -199,3 +199,27 @@ func TestProfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestParseServeDockerHost: a --docker-host (or DOCKER_HOST) without an
+// address is refused at start, naming the value and the fix, not found
+// out at the first conflict check.
+func TestParseServeDockerHost(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	for _, ok := range []string{"unix:///run/docker.sock", "tcp://10.0.0.1:2375"} {
+		if c, err := parseServe([]string{"--docker-host", ok}, getenv, &bytes.Buffer{}); err != nil || c.DockerHost != ok {
+			t.Errorf("--docker-host %s: %q %v", ok, c.DockerHost, err)
+		}
+	}
+	for bad, fix := range map[string]string{"unix://": "unix:///var/run/docker.sock", "tcp://": "tcp://HOST:PORT", "tcp://10.0.0.1": "tcp://HOST:PORT", "unix://run/docker.sock": "unix:///run/docker.sock"} {
+		_, err := parseServe([]string{"--docker-host", bad}, getenv, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), `"`+bad+`"`) || !strings.Contains(err.Error(), fix) {
+			t.Errorf("--docker-host %s: %v, want an error naming it and %s", bad, err, fix)
+		}
+		env["DOCKER_HOST"] = bad
+		if _, err := parseServe(nil, getenv, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `"`+bad+`"`) {
+			t.Errorf("DOCKER_HOST=%s: %v", bad, err)
+		}
+		delete(env, "DOCKER_HOST")
+	}
+}

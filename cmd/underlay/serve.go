@@ -145,17 +145,25 @@ func serve(c serveConfig, stderr io.Writer) error {
 	im.Register(mux)
 	m.Register(mux)
 	(&control.Server{Driver: d, IPAM: im, Docker: docker, Version: versionString(), Log: log}).Register(mux)
-	srv := &http.Server{Handler: pluginapi.Observe(mux, m), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	guard := newRequestGuard(pluginapi.Observe(mux, m), bodyTimeout)
+	guard.install(srv)
 	errc := make(chan error, 2)
 	go func() { errc <- fmt.Errorf("serve %s: %w", c.Socket, srv.Serve(l)) }()
 	log.Info("serving the Docker network plugin API", "socket", c.Socket)
-	var metricsSrv *http.Server
+	var metricsSrv *metrics.TCPServer
 	if metricsL != nil {
-		mm := http.NewServeMux()
-		m.Register(mm)
-		metricsSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- fmt.Errorf("serve metrics on %s: %w", metricsL.Addr(), metricsSrv.Serve(metricsL)) }()
-		log.Info("serving metrics over TCP", "address", metricsL.Addr().String(), "path", metrics.Path)
+		lim := metrics.DefaultTCPLimits()
+		if metricsSrv, err = m.NewTCPServer(metricsL, lim, log); err != nil {
+			return err
+		}
+		go func() {
+			if err := metricsSrv.Serve(); err != nil {
+				errc <- fmt.Errorf("serve metrics on %s: %w", metricsSrv.Addr(), err)
+			}
+		}()
+		log.Info("serving metrics over TCP", "address", metricsSrv.Addr().String(), "path", metrics.Path,
+			"max_connections", lim.MaxConns, "idle_timeout", lim.IdleTimeout)
 	}
 
 	select {
@@ -164,19 +172,40 @@ func serve(c serveConfig, stderr io.Writer) error {
 	case <-ctx.Done():
 	}
 	log.Info("signal received: finishing in-flight requests")
+	// Bodies and first headers still arriving get a moment more, then
+	// fail: shutdown waits for requests being answered, not for clients
+	// that stopped sending.
+	guard.Stop(shutdownGrace)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if metricsSrv != nil {
-		if err := metricsSrv.Shutdown(shutdownCtx); err != nil {
-			log.Error("metrics scrapes still running at shutdown", "error", err)
+	metricsDone := make(chan struct{})
+	go func() { // beside the socket's: a slow scraper does not hold the plugin up
+		defer close(metricsDone)
+		if metricsSrv == nil {
+			return
 		}
-	}
+		ctx, cancel := context.WithTimeout(shutdownCtx, shutdownGrace)
+		defer cancel()
+		if err := metricsSrv.Shutdown(ctx); err != nil {
+			log.Warn("metrics scrapes still running at shutdown: closed", "error", err)
+			_ = metricsSrv.Close()
+		}
+	}()
+	defer func() { <-metricsDone }()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		log.Error("requests still running at shutdown", "error", err)
 	}
 	log.Info("stopped")
 	return nil
 }
+
+// bodyTimeout is how long a request body on the plugin socket may take
+// after its headers; Docker sends both at once.
+const bodyTimeout = 10 * time.Second
+
+// shutdownGrace is what a request still arriving at SIGTERM gets to
+// finish arriving.
+const shutdownGrace = time.Second
 
 // checkSocketFree refuses a socket path another process answers on, or
 // that is not a socket. A socket file left by a dead process is fine.

@@ -87,10 +87,19 @@ func TestDoctorAndLs(t *testing.T) {
 	}
 	ns.WantLinks(with(linkA)...)
 
-	// Docker unreachable: a warning, not a finding.
+	// Docker unreachable: not a finding, but the checks that need Docker
+	// were skipped, and doctor says so: exit 3 (incomplete), never
+	// "healthy" and 0, naming the skipped checks and why.
 	out, errOut, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", "unix:///nonexistent/docker.sock")
-	if code != control.ExitHealthy || !strings.Contains(errOut, "warning: Docker could not be asked") {
-		t.Errorf("doctor without Docker: exit %d\n%s%s", code, out, errOut)
+	if code != control.ExitIncomplete || strings.Contains(out, "healthy") || !strings.Contains(out, "incomplete") ||
+		!strings.Contains(errOut, "warning: stale-network check skipped: Docker could not be asked") || !strings.Contains(errOut, "unused-pool check skipped") ||
+		!strings.Contains(errOut, "/nonexistent/docker.sock") {
+		t.Errorf("doctor without Docker: exit %d, want %d naming the skipped checks and why\n%s%s", code, control.ExitIncomplete, out, errOut)
+	}
+	out, _, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", "unix:///nonexistent/docker.sock", "--json")
+	var incomplete control.Report
+	if err := json.Unmarshal([]byte(out), &incomplete); err != nil || code != control.ExitIncomplete || incomplete.Complete || len(incomplete.Skipped) != 2 {
+		t.Errorf("doctor --json without Docker: exit %d, %+v, %v\n%s", code, incomplete, err, out)
 	}
 
 	// A Docker that is not the daemon's says B is gone, the daemon's own
@@ -122,7 +131,8 @@ func TestDoctorAndLs(t *testing.T) {
 	// JSON report of a healthy daemon: empty lists, not null.
 	out, _, code = cli(t, "doctor", "--socket", d.Socket, "--docker-host", docker.Host(), "--repair", "--json")
 	var r control.Report
-	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || r.Remaining != 0 || len(r.Repairs) != 0 || !strings.Contains(out, `"findings": []`) {
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || r.Remaining != 0 || len(r.Repairs) != 0 || !strings.Contains(out, `"findings": []`) ||
+		!r.Complete || !strings.Contains(out, `"skipped": []`) {
 		t.Fatalf("doctor --repair --json: exit %d, %+v, %v\n%s", code, r, err, out)
 	}
 	wantState(t, d, 1, netA)

@@ -1,12 +1,18 @@
 package integration
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/underlay-net/underlay/internal/itest"
+	"golang.org/x/sys/unix"
 )
 
 // TestMetrics: the real binary counts its requests by route and outcome,
@@ -88,4 +94,143 @@ func TestMetrics(t *testing.T) {
 	if !strings.Contains(d.Log(), "serving metrics over TCP") {
 		t.Error("the TCP metrics address was not logged")
 	}
+}
+
+// TestMetricsTCPFloodLeavesPluginSocket: clients of --metrics-listen
+// cannot take the descriptors the plugin socket needs. With the daemon's
+// open-file limit at 1024 (a common default), 1,126 connections to the
+// metrics port, each with a keep-alive scrape sent and never closed, used
+// to stop the plugin socket ("accept4: too many open files"). Now the
+// daemon holds at most a few dozen of them at once (the rest wait in the
+// kernel's accept queue), closes idle ones, and the plugin socket and
+// the socket's /metrics keep answering; once the flood ends, TCP scrapes
+// are answered again.
+func TestMetricsTCPFloodLeavesPluginSocket(t *testing.T) {
+	itest.RequireRoot(t)
+	docker := itest.NewFakeDocker(t)
+	ns := itest.NewNetns(t)
+	ns.AddVeth("vp0", "vp0-peer", 1500)
+	addr := fmt.Sprintf("127.0.0.1:%d", ns.FreePort())
+	d := itest.StartDaemon(t, ns, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host(), "--metrics-listen", addr}})
+	// The daemon's limit is 1024, and the flood 10 % more, unless this
+	// process cannot open that many itself (Go raised its soft limit to
+	// the hard one): then half of what it can.
+	var own unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &own); err != nil {
+		t.Fatal(err)
+	}
+	limit := unix.Rlimit{Cur: min(1024, own.Cur/2), Max: min(1024, own.Cur/2)}
+	if err := unix.Prlimit(d.Pid(), unix.RLIMIT_NOFILE, &limit, nil); err != nil {
+		t.Fatalf("lower the daemon's open-file limit: %v", err)
+	}
+	flood := int(limit.Cur + limit.Cur/10)
+	fds := func() int {
+		t.Helper()
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.Pid()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if err := ns.Do(func() error {
+		for i := 0; i < flood; i++ {
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return fmt.Errorf("connection %d: %w", i, err)
+			}
+			conns = append(conns, c)
+			if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n"); err != nil {
+				return fmt.Errorf("connection %d: %w", i, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("open %d connections to %s: %v", flood, addr, err)
+	}
+	// Until the daemon has taken what it takes of them: the count is the
+	// same for a second (or 10 s have passed).
+	most, last, same := 0, -1, 0
+	for i := 0; i < 100 && same < 10; i++ {
+		n := fds()
+		most = max(most, n)
+		if n == last {
+			same++
+		} else {
+			last, same = n, 0
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// 32 connections at most, and slack for the daemon's own descriptors.
+	if most > before+32+64 {
+		t.Errorf("the daemon holds %d descriptors with %d metrics clients connected (%d before): the metrics port is not capped", most, flood, before)
+	}
+	// The plugin socket answers, real work included, and its /metrics.
+	if code, body, err := activate(d.Socket, 20*time.Second); err != nil || code != http.StatusOK {
+		t.Fatalf("Plugin.Activate during the flood: %d %s %v", code, body, err)
+	}
+	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
+	if code, _, err := d.Get("/metrics"); err != nil || code != http.StatusOK {
+		t.Fatalf("GET /metrics on the socket during the flood: %d %v", code, err)
+	}
+	// The first connection was let in and answered; its keep-alive
+	// connection is closed by the server once idle (10 s), not kept.
+	c := conns[0]
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the first scrape of the flood: %v %v", resp, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		t.Errorf("the idle keep-alive connection was not closed by the server within 60 s: %v", err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, _, err := ns.HTTPGet("http://" + addr + "/metrics")
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no TCP scrape answered within 60 s of the flood's end: %d %v", code, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if log := d.Log(); strings.Contains(log, "too many open files") {
+		t.Errorf("the daemon ran out of descriptors:\n%s", log)
+	}
+}
+
+// activate asks /Plugin.Activate on sock with its own deadline (the kit's
+// client waits two minutes).
+func activate(sock string, within time.Duration) (int, []byte, error) {
+	c, err := net.DialTimeout("unix", sock, within)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(within))
+	if _, err := io.WriteString(c, "POST /Plugin.Activate HTTP/1.1\r\nHost: underlay\r\nContent-Length: 0\r\n\r\n"); err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
