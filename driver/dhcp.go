@@ -31,6 +31,7 @@ const (
 // (the managed plugin's default `docker plugin enable --timeout`).
 const (
 	defaultDHCPTimeout = 10 * time.Second
+	minDHCPTimeout     = time.Second
 	maxDHCPTimeout     = 25 * time.Second
 )
 
@@ -46,6 +47,10 @@ type LeaseRequest struct {
 	ClientID []byte
 	// Address is the address to ask for again (after a NAK or a restart).
 	Address netip.Addr
+	// Only, when valid, is the one address Acquire may take: an offer of
+	// another is not requested (winning a lost lease back: the container
+	// cannot be given another address).
+	Only netip.Addr
 }
 
 // LeaseClient talks DHCP for endpoints.
@@ -80,8 +85,8 @@ func parseDHCP(opts map[string]string) (dhcpConfig, error) {
 	}
 	if v, ok := opts[OptDHCPTimeout]; ok {
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 || d > maxDHCPTimeout {
-			return c, invalidf("dhcp_timeout %q is not a duration up to %s (Docker gives up on a plugin's answer after 30 s by default: docker plugin enable --timeout): use for example -o dhcp_timeout=10s", v, maxDHCPTimeout)
+		if err != nil || d < minDHCPTimeout || d > maxDHCPTimeout {
+			return c, invalidf("dhcp_timeout %q is not a duration from %s to %s (a DHCP exchange takes a round trip or more; Docker gives up on a plugin's answer after 30 s by default: docker plugin enable --timeout): use for example -o dhcp_timeout=10s", v, minDHCPTimeout, maxDHCPTimeout)
 		}
 		if !c.On {
 			return c, invalidf("dhcp_timeout=%s applies only with -o dhcp=true: drop it, or add dhcp=true", v)

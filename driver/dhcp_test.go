@@ -27,6 +27,7 @@ type fakeLeases struct {
 	renewals int
 	nak      bool
 	silent   bool
+	hang     bool
 	routes   []store.LeaseRoute
 }
 
@@ -44,6 +45,14 @@ func (f *fakeLeases) Acquire(ctx context.Context, r LeaseRequest) (store.Lease, 
 		return store.Lease{}, fmt.Errorf("no offer: %w", context.DeadlineExceeded)
 	}
 	key := r.MAC.String() + "/" + string(r.ClientID)
+	if r.Only.IsValid() {
+		want := r.Only.String() + "/24"
+		if owner, ok := f.holder(want); ok && owner != key {
+			return store.Lease{}, fmt.Errorf("offered only 198.18.180.%d/24, not %s", 100+f.next, want)
+		}
+		f.byClient[key] = want
+		return f.lease(want), nil
+	}
 	if addr, ok := f.byClient[key]; ok {
 		return f.lease(addr), nil
 	}
@@ -55,6 +64,15 @@ func (f *fakeLeases) Acquire(ctx context.Context, r LeaseRequest) (store.Lease, 
 	}
 	f.byClient[key] = addr
 	return f.lease(addr), nil
+}
+
+func (f *fakeLeases) holder(addr string) (string, bool) {
+	for k, a := range f.byClient {
+		if a == addr {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 func (f *fakeLeases) holds(addr string) bool {
@@ -70,6 +88,12 @@ func (f *fakeLeases) Renew(ctx context.Context, r LeaseRequest, l store.Lease) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.renewals++
+	if f.hang { // a server that ignores REQUESTs
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ctx.Err())
+	}
 	if f.nak {
 		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ErrLeaseNAK)
 	}
@@ -118,6 +142,10 @@ func TestDHCPNetworkOptions(t *testing.T) {
 		{"not a boolean", dhcpNet(netA, "dhcp", "yes please"), `dhcp "yes please" is not a boolean`},
 		{"timeout without dhcp", dhcpNet(netA, "dhcp", "false", "dhcp_timeout", "5s"), "applies only with -o dhcp=true"},
 		{"bad timeout", dhcpNet(netA, "dhcp_timeout", "soon"), `dhcp_timeout "soon"`},
+		{"timeout too short", dhcpNet(netA, "dhcp_timeout", "1ns"), `dhcp_timeout "1ns" is not a duration from 1s to 25s`},
+		{"timeout too long", dhcpNet(netA, "dhcp_timeout", "5m"), `dhcp_timeout "5m" is not a duration from 1s to 25s`},
+		{"empty dhcp", dhcpNet(netA, "dhcp", ""), "dhcp is given without a value"},
+		{"empty timeout", dhcpNet(netA, "dhcp_timeout", ""), "dhcp_timeout is given without a value"},
 		{"Docker's IPAM", func() *network.CreateNetworkRequest {
 			r := dhcpNet(netA)
 			r.IPv4Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "198.18.1.0/24"}}
@@ -295,10 +323,15 @@ func TestNextLeaseAction(t *testing.T) {
 		{100 * time.Second, 105 * time.Second},                    // at least 10 s, but not past T2
 		{105 * time.Second, 115 * time.Second},                    // 10 s
 		{119 * time.Second, 120 * time.Second},
-		{120 * time.Second, 150 * time.Second}, // lost: every 30 s
+		{120 * time.Second, 120 * time.Second}, // expired: marked lost at once
 	} {
 		if got := nextLeaseAction(l, t0.Add(tc.at)).Sub(t0); got != tc.want {
 			t.Errorf("at %s: next at %s, want %s", tc.at, got, tc.want)
 		}
+	}
+	lost := l
+	lost.Lost = t0.Add(30 * time.Second) // refused by a NAK before T1
+	if got := nextLeaseAction(lost, t0.Add(40*time.Second)).Sub(t0); got != 70*time.Second {
+		t.Errorf("lost: next at %s, want every 30 s (70s)", got)
 	}
 }

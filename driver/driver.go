@@ -142,6 +142,9 @@ type Driver struct {
 	deleting selfDeletions
 	// failures are the repair steps' last failures, logged once (heal.go).
 	failures failureLog
+	// blocker blocks the addresses of lost leases (lostlease.go); nil when
+	// the link layer cannot.
+	blocker AddrBlocker
 
 	janitorOnce sync.Once
 	stop        chan struct{}
@@ -180,8 +183,10 @@ func New(c Config) (*Driver, error) {
 	if c.Events == nil {
 		c.Events = noEvents{}
 	}
+	blocker, _ := c.Links.(AddrBlocker)
 	return &Driver{
-		store: c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		blocker: blocker,
+		store:   c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: newLocker(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),

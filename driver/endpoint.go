@@ -196,9 +196,10 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 		d.joins.drop(deleted.ID) // after the commit: a failed one keeps the join
 	}
 	if deleted != nil && deleted.Lease != nil {
-		d.leases.drop(leaseKey{deleted.NetworkID, deleted.ID})
 		if n, err := d.network(deleted.NetworkID); err == nil && n != nil {
-			d.releaseLease(context.WithoutCancel(ctx), *n, *deleted)
+			d.forgetLease(context.WithoutCancel(ctx), *n, *deleted)
+		} else {
+			d.leases.drop(leaseKey{deleted.NetworkID, deleted.ID})
 		}
 	}
 	return nil

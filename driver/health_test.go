@@ -28,7 +28,9 @@ func TestPlanHealth(t *testing.T) {
 		return netlinkutil.Link{Name: shimName(id), Index: 99, Kind: "macvlan", ParentIndex: 2, Alias: alias, Down: down, MTU: mtu}
 	}
 	base := kernel()
-	with := func(ls ...netlinkutil.Link) []netlinkutil.Link { return append(append([]netlinkutil.Link(nil), base...), ls...) }
+	with := func(ls ...netlinkutil.Link) []netlinkutil.Link {
+		return append(append([]netlinkutil.Link(nil), base...), ls...)
+	}
 	used := map[string]int{"eth0.10": 1}
 	rec := owned(vlanRec("eth0.10", "eth0", 10))
 	sh := shimName(netA)
@@ -55,7 +57,7 @@ func TestPlanHealth(t *testing.T) {
 		{name: "a VLAN of the same ID with another mark is not ours to follow",
 			snap: snapshot{Use: used, Owned: rec}, links: with(vlan("mine", 10, "underlay:other", false, 1500)), want: "[recreate eth0.10]"},
 		{name: "a marked unrecorded link others stand on is kept, not deleted",
-			snap: snapshot{Use: map[string]int{}, Owned: owned()},
+			snap:  snapshot{Use: map[string]int{}, Owned: owned()},
 			links: with(vlan("v7", 7, testMark, false, 1500), netlinkutil.Link{Name: "user7", Index: 50, Kind: "macvlan", ParentIndex: 17}),
 			want:  "[keep v7]"},
 		{name: "a healthy host link: its routes",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"sync"
 	"time"
@@ -14,18 +15,21 @@ import (
 
 // Lease renewal: every DHCP lease is renewed at T1 and rebound at T2 for
 // as long as its endpoint exists, across restarts (the times are in the
-// endpoint's record). A NAK or a lost lease is logged at ERROR (Docker
-// cannot be told a new address: libnetwork#843) and the same address is
-// asked for again.
+// endpoint's record). A lease that expires or that the server refuses is
+// lost (lostlease.go): logged at ERROR once, its address blocked, and only
+// that address asked for again.
 
 // nextLeaseAction is when to act on a lease next: the dhcp package's plan
 // (T1, then retries at half the time left to T2 and to the expiry, at
-// least dhcp.MinRetry apart), and every lostLeaseRetry once it has expired
+// least dhcp.MinRetry apart), and every lostLeaseRetry once it is lost
 // (the same address is asked for again).
 func nextLeaseAction(l store.Lease, now time.Time) time.Time {
+	if !l.Lost.IsZero() {
+		return now.Add(lostLeaseRetry)
+	}
 	p := dhcp.Plan(dhcp.Lease{Acquired: l.Acquired, T1: l.T1.Sub(l.Acquired), T2: l.T2.Sub(l.Acquired), LeaseTime: l.Expiry.Sub(l.Acquired)}, now)
 	if p.Phase == dhcp.Expired {
-		return now.Add(lostLeaseRetry)
+		return now // lost now: renewLease marks it
 	}
 	return p.Next
 }
@@ -41,12 +45,38 @@ type leaseTimers struct {
 	due      map[leaseKey]time.Time
 	inFlight map[leaseKey]bool
 	wake     chan struct{}
+	// cancels end the exchanges with a server under way, by lease;
+	// dropped are the leases whose endpoint is being deleted.
+	cancels map[leaseKey]context.CancelFunc
+	dropped map[leaseKey]bool
 	// running counts the renewal loop and its renewals; Close waits.
 	running sync.WaitGroup
 }
 
 func newLeaseTimers() *leaseTimers {
-	return &leaseTimers{due: map[leaseKey]time.Time{}, inFlight: map[leaseKey]bool{}, wake: make(chan struct{}, 1)}
+	return &leaseTimers{due: map[leaseKey]time.Time{}, inFlight: map[leaseKey]bool{}, wake: make(chan struct{}, 1),
+		cancels: map[leaseKey]context.CancelFunc{}, dropped: map[leaseKey]bool{}}
+}
+
+// exchange registers the cancel of a lease's exchange with its server;
+// false when the lease was dropped since it was taken (do not start).
+func (t *leaseTimers) exchange(k leaseKey, cancel context.CancelFunc) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dropped[k] {
+		delete(t.dropped, k)
+		return false
+	}
+	t.cancels[k] = cancel
+	return true
+}
+
+// exchanged ends what exchange began.
+func (t *leaseTimers) exchanged(k leaseKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.cancels, k)
+	delete(t.dropped, k)
 }
 
 // set schedules a lease (again), ending its flight.
@@ -54,6 +84,7 @@ func (t *leaseTimers) set(k leaseKey, at time.Time) {
 	t.mu.Lock()
 	t.due[k] = at
 	delete(t.inFlight, k)
+	delete(t.dropped, k)
 	t.mu.Unlock()
 	select {
 	case t.wake <- struct{}{}:
@@ -61,10 +92,18 @@ func (t *leaseTimers) set(k leaseKey, at time.Time) {
 	}
 }
 
-// drop forgets a lease.
+// drop forgets a lease and cancels its exchange under way, if any: an
+// endpoint being deleted does not wait for a silent server.
 func (t *leaseTimers) drop(k leaseKey) {
 	t.mu.Lock()
 	delete(t.due, k)
+	if t.inFlight[k] {
+		if cancel, ok := t.cancels[k]; ok {
+			cancel()
+		} else {
+			t.dropped[k] = true
+		}
+	}
 	delete(t.inFlight, k)
 	t.mu.Unlock()
 }
@@ -101,6 +140,7 @@ const (
 // after Restore.
 func (d *Driver) RunLeases(ctx context.Context) error {
 	now := d.now()
+	var lost []blockKey
 	if err := d.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n store.Network) error {
 			if !dhcpOf(n).On {
@@ -110,6 +150,9 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 			for _, ep := range eps {
 				if ep.Lease == nil {
 					continue
+				}
+				if !ep.Lease.Lost.IsZero() {
+					lost = append(lost, blockKey{n.Parent, leaseAddr(*ep.Lease)})
 				}
 				// A renewal that fell due while the daemon was down is
 				// sent now, not at the next retry time.
@@ -123,6 +166,9 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 		})
 	}); err != nil {
 		return err
+	}
+	if err := d.restoreBlocks(ctx, lost); err != nil {
+		d.log.Error("could not block the addresses of lost DHCP leases again: their containers may send from addresses they do not hold", "error", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	sem := make(chan struct{}, maxRenewals)
@@ -168,71 +214,128 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 	return nil
 }
 
-// renewLease renews one lease under its endpoint's lock, or asks for its
-// address again once it expired or after a NAK, and schedules the next
-// action.
+// renewLease renews one lease, marks it lost once it expired or the
+// server refused it, and asks for a lost one's address again; then it
+// schedules the next action. The endpoint's lock is held only to read the
+// record and to commit the outcome, not across the exchange with the
+// server: DeleteEndpoint does not wait for a silent LAN, it cancels the
+// exchange (leaseTimers.cancel).
 func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
-	unlock, n, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
-	if err != nil {
-		d.leases.set(k, d.now().Add(dhcp.MinRetry))
-		return
-	}
-	defer unlock()
-	if n == nil || ep == nil || ep.Lease == nil || d.dhcp == nil {
-		d.leases.drop(k)
+	n, ep, ok := d.leaseRecord(ctx, k)
+	if !ok {
 		return
 	}
 	old := *ep.Lease
 	now := d.now()
-	if now.Before(old.T1) {
+	if old.Lost.IsZero() && now.Before(old.T1) {
 		d.leases.set(k, old.T1)
 		return
 	}
 	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", old.Addr)
-	r, err := d.leaseRequest(ctx, *n, *ep)
+	rctx, cancel := context.WithTimeout(ctx, dhcpOf(n).Timeout)
+	defer cancel()
+	if !d.leases.exchange(k, cancel) {
+		return // the endpoint is being deleted
+	}
+	defer d.leases.exchanged(k)
+	r, err := d.leaseRequest(rctx, n, ep)
 	var l store.Lease
-	if err == nil {
-		rctx, cancel := context.WithTimeout(ctx, dhcpOf(*n).Timeout)
-		if now.Before(old.Expiry) {
-			l, err = d.dhcp.Renew(rctx, r, old)
-		} else {
-			// Expired: a server without a record of it stays silent to a
-			// REQUEST (RFC 2131 4.3.2); a DISCOVER asking for the same
-			// address wins it back.
-			log.Error("DHCP lease expired: asking for the same address again (Docker cannot be told a new one: libnetwork#843)", "expiry", old.Expiry)
-			l, err = d.reacquire(rctx, r, old)
-		}
+	lost := ""
+	switch {
+	case err != nil:
+	case !old.Lost.IsZero():
+		l, err = d.reacquire(rctx, r, old)
+	case !now.Before(old.Expiry):
+		lost = "the lease expired without a renewal"
+	default:
+		l, err = d.dhcp.Renew(rctx, r, old)
 		if errors.Is(err, ErrLeaseNAK) {
-			log.Error("the DHCP server refused to renew the lease: Docker cannot be told a new address (libnetwork#843); asking for the same address again", "error", err)
-			l, err = d.reacquire(rctx, r, old)
+			lost = "the server refused to renew it (DHCPNAK): " + err.Error()
 		}
-		cancel()
+	}
+	if lost != "" {
+		// Stop sending from it at once, then ask for it again.
+		marked := d.lose(context.WithoutCancel(ctx), n, ep, lost)
+		if !d.commitLease(ctx, k, old, marked, log) {
+			return
+		}
+		ep.Lease, old = &marked, marked
+		l, err = d.reacquire(rctx, r, old)
 	}
 	if err != nil {
-		log.Warn("could not renew DHCP lease; retrying", "t2", old.T2, "expiry", old.Expiry, "error", err)
-		d.leases.set(k, nextLeaseAction(old, now))
+		next := nextLeaseAction(old, now)
+		if old.Lost.IsZero() {
+			log.Warn("could not renew DHCP lease; retrying", "t2", old.T2, "expiry", old.Expiry, "next", next, "error", err)
+		} else {
+			log.Debug("lost DHCP lease not won back yet; asking again", "next", next, "error", err)
+		}
+		d.leases.set(k, next)
 		return
+	}
+	if !d.commitLease(ctx, k, old, l, log) {
+		// The endpoint went meanwhile: the lease this exchange extended or
+		// won is not kept for anyone.
+		_ = d.dhcp.Release(context.WithoutCancel(ctx), r, l)
+		return
+	}
+	if !old.Lost.IsZero() {
+		d.wonBack(context.WithoutCancel(ctx), n, ep, old)
+	} else {
+		log.Info("renewed DHCP lease", "expiry", l.Expiry, "t1", l.T1)
+	}
+	d.leases.set(k, nextLeaseAction(l, d.now()))
+}
+
+// leaseRecord reads a lease's network and endpoint under the endpoint's
+// lock; false (and the lease forgotten or rescheduled) when there is
+// nothing to renew.
+func (d *Driver) leaseRecord(ctx context.Context, k leaseKey) (store.Network, store.Endpoint, bool) {
+	unlock, n, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
+	if err != nil {
+		d.leases.set(k, d.now().Add(dhcp.MinRetry))
+		return store.Network{}, store.Endpoint{}, false
+	}
+	defer unlock()
+	if n == nil || ep == nil || ep.Lease == nil || d.dhcp == nil {
+		d.leases.drop(k)
+		return store.Network{}, store.Endpoint{}, false
+	}
+	return *n, *ep, true
+}
+
+// commitLease records l as the endpoint's lease under its lock if the
+// record still holds old (it was not deleted or replaced meanwhile).
+func (d *Driver) commitLease(ctx context.Context, k leaseKey, old, l store.Lease, log *slog.Logger) bool {
+	unlock, _, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
+	if err != nil {
+		log.Error("record DHCP lease", "error", err)
+		d.leases.set(k, d.now().Add(dhcp.MinRetry))
+		return false
+	}
+	defer unlock()
+	if ep == nil || ep.Lease == nil || !ep.Lease.Acquired.Equal(old.Acquired) || !ep.Lease.Lost.Equal(old.Lost) {
+		return false
 	}
 	renewed := *ep
 	renewed.Lease = &l
 	if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(renewed) }); err != nil {
-		log.Error("record renewed DHCP lease", "error", err)
+		log.Error("record DHCP lease", "error", err)
 		d.leases.set(k, d.now().Add(dhcp.MinRetry))
-		return
+		return false
 	}
-	log.Info("renewed DHCP lease", "expiry", l.Expiry, "t1", l.T1)
-	d.leases.set(k, nextLeaseAction(l, d.now()))
+	return true
 }
 
-// reacquire asks for the old lease's address anew and keeps only that
-// address (its mask may change); another one is given back.
+// reacquire asks for a lost lease's address anew and takes only that one
+// (its mask may change): another is never requested (LeaseRequest.Only).
 func (d *Driver) reacquire(ctx context.Context, r LeaseRequest, old store.Lease) (store.Lease, error) {
+	r.Only = leaseAddr(old)
 	l, err := d.dhcp.Acquire(ctx, r)
 	if err != nil {
 		return l, err
 	}
 	if leaseAddr(l) != leaseAddr(old) {
-		d.log.Error("the DHCP server offers another address; keeping the container's and asking again later", "address", old.Addr, "offered", l.Addr)
+		// A client that ignores Only: not ours to keep.
 		_ = d.dhcp.Release(ctx, r, l)
 		return store.Lease{}, fmt.Errorf("the server offered %s instead of %s", l.Addr, old.Addr)
 	}

@@ -268,8 +268,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	for _, ep := range eps {
 		d.joins.drop(ep.ID)  // only now: a failed removal keeps its endpoints joined
 		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too
-			d.leases.drop(leaseKey{n.ID, ep.ID})
-			d.releaseLease(context.WithoutCancel(ctx), n, ep)
+			d.forgetLease(context.WithoutCancel(ctx), n, ep)
 		}
 	}
 	d.point("delete-network/before-parent-delete")

@@ -74,6 +74,11 @@ type netOptions struct {
 func parseOptions(given map[string]string) (netOptions, error) {
 	opts := make(map[string]string, len(given))
 	for k, v := range given {
+		if v == "" && (k == OptDHCP || k == OptDHCPTimeout) {
+			// Where an empty value would switch a feature off unseen, it
+			// is refused, not taken for the default.
+			return netOptions{}, invalidf("driver option %s is given without a value: write -o %s=%s", k, k, map[string]string{OptDHCP: "true (or false)", OptDHCPTimeout: "10s"}[k])
+		}
 		if v != "" {
 			opts[k] = v
 		}

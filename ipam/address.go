@@ -56,7 +56,7 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 					others = append(others, h)
 				}
 			}
-			if h, clash := overlapping(others, pool, rec.Space, rec.Parent, m.now()); clash {
+			if h, clash := overlapping(others, pool, rec.Space, func(p string) bool { return p == rec.Parent }, m.now()); clash {
 				return fmt.Errorf("%w: the reservation of pool %s (%s) expired and pool %s took its place: create the network again", pluginapi.ErrConflict, poolID, rec.Prefix, h.ID)
 			}
 		}

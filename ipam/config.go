@@ -105,6 +105,9 @@ func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bo
 			return r, invalidf("pool %q is not an %s subnet in CIDR form (such as %s)", pool, family, map[bool]string{false: "198.18.1.0/24", true: "2001:db8:1::/64"}[v6])
 		}
 		r.Pool = p.Masked()
+		if why := poolRule(r.Pool); why != "" {
+			return r, invalidf("pool %s %s", r.Pool, why)
+		}
 	}
 	if subPool != "" {
 		p, err := netip.ParsePrefix(subPool)

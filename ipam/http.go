@@ -13,12 +13,16 @@ import (
 // response types of go-plugins-helpers.
 func (m *IPAM) Register(mux *http.ServeMux) {
 	route(m, mux, "GetCapabilities", func(context.Context, *struct{}) (any, error) {
+		// libnetwork asks this (and the spaces) when it loads the IPAM,
+		// before its first RequestPool: keep Docker's subnets fresh.
+		m.known.Wanted()
 		// The state is durable: Docker need not replay its requests after
 		// a restart. MACs are not needed to pick addresses.
 		// (go-plugins-helpers' type lacks RequiresRequestReplay.)
 		return capabilities{RequiresMACAddress: false, RequiresRequestReplay: false}, nil
 	})
 	route(m, mux, "GetDefaultAddressSpaces", func(context.Context, *struct{}) (any, error) {
+		m.known.Wanted()
 		return &ipam.AddressSpacesResponse{LocalDefaultAddressSpace: LocalSpace, GlobalDefaultAddressSpace: GlobalSpace}, nil
 	})
 	route(m, mux, "RequestPool", func(ctx context.Context, r *ipam.RequestPoolRequest) (any, error) {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -48,9 +49,24 @@ type Store interface {
 // Host is what the IPAM driver reads of the host; *netlinkutil.Kernel
 // implements it. It never calls Docker: dockerd calls IPAM while starting.
 type Host interface {
-	Get(ctx context.Context, name string) (netlinkutil.Link, error)
+	List(ctx context.Context) ([]netlinkutil.Link, error)
 	Addrs(ctx context.Context) ([]netlinkutil.Addr, error)
 	Routes(ctx context.Context) ([]netlinkutil.Route, error)
+}
+
+// Known tells of subnets in use that neither the host's kernel nor this
+// state file shows: the subnets of Docker's networks (every driver's), as
+// last listed in the background. cmd/underlay implements it over the
+// Docker Engine API.
+type Known interface {
+	// KnownSubnets returns the subnets last listed and when that listing
+	// was asked for (zero: never). It returns at once: it never calls
+	// Docker (dockerd calls IPAM while starting, and waits for the
+	// answer).
+	KnownSubnets() ([]netip.Prefix, time.Time)
+	// Wanted tells that the IPAM is in use, so the list should be kept
+	// fresh from now on. It returns at once.
+	Wanted()
 }
 
 // Config is what an IPAM is made of.
@@ -70,6 +86,9 @@ type Config struct {
 	Logger      *slog.Logger
 	// Events is told of expired reservations (metrics); nil: no one.
 	Events Events
+	// Known are subnets in use elsewhere that automatic pools avoid too;
+	// nil: none.
+	Known Known
 }
 
 // IPAM implements the remote IpamDriver protocol.
@@ -82,6 +101,49 @@ type IPAM struct {
 	now         func() time.Time
 	log         *slog.Logger
 	events      Events
+	known       Known
+	// released are the prefixes of pools released lately, by when: a
+	// listing of Docker's subnets asked for before (or just after) a
+	// release still shows the network that used it.
+	released *releases
+}
+
+// releaseGrace is how long after a pool's release a listing of Docker's
+// subnets may still show its network: libnetwork releases the pool before
+// it removes the network from its store.
+const releaseGrace = 2 * time.Second
+
+// releases records the prefixes of released pools.
+type releases struct {
+	mu sync.Mutex
+	at map[netip.Prefix]time.Time
+}
+
+func (r *releases) add(p netip.Prefix, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at[p] = t
+}
+
+// stale filters out of a listing asked for at asOf the prefixes released
+// since (or up to releaseGrace before), and forgets releases no listing
+// after asOf can show any more.
+func (r *releases) stale(listed []netip.Prefix, asOf time.Time) []netip.Prefix {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := listed[:0:0]
+	for _, p := range listed {
+		if t, ok := r.at[p]; ok && t.After(asOf.Add(-releaseGrace)) {
+			continue
+		}
+		out = append(out, p)
+	}
+	for p, t := range r.at {
+		if !t.After(asOf.Add(-releaseGrace)) {
+			delete(r.at, p)
+		}
+	}
+	return out
 }
 
 // New returns an IPAM driver.
@@ -107,9 +169,33 @@ func New(c Config) (*IPAM, error) {
 	if c.Events == nil {
 		c.Events = noEvents{}
 	}
+	if c.Known == nil {
+		c.Known = noKnown{}
+	} else {
+		// A state file that holds pools is an IPAM in use: its next
+		// automatic pool must find the list fresh, even before Docker
+		// (which may not restart with underlay) activates the IPAM again.
+		var held bool
+		if err := c.Store.View(func(tx *store.Tx) error {
+			pools, err := tx.IPAMPools()
+			held = len(pools) > 0
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("read IPAM pools: %w", err)
+		}
+		if held {
+			c.Known.Wanted()
+		}
+	}
 	return &IPAM{store: c.Store, host: c.Host, bases: c.Bases, reservation: c.Reservation,
-		nameservers: c.Nameservers, now: c.Now, log: c.Logger, events: c.Events}, nil
+		nameservers: c.Nameservers, now: c.Now, log: c.Logger, events: c.Events, known: c.Known,
+		released: &releases{at: map[netip.Prefix]time.Time{}}}, nil
 }
+
+type noKnown struct{}
+
+func (noKnown) KnownSubnets() ([]netip.Prefix, time.Time) { return nil, time.Time{} }
+func (noKnown) Wanted()                                   {}
 
 // poolRequest is a validated RequestPool.
 type poolRequest struct {
@@ -124,30 +210,38 @@ type poolRequest struct {
 // RequestPool hands out a pool: the one asked for, the LAN of a parent, or
 // the lowest free prefix of the bases, recorded in one transaction.
 func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opts map[string]string, v6 bool) (store.IPAMPool, error) {
+	m.known.Wanted()
 	req, err := parsePoolRequest(space, pool, subPool, opts, v6, m.bases)
 	if err != nil {
 		return store.IPAMPool{}, err
 	}
-	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: req.Parent, Created: m.now()}
+	parent, err := m.resolveParent(ctx, req)
+	if err != nil {
+		return store.IPAMPool{}, err
+	}
+	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: parent.Name(), Created: m.now()}
 	if req.Range.IsValid() {
 		rec.Range = req.Range.String()
 	}
 	switch {
 	case req.Pool.IsValid():
 		rec.Prefix = req.Pool.String()
-		if req.Parent != "" && !req.V6 {
+		if parent.Found && !req.V6 {
 			// The LAN's gateway, when the subnet given is the parent's LAN
 			// (the way to use parent= on engines that check automatic
 			// pools against the host's routes: the LAN always overlaps its
 			// connected route there).
-			if lan, gw, err := m.parentLAN(ctx, req.Parent); err == nil && gw.IsValid() && lan.Overlaps(req.Pool) && req.Pool.Contains(gw) {
+			if lan, gw, err := m.parentLAN(ctx, req.Parent, parent.Link); err == nil && gw.IsValid() && lan.Overlaps(req.Pool) && req.Pool.Contains(gw) {
 				rec.Gateway = gw.String()
 			}
 		}
 	case req.Parent != "":
-		lan, gw, err := m.parentLAN(ctx, req.Parent)
+		lan, gw, err := m.parentLAN(ctx, req.Parent, parent.Link)
 		if err != nil {
 			return store.IPAMPool{}, err
+		}
+		if why := poolRule(lan); why != "" {
+			return store.IPAMPool{}, invalidf("--ipam-opt parent=%s learns the LAN %s of %s, which cannot be a pool: it %s; or give --subnet", req.Parent, lan, parent.Link.Name, why)
 		}
 		rec.Prefix = lan.String()
 		if gw.IsValid() {
@@ -169,7 +263,7 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 			if err != nil {
 				return err
 			}
-			if h, ok := overlapping(held, pool, rec.Space, rec.Parent, now); ok {
+			if h, ok := overlapping(held, pool, rec.Space, parent.Same, now); ok {
 				hint := ""
 				if req.Parent != "" && !req.Pool.IsValid() {
 					hint = fmt.Sprintf(". If nothing uses it, this is Docker asking again: engines up to 26 check a pool they did not ask for by subnet against the host's routes, and a LAN always overlaps its own connected route: pass --subnet %s with --ipam-opt parent=%s", rec.Prefix, req.Parent)
@@ -195,10 +289,16 @@ func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool
 	if len(familyBases(m.bases, req.V6)) == 0 {
 		return store.IPAMPool{}, invalidf("no IPv%s base is configured for automatic pools: add one with --default-address-pool base=CIDR,size=N (or DEFAULT_ADDRESS_POOLS), or pass --subnet", map[bool]string{false: "4", true: "6"}[req.V6])
 	}
-	inUse, err := m.hostPrefixes(ctx)
+	inUse, routes, err := m.hostPrefixes(ctx)
 	if err != nil {
 		return store.IPAMPool{}, err
 	}
+	// Docker's subnets, every driver's, as last listed (another underlay
+	// with its own state file on this host hands out from the same bases).
+	// A pool underlay released since that listing is free, though the
+	// listing still shows its network.
+	known, asOf := m.known.KnownSubnets()
+	inUse = append(inUse, m.released.stale(known, asOf)...)
 	now := m.now()
 	rec.Auto = true
 	rec.Pending = &store.Reservation{Token: rec.ID, Deadline: now.Add(m.reservation)}
@@ -214,11 +314,27 @@ func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool
 				taken = append(taken, p)
 			}
 		}
+		// The subnets of underlay's own networks, whatever IPAM gave them
+		// (the driver would refuse a network on one of them).
+		if err := tx.ForEachNetwork(func(n store.Network) error {
+			for _, q := range append(append([]store.Pool(nil), n.IPv4...), n.IPv6...) {
+				if p, err := netip.ParsePrefix(q.Subnet); err == nil {
+					taken = append(taken, p.Masked())
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 		p, err := pickPool(m.bases, req.V6, req.Size, taken)
 		if err != nil {
 			size := "pool of the bases' sizes"
 			if req.Size != 0 {
 				size = fmt.Sprintf("/%d", req.Size)
+			}
+			if r, b, ok := coveringRoute(routes, m.bases, req.V6); ok {
+				return fmt.Errorf("%w: %w: no free %s is left in the configured bases (%s): the host's route to %s (table %d) covers the whole base %s, and automatic pools never overlap a route: configure a base outside it with --default-address-pool base=CIDR,size=N (or DEFAULT_ADDRESS_POOLS), or pass --subnet",
+					pluginapi.ErrConflict, err, size, describeBases(m.bases, req.V6), r.Dst, r.Table, b.Prefix)
 			}
 			return fmt.Errorf("%w: %w: no free %s is left in the configured bases (%s): widen them with --default-address-pool base=CIDR,size=N (or DEFAULT_ADDRESS_POOLS), or pass --subnet",
 				pluginapi.ErrConflict, err, size, describeBases(m.bases, req.V6))
@@ -259,17 +375,18 @@ func (m *IPAM) purgeExpired(tx *store.Tx, now time.Time, n *int) ([]store.IPAMPo
 }
 
 // overlapping finds a live pool of the space that overlaps p on the same
-// parent (pools on different parents are on different wires). The global
-// space is swarm's: its allocator on the manager and each node's
-// libnetwork ask for the same subnet, and libnetwork itself checks no
-// overlap in global scope, so neither does underlay.
-func overlapping(held []store.IPAMPool, p netip.Prefix, space, parent string, now time.Time) (store.IPAMPool, bool) {
+// parent (pools on different parents are on different wires; sameParent
+// tells whether a held pool's recorded parent is p's). The global space is
+// swarm's: its allocator on the manager and each node's libnetwork ask for
+// the same subnet, and libnetwork itself checks no overlap in global
+// scope, so neither does underlay.
+func overlapping(held []store.IPAMPool, p netip.Prefix, space string, sameParent func(string) bool, now time.Time) (store.IPAMPool, bool) {
 	if space == GlobalSpace {
 		return store.IPAMPool{}, false
 	}
 	for _, h := range held {
 		hp, err := netip.ParsePrefix(h.Prefix)
-		if err != nil || h.Expired(now) || h.Space != space || h.Parent != parent {
+		if err != nil || h.Expired(now) || h.Space != space || !sameParent(h.Parent) {
 			continue
 		}
 		if hp.Overlaps(p) {
@@ -280,40 +397,78 @@ func overlapping(held []store.IPAMPool, p netip.Prefix, space, parent string, no
 }
 
 // hostPrefixes is everything of the host an auto pool must not overlap:
-// its addresses, its routes other than default routes, its nameservers.
-func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, error) {
+// its addresses, its routes other than default routes (and routes that
+// together are one, see blockingRoutes), its nameservers. It returns the
+// routes as well, for the refusal.
+func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, []netlinkutil.Route, error) {
 	addrs, err := m.host.Addrs(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	routes, err := m.host.Routes(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []netip.Prefix
 	for _, a := range addrs {
 		out = append(out, netip.PrefixFrom(a.Prefix.Addr(), a.Prefix.Addr().BitLen()))
 	}
-	for _, r := range routes {
-		if !r.Default() {
-			out = append(out, r.Dst)
-		}
-	}
+	out = append(out, blockingRoutes(routes)...)
 	for _, ns := range m.nameservers() {
 		out = append(out, netip.PrefixFrom(ns, ns.BitLen()))
 	}
-	return out, nil
+	return out, routes, nil
+}
+
+// coveringRoute finds a route that blocks automatic pools and covers a
+// whole base of the family: the one thing to name when none is free.
+func coveringRoute(routes []netlinkutil.Route, bases []Base, v6 bool) (netlinkutil.Route, Base, bool) {
+	blocking := map[netip.Prefix]bool{}
+	for _, p := range blockingRoutes(routes) {
+		blocking[p] = true
+	}
+	for _, b := range familyBases(bases, v6) {
+		for _, r := range routes {
+			if blocking[r.Dst.Masked()] && r.Dst.Bits() <= b.Prefix.Bits() && r.Dst.Contains(b.Prefix.Addr()) {
+				return r, b, true
+			}
+		}
+	}
+	return netlinkutil.Route{}, Base{}, false
+}
+
+// resolveParent resolves a request's --ipam-opt parent to its kernel link
+// over one list of the host's links (by name or altname). A parent no link
+// has is refused in the local space; in the global space (swarm's, where
+// the manager's allocator may not have the nodes' interfaces) it is kept
+// as given. The loopback interface has no LAN.
+func (m *IPAM) resolveParent(ctx context.Context, req poolRequest) (parentRef, error) {
+	ref := parentRef{Asked: req.Parent}
+	if req.Parent == "" {
+		return ref, nil
+	}
+	links, err := m.host.List(ctx)
+	if err != nil {
+		return parentRef{}, err
+	}
+	ref.links = links
+	ref.Link, ref.Found = findLink(links, req.Parent)
+	switch {
+	case !ref.Found && req.Space != GlobalSpace:
+		return parentRef{}, invalidf("--ipam-opt parent=%s: no such interface on this host (no link has that name or altname): name the interface whose LAN the network is on (ip link shows them), or drop --ipam-opt parent", req.Parent)
+	case ref.Found && loopback(ref.Link):
+		return parentRef{}, invalidf("--ipam-opt parent=%s: %s is the loopback interface, which is on no LAN (its addresses, 127.0.0.0/8, never leave the host): name the interface whose LAN the network is on, such as eth0", req.Parent, ref.Link.Name)
+	}
+	return ref, nil
 }
 
 // parentLAN is a parent's connected IPv4 prefix and the gateway of the
-// default route through it, when that gateway is on the prefix.
-func (m *IPAM) parentLAN(ctx context.Context, parent string) (netip.Prefix, netip.Addr, error) {
-	l, err := m.host.Get(ctx, parent)
-	if errors.Is(err, netlinkutil.ErrNotFound) {
+// default route through it, when that gateway is on the prefix. l is the
+// parent's link, resolveParent's; a zero l (a parent of the global space
+// no link has) has no LAN.
+func (m *IPAM) parentLAN(ctx context.Context, parent string, l netlinkutil.Link) (netip.Prefix, netip.Addr, error) {
+	if l.Index == 0 {
 		return netip.Prefix{}, netip.Addr{}, invalidf("--ipam-opt parent=%s: no such interface on this host: name the interface whose LAN the network is on", parent)
-	}
-	if err != nil {
-		return netip.Prefix{}, netip.Addr{}, err
 	}
 	addrs, err := m.host.Addrs(ctx)
 	if err != nil {
@@ -346,8 +501,22 @@ func (m *IPAM) ReleasePool(_ context.Context, id string) error {
 	if id == "" {
 		return invalidf("ReleasePool without PoolID")
 	}
-	if err := m.store.Batch(func(tx *store.Tx) error { return tx.DeleteIPAMPool(id) }); err != nil {
+	var prefix netip.Prefix
+	if err := m.store.Batch(func(tx *store.Tx) error {
+		p, ok, err := tx.IPAMPool(id)
+		if err != nil {
+			return err
+		}
+		prefix = netip.Prefix{}
+		if ok {
+			prefix, _ = netip.ParsePrefix(p.Prefix)
+		}
+		return tx.DeleteIPAMPool(id)
+	}); err != nil {
 		return fmt.Errorf("release pool %s: %w", id, err)
+	}
+	if _, none := m.known.(noKnown); !none && prefix.IsValid() {
+		m.released.add(prefix.Masked(), m.now())
 	}
 	m.log.Info("pool released", "pool", id)
 	return nil

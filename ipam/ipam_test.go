@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -31,18 +30,37 @@ type fakeHost struct {
 // newHost has lo (1) and eth0 (2) with the given "index addr/len" and
 // routes added by the callers.
 func newHost() *fakeHost {
-	return &fakeHost{links: []netlinkutil.Link{{Name: "lo", Index: 1, Kind: "device"}, {Name: "eth0", Index: 2, Kind: "device"}, {Name: "eth1", Index: 3, Kind: "device"}}}
+	return &fakeHost{links: []netlinkutil.Link{{Name: "lo", Index: 1, Kind: "device", Encap: "loopback"}, {Name: "eth0", Index: 2, Kind: "device"}, {Name: "eth1", Index: 3, Kind: "device"}}}
 }
 
-func (h *fakeHost) Get(_ context.Context, name string) (netlinkutil.Link, error) {
+func (h *fakeHost) List(context.Context) ([]netlinkutil.Link, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, l := range h.links {
-		if l.Name == name {
-			return l, nil
+	return append([]netlinkutil.Link(nil), h.links...), nil
+}
+
+// altname gives the link of index an alternative name.
+func (h *fakeHost) altname(index int, name string) *fakeHost {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.links {
+		if h.links[i].Index == index {
+			h.links[i].AltNames = append(h.links[i].AltNames, name)
 		}
 	}
-	return netlinkutil.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
+	return h
+}
+
+// rename renames the link of index.
+func (h *fakeHost) rename(index int, name string) *fakeHost {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range h.links {
+		if h.links[i].Index == index {
+			h.links[i].Name = name
+		}
+	}
+	return h
 }
 
 func (h *fakeHost) Addrs(context.Context) ([]netlinkutil.Addr, error) {
@@ -227,7 +245,7 @@ func TestExplicitPool(t *testing.T) {
 		conflict            int // index+1 of the held pool named in the refusal
 	}{
 		{name: "canonical form", pool: "10.0.0.77/24", want: "10.0.0.0/24"},
-		{name: "IPv4 /32", pool: "10.0.0.7/32", want: "10.0.0.7/32"},
+		{name: "IPv4 /30", pool: "10.0.0.7/30", want: "10.0.0.4/30"},
 		{name: "disjoint", held: []held{{"", "10.0.0.0/24", ""}}, pool: "10.0.1.0/24", want: "10.0.1.0/24"},
 		{name: "same pool refused", held: []held{{"", "10.0.0.0/24", ""}}, pool: "10.0.0.0/24", conflict: 1},
 		{name: "inside refused", held: []held{{"", "10.0.0.0/24", ""}, {"", "10.1.0.0/16", ""}}, pool: "10.1.2.0/24", conflict: 2},
@@ -707,7 +725,12 @@ func TestRequestAddress(t *testing.T) {
 	e := newEnv(t, newHost().addr(2, "10.0.0.3/24"), nil)
 	p := e.pool(t, "", "10.0.0.0/24", "", nil, false)
 	ranged := e.pool(t, "", "10.1.0.0/24", "10.1.0.128/25", nil, false)
-	tiny := e.pool(t, "", "10.2.0.0/31", "", nil, false)
+	// A /31 pool is refused since issue 21; one an older version handed
+	// out (in the state file) still hands out both its addresses.
+	tiny := store.IPAMPool{ID: "0000000000000031", Space: LocalSpace, Prefix: "10.2.0.0/31", Created: t0}
+	if err := e.db.Batch(func(tx *store.Tx) error { return tx.PutIPAMPool(tiny) }); err != nil {
+		t.Fatal(err)
+	}
 	v6 := e.pool(t, "", "2001:db8::/64", "", nil, true)
 	for _, step := range []struct {
 		name    string

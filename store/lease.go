@@ -23,6 +23,12 @@ type Lease struct {
 	T1       time.Time `json:"t1"`
 	T2       time.Time `json:"t2"`
 	Expiry   time.Time `json:"expiry"`
+	// Lost is when the lease was lost (it expired without a renewal, or the
+	// server refused it): from then on the container must not send from
+	// the address until it is won back. Zero while it is held.
+	Lost time.Time `json:"lost,omitzero"`
+	// LostWhy says how it was lost.
+	LostWhy string `json:"lost_why,omitempty"`
 }
 
 // LeaseRoute is one classless static route (option 121).

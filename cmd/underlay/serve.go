@@ -136,6 +136,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	im, err := ipam.New(ipam.Config{
 		Store: db, Host: kernel, Bases: c.Bases, Reservation: c.Reservation, Logger: log, Events: m,
 		Nameservers: func() []netip.Addr { return ipam.ReadNameservers(c.ResolvConf) },
+		Known:       startDockerSubnets(ctx, docker.Networks, log),
 	})
 	if err != nil {
 		return err

@@ -104,3 +104,37 @@ func (k *Kernel) Heal(_ context.Context, name string, h netlinkutil.Heal) error 
 	l.Down = false
 	return nil
 }
+
+// Block implements the driver's AddrBlocker in memory.
+func (k *Kernel) Block(_ context.Context, parent string, addr netip.Addr, tag string) error {
+	if err := k.begin("block", parent); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	b := netlinkutil.Blocked{Parent: parent, Addr: addr, Tag: tag}
+	if !slices.Contains(k.blocked, b) {
+		k.blocked = append(k.blocked, b)
+	}
+	return nil
+}
+
+// Unblock implements the driver's AddrBlocker in memory.
+func (k *Kernel) Unblock(_ context.Context, parent string, addr netip.Addr, tag string) error {
+	if err := k.begin("unblock", parent); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.blocked = slices.DeleteFunc(k.blocked, func(b netlinkutil.Blocked) bool {
+		return b == netlinkutil.Blocked{Parent: parent, Addr: addr, Tag: tag}
+	})
+	return nil
+}
+
+// BlockedAddrs implements the driver's AddrBlocker in memory.
+func (k *Kernel) BlockedAddrs(context.Context) ([]netlinkutil.Blocked, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.blocked), nil
+}

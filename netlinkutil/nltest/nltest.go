@@ -31,6 +31,8 @@ type Kernel struct {
 	addrs  map[string][]netip.Addr
 	routes map[netip.Addr]string
 	subs   []chan netlinkutil.LinkEvent
+	// blocked are the addresses Block blocked.
+	blocked []netlinkutil.Blocked
 }
 
 // New returns a kernel holding only lo.

@@ -1,0 +1,179 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Leases a container no longer holds. A DHCP client whose lease expired,
+// or was refused, must stop using the address (RFC 2131 4.4.5), but Docker
+// cannot be told a new address (libnetwork#843) and underlay does not
+// enter containers: the address is blocked on the parent's egress
+// (AddrBlocker: its IPv4 packets and ARP dropped) from the moment the
+// lease is lost until the same address is won back, which is asked for,
+// and only that one, every lostLeaseRetry. Another address is never taken:
+// the container must be restarted to get one.
+
+// AddrBlocker stops what leaves a parent from an address
+// (netlinkutil.Kernel). tag is the driver's mark.
+type AddrBlocker interface {
+	Block(ctx context.Context, parent string, addr netip.Addr, tag string) error
+	Unblock(ctx context.Context, parent string, addr netip.Addr, tag string) error
+	BlockedAddrs(ctx context.Context) ([]netlinkutil.Blocked, error)
+}
+
+// Lease states, as metrics and underlay ls show them.
+const (
+	LeaseBound     = "bound"
+	LeaseRenewing  = "renewing"
+	LeaseRebinding = "rebinding"
+	LeaseLost      = "lost"
+)
+
+// LeaseStates lists the states in the order they are shown.
+var LeaseStates = []string{LeaseBound, LeaseRenewing, LeaseRebinding, LeaseLost}
+
+// LeaseState is what a lease is at now. A lease past its expiry that was
+// not yet marked lost (the daemon was down) is lost.
+func LeaseState(l store.Lease, now time.Time) string {
+	switch {
+	case !l.Lost.IsZero() || !now.Before(l.Expiry):
+		return LeaseLost
+	case now.Before(l.T1):
+		return LeaseBound
+	case now.Before(l.T2):
+		return LeaseRenewing
+	}
+	return LeaseRebinding
+}
+
+// blockKey is an address blocked on a parent.
+type blockKey struct {
+	parent string
+	addr   netip.Addr
+}
+
+// planBlocks says which blocks to add and remove so that exactly the lost
+// leases' addresses are blocked (present: this instance's blocks).
+func planBlocks(lost, present []blockKey) (add, remove []blockKey) {
+	want := map[blockKey]bool{}
+	for _, k := range lost {
+		want[k] = true
+	}
+	have := map[blockKey]bool{}
+	for _, k := range present {
+		have[k] = true
+		if !want[k] {
+			remove = append(remove, k)
+		}
+	}
+	for _, k := range lost {
+		if !have[k] {
+			add = append(add, k)
+			have[k] = true
+		}
+	}
+	return add, remove
+}
+
+// restoreBlocks makes the kernel's blocks those of the lost leases in the
+// state file: after a reboot they are gone, after a crash some may be
+// left over.
+func (d *Driver) restoreBlocks(ctx context.Context, lost []blockKey) error {
+	if d.blocker == nil {
+		return nil
+	}
+	all, err := d.blocker.BlockedAddrs(ctx)
+	if err != nil {
+		if len(lost) == 0 {
+			return nil // nothing to block: a kernel without nf_tables is fine
+		}
+		return err
+	}
+	var present []blockKey
+	for _, b := range all {
+		if b.Tag == d.mark {
+			present = append(present, blockKey{b.Parent, b.Addr})
+		}
+	}
+	add, remove := planBlocks(lost, present)
+	for _, k := range remove {
+		if err := d.blocker.Unblock(ctx, k.parent, k.addr, d.mark); err != nil {
+			return err
+		}
+		d.log.Info("unblocked an address no lost lease holds", "parent", k.parent, "address", k.addr)
+	}
+	for _, k := range add {
+		if err := d.blocker.Block(ctx, k.parent, k.addr, d.mark); err != nil {
+			return err
+		}
+		d.log.Warn("blocked the address of a lost DHCP lease again", "parent", k.parent, "address", k.addr)
+	}
+	return nil
+}
+
+// lose marks a lease lost and blocks its address on the parent.
+func (d *Driver) lose(ctx context.Context, n store.Network, ep store.Endpoint, why string) store.Lease {
+	l := *ep.Lease
+	if !l.Lost.IsZero() {
+		return l
+	}
+	l.Lost, l.LostWhy = d.now(), why
+	a := leaseAddr(l)
+	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", a, "why", why)
+	if d.blocker == nil {
+		log.Error("DHCP lease lost, and this daemon cannot block the address: the container keeps sending from it; restart the container to get a new address")
+		return l
+	}
+	if err := d.blocker.Block(ctx, n.Parent, a, d.mark); err != nil {
+		log.Error("DHCP lease lost, and blocking the address on the parent failed: the container keeps sending from it; restart the container to get a new address", "parent", n.Parent, "error", err)
+		return l
+	}
+	log.Error("DHCP lease lost: the container can no longer send from the address (blocked on the parent) until the server gives it back; restart the container to get a new address", "parent", n.Parent)
+	return l
+}
+
+// wonBack unblocks the address of a lease that was lost and is held again.
+func (d *Driver) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old store.Lease) {
+	if old.Lost.IsZero() {
+		return
+	}
+	a := leaseAddr(old)
+	if d.blocker != nil {
+		if err := d.blocker.Unblock(ctx, n.Parent, a, d.mark); err != nil {
+			d.log.Error("won a lost DHCP lease back, but unblocking the address failed", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
+			return
+		}
+	}
+	d.log.Info("won a lost DHCP lease back: the container sends from its address again", "network", n.ID, "endpoint", ep.ID, "address", a, "lost_for", d.now().Sub(old.Lost).Round(time.Second))
+}
+
+// forgetLease is what deleting an endpoint does with its lease: a held one
+// is released; a lost one is not the daemon's to release, and its block
+// goes.
+func (d *Driver) forgetLease(ctx context.Context, n store.Network, ep store.Endpoint) {
+	d.leases.drop(leaseKey{n.ID, ep.ID})
+	if ep.Lease == nil {
+		return
+	}
+	if ep.Lease.Lost.IsZero() {
+		d.releaseLease(ctx, n, ep)
+		return
+	}
+	if d.blocker != nil {
+		if err := d.blocker.Unblock(ctx, n.Parent, leaseAddr(*ep.Lease), d.mark); err != nil {
+			d.log.Warn("could not unblock the address of a lost lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
+		}
+	}
+}
+
+// lostLeaseMessage is the Join-time and doctor-time explanation.
+func lostLeaseMessage(l store.Lease) string {
+	return fmt.Sprintf("DHCP lease of %s lost at %s (%s): the address is blocked until the server gives it back; restart the container to get a new address",
+		l.Addr, l.Lost.Format(time.RFC3339), l.LostWhy)
+}

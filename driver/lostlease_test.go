@@ -1,0 +1,185 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+func TestLeaseState(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := store.Lease{Acquired: t0, T1: t0.Add(60 * time.Second), T2: t0.Add(105 * time.Second), Expiry: t0.Add(120 * time.Second)}
+	lost := l
+	lost.Lost = t0.Add(10 * time.Second)
+	for _, tc := range []struct {
+		l    store.Lease
+		at   time.Duration
+		want string
+	}{
+		{l, 0, LeaseBound}, {l, 60 * time.Second, LeaseRenewing}, {l, 105 * time.Second, LeaseRebinding},
+		{l, 120 * time.Second, LeaseLost}, {lost, 20 * time.Second, LeaseLost},
+	} {
+		if got := LeaseState(tc.l, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("at %s: %s, want %s", tc.at, got, tc.want)
+		}
+	}
+}
+
+func TestPlanBlocks(t *testing.T) {
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	lost := []blockKey{{"lan0", a("198.18.180.100")}, {"lan0", a("198.18.180.101")}}
+	present := []blockKey{{"lan0", a("198.18.180.101")}, {"lan1", a("198.18.9.9")}}
+	add, remove := planBlocks(lost, present)
+	if fmt.Sprint(add) != fmt.Sprint([]blockKey{{"lan0", a("198.18.180.100")}}) || fmt.Sprint(remove) != fmt.Sprint([]blockKey{{"lan1", a("198.18.9.9")}}) {
+		t.Fatalf("add %v remove %v", add, remove)
+	}
+}
+
+func (f *fixture) lease(netID, epID string) *store.Lease {
+	var ep store.Endpoint
+	_ = f.db.View(func(tx *store.Tx) (err error) { ep, _, err = tx.Endpoint(netID, epID); return err })
+	return ep.Lease
+}
+
+func (f *fixture) blocked() []netlinkutil.Blocked {
+	b, _ := f.k.BlockedAddrs(context.Background())
+	return b
+}
+
+// A lease the server refuses is lost: recorded, its address blocked on the
+// parent, only that address asked for again (another offered is not
+// taken), and unblocked once won back. Deleting the endpoint of a lost
+// lease releases nothing (the address is not ours) and removes the block.
+func TestDHCPLostLeaseIsBlockedUntilWonBack(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	if _, err := f.endpoint(netA, ep1, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.MustParseAddr("198.18.180.100")
+	// The server refuses the renewal and has given the address to another
+	// host meanwhile.
+	fl.mu.Lock()
+	fl.nak = true
+	fl.byClient = map[string]string{"another-host": "198.18.180.100/24"}
+	fl.mu.Unlock()
+	f.clock.Advance(61 * time.Second)
+	f.d.renewLease(ctx, leaseKey{netA, ep1})
+	l := f.lease(netA, ep1)
+	if l == nil || l.Lost.IsZero() || l.Addr != "198.18.180.100/24" || LeaseState(*l, f.clock.Now()) != LeaseLost {
+		t.Fatalf("after the NAK the lease is %+v, want lost, same address", l)
+	}
+	want := []netlinkutil.Blocked{{Parent: "lan0", Addr: addr, Tag: f.d.mark}}
+	if fmt.Sprint(f.blocked()) != fmt.Sprint(want) {
+		t.Fatalf("blocked %v, want %v", f.blocked(), want)
+	}
+	last := fl.requests[len(fl.requests)-1]
+	if last.Only != addr {
+		t.Fatalf("the lost lease was asked for with Only %v, want %s only", last.Only, addr)
+	}
+	if len(fl.released) != 0 {
+		t.Fatalf("released %v: another offered address was requested and given back", fl.released)
+	}
+	// Still taken 30 s later: still lost, still blocked.
+	f.clock.Advance(30 * time.Second)
+	f.d.renewLease(ctx, leaseKey{netA, ep1})
+	if l := f.lease(netA, ep1); l.Lost.IsZero() || len(f.blocked()) != 1 {
+		t.Fatalf("lost lease won back while another host holds it: %+v, blocked %v", l, f.blocked())
+	}
+	// The other host lets it go: won back, unblocked.
+	fl.mu.Lock()
+	fl.byClient = map[string]string{}
+	fl.nak = false
+	fl.mu.Unlock()
+	f.clock.Advance(30 * time.Second)
+	f.d.renewLease(ctx, leaseKey{netA, ep1})
+	if l := f.lease(netA, ep1); l == nil || !l.Lost.IsZero() || l.Addr != "198.18.180.100/24" || len(f.blocked()) != 0 {
+		t.Fatalf("after the server gave it back: lease %+v, blocked %v", l, f.blocked())
+	}
+	// Lost again by expiry (a silent server), then the endpoint deleted.
+	fl.mu.Lock()
+	fl.silent = true
+	fl.mu.Unlock()
+	f.clock.Advance(3 * time.Minute)
+	f.d.renewLease(ctx, leaseKey{netA, ep1})
+	if l := f.lease(netA, ep1); l.Lost.IsZero() || len(f.blocked()) != 1 {
+		t.Fatalf("an expired lease: %+v, blocked %v", l, f.blocked())
+	}
+	// A restart after a reboot (blocks gone) blocks it again.
+	_ = f.k.Unblock(ctx, "lan0", addr, f.d.mark)
+	f.restart()
+	f.d.dhcp = fl
+	if err := f.d.RunLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.blocked()) != 1 {
+		t.Fatalf("after a restart the lost lease's address is not blocked: %v", f.blocked())
+	}
+	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
+		t.Fatal(err)
+	}
+	if len(fl.released) != 0 || len(f.blocked()) != 0 {
+		t.Fatalf("deleting a lost lease's endpoint: released %v (not ours), blocked %v", fl.released, f.blocked())
+	}
+}
+
+// A renewal waiting on a server that ignores REQUESTs holds no lock:
+// DeleteEndpoint answers at once and cancels it, and the renewal commits
+// nothing for the deleted endpoint.
+func TestDHCPDeleteDoesNotWaitForARenewal(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, "dhcp_timeout", "20s")); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	if _, err := f.endpoint(netA, ep1, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	fl.mu.Lock()
+	fl.hang = true
+	fl.mu.Unlock()
+	f.clock.Advance(61 * time.Second)
+	k := leaseKey{netA, ep1}
+	f.d.leases.set(k, f.clock.Now())
+	due, _ := f.d.leases.next(f.clock.Now()) // in flight, as the loop takes it
+	if len(due) != 1 {
+		t.Fatalf("due %v", due)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); f.d.renewLease(ctx, k) }()
+	for {
+		fl.mu.Lock()
+		n := fl.renewals
+		fl.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("DeleteEndpoint took %s behind a renewal", took)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the renewal was not cancelled by the deletion")
+	}
+	if l := f.lease(netA, ep1); l != nil {
+		t.Fatalf("the cancelled renewal wrote a lease for the deleted endpoint: %+v", l)
+	}
+}
