@@ -120,6 +120,7 @@ func (s *Server) Repair(ctx context.Context, a doctor.Action) (string, error) {
 	need := map[doctor.Op][2]string{
 		doctor.OpRemoveStale: {a.Network, "NetworkID"}, doctor.OpRollback: {a.Network, "NetworkID"},
 		doctor.OpRecreate: {a.Link, "Link"}, doctor.OpDeleteOrphan: {a.Link, "Link"}, doctor.OpReleasePool: {a.Pool, "PoolID"},
+		doctor.OpHeal: {a.Link, "Link"},
 	}
 	if f, ok := need[a.Op]; ok && f[0] == "" {
 		return "", pluginapi.Invalidf("repair %s needs %s: give the one doctor printed", a.Op, f[1])
@@ -131,6 +132,8 @@ func (s *Server) Repair(ctx context.Context, a doctor.Action) (string, error) {
 		return s.Driver.RecreateParent(ctx, a.Link)
 	case doctor.OpDeleteOrphan:
 		return s.Driver.DeleteOrphanLink(ctx, a.Link)
+	case doctor.OpHeal:
+		return s.Driver.HealLink(ctx, a.Link)
 	case doctor.OpRollback:
 		return s.Driver.RollbackExpired(ctx, a.Network)
 	case doctor.OpReleasePool:
@@ -172,7 +175,7 @@ func subnetsOf(nets []driver.DockerNetwork) []netip.Prefix {
 // Input turns a state and Docker's view into the doctor's input.
 func (st State) Input(docker *doctor.Docker) doctor.Input {
 	in := doctor.Input{Now: st.Now, Boot: st.Boot, Mark: st.Mark, Grace: st.Grace, PoolGrace: st.PoolGrace,
-		Networks: st.Networks, Endpoints: st.Endpoints, Owned: st.Owned, Links: st.Links, HostLinks: st.HostLinks, Docker: docker}
+		Networks: st.Networks, Endpoints: st.Endpoints, Owned: st.Owned, Links: st.Links, HostLinks: st.HostLinks, HostLinkAddrs: st.HostLinkAddrs, Docker: docker}
 	for _, p := range st.Pools {
 		in.Pools = append(in.Pools, p.IPAMPool)
 	}

@@ -58,6 +58,9 @@ type EndpointEntry struct {
 	IPv4   string `json:"ipv4,omitempty"`
 	IPv6   string `json:"ipv6,omitempty"`
 	Joined bool   `json:"joined"`
+	// Lease is the DHCP lease's state (bound, renewing, rebinding, lost);
+	// empty for an endpoint without one.
+	Lease string `json:"lease,omitempty"`
 }
 
 // ParentEntry is a parent link underlay created and the networks on it.
@@ -90,7 +93,7 @@ func listing(st State, dk dockerView) Listing {
 	eps := map[string][]EndpointEntry{}
 	for _, ep := range st.Endpoints {
 		eps[ep.NetworkID] = append(eps[ep.NetworkID], EndpointEntry{ID: ep.ID, Link: ep.Link, MAC: ep.MAC, IPv4: ep.IPv4, IPv6: ep.IPv6,
-			Joined: ep.Sandbox != "" && ep.Boot == st.Boot})
+			Joined: ep.Sandbox != "" && ep.Boot == st.Boot, Lease: leaseState(ep, st.Now)})
 	}
 	on := map[string][]string{}
 	for _, n := range st.Networks {
@@ -147,10 +150,10 @@ func printListing(w io.Writer, l Listing) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "ENDPOINT\tNETWORK\tLINK\tMAC\tADDRESSES\tJOINED")
+	fmt.Fprintln(tw, "ENDPOINT\tNETWORK\tLINK\tMAC\tADDRESSES\tJOINED\tLEASE")
 	for _, n := range l.Networks {
 		for _, e := range n.Endpoints {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", short(e.ID), short(n.ID), e.Link, dash(e.MAC), dash(strings.Trim(e.IPv4+","+e.IPv6, ",")), yesNo(e.Joined))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", short(e.ID), short(n.ID), e.Link, dash(e.MAC), dash(strings.Trim(e.IPv4+","+e.IPv6, ",")), yesNo(e.Joined), dash(e.Lease))
 		}
 	}
 	tw.Flush()
@@ -259,4 +262,12 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// leaseState is an endpoint's DHCP lease state at now; "" without one.
+func leaseState(ep store.Endpoint, now time.Time) string {
+	if ep.Lease == nil {
+		return ""
+	}
+	return ep.Lease.State(now)
 }

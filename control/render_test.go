@@ -25,7 +25,8 @@ func TestListing(t *testing.T) {
 		},
 		Endpoints: []store.Endpoint{
 			{NetworkID: "aaaaaaaaaaaa1", ID: "e1", Link: "ule1", MAC: "02:00:00:00:00:01", IPv4: "198.18.1.10/24", Sandbox: "/x", Boot: "b2"},
-			{NetworkID: "aaaaaaaaaaaa1", ID: "e2", Link: "ule2", Sandbox: "/y", Boot: "b1"},
+			{NetworkID: "aaaaaaaaaaaa1", ID: "e2", Link: "ule2", Sandbox: "/y", Boot: "b1",
+				Lease: &store.Lease{Addr: "198.18.1.11/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute)}},
 		},
 		Owned: []store.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
 		Links: []netlinkutil.Link{{Name: "eth0"}},
@@ -41,6 +42,9 @@ func TestListing(t *testing.T) {
 	if len(a.Endpoints) != 2 || !a.Endpoints[0].Joined || a.Endpoints[1].Joined {
 		t.Errorf("endpoints %+v: want e1 joined (this boot), e2 not (an earlier boot)", a.Endpoints)
 	}
+	if a.Endpoints[0].Lease != "" || a.Endpoints[1].Lease != store.LeaseLost {
+		t.Errorf("lease states %q, %q: want none for e1, lost for e2", a.Endpoints[0].Lease, a.Endpoints[1].Lease)
+	}
 	if b.Parent != "auto.10" || b.Link != "eth0.10" || !b.PendingTill.Equal(now.Add(time.Minute)) || b.Endpoints == nil {
 		t.Errorf("network B: %+v", b)
 	}
@@ -52,7 +56,7 @@ func TestListing(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	printListing(&buf, l)
-	for _, want := range []string{"aaaaaaaaaaaa  lan", "macvlan/bridge", "ipvlan/l2/bridge", "auto.10", "198.18.1.10/24", "eth0.10", "p1"} {
+	for _, want := range []string{"aaaaaaaaaaaa  lan", "macvlan/bridge", "ipvlan/l2/bridge", "auto.10", "198.18.1.10/24", "eth0.10", "p1", "LEASE", "lost"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}

@@ -36,8 +36,10 @@ type Input struct {
 	Pools     []store.IPAMPool
 	Links     []netlinkutil.Link
 	// HostLinks are the host links (host_address) of networks, by network
-	// ID, as the driver names them.
-	HostLinks map[string]string
+	// ID, as the driver names them; HostLinkAddrs the addresses the kernel
+	// shows on those that exist, by link name.
+	HostLinks     map[string]string
+	HostLinkAddrs map[string][]netip.Addr
 
 	// Docker is Docker's view; nil when Docker could not be asked.
 	Docker *Docker
@@ -146,6 +148,8 @@ func Check(in Input) (findings []Finding, skipped []Skip) {
 	findings = append(findings, expired(in)...)
 	findings = append(findings, parents(in)...)
 	findings = append(findings, orphans(in)...)
+	findings = append(findings, broken(in)...)
+	findings = append(findings, lostLeases(in)...)
 	findings = append(findings, unusedPools(in)...)
 	return findings, skipped
 }

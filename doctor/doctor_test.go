@@ -102,6 +102,25 @@ func TestCheck(t *testing.T) {
 			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Created: now.Add(-30 * time.Second)})
 		}},
 		{name: "an endpoint joined in an earlier boot is no finding (every reader ignores such joins)", change: func(in *Input) { in.Endpoints[0].Boot = "boot-1" }},
+		{name: "the host link with its address is healthy", change: func(in *Input) {
+			in.HostLinkAddrs = map[string][]netip.Addr{"ulhbbbbbbbbbbbb": {netip.MustParseAddr("198.18.2.5")}}
+		}},
+		{name: "an owned VLAN set down", change: func(in *Input) { in.Links[2].Down = true },
+			want: []string{"broken-link eth0.10 heal-link"}},
+		{name: "a host link without its address", change: func(in *Input) { in.HostLinkAddrs = map[string][]netip.Addr{"ulhbbbbbbbbbbbb": nil} },
+			want: []string{"broken-link ulhbbbbbbbbbbbb heal-link"}},
+		{name: "a host link with another MTU than the network's", change: func(in *Input) { in.Networks[1].MTU = 1400; in.Links[3].MTU = 1500 },
+			want: []string{"broken-link ulhbbbbbbbbbbbb heal-link"}},
+		{name: "a down link of another instance is not ours", change: func(in *Input) { in.Links[5].Down = true }},
+		{name: "a lost DHCP lease", change: func(in *Input) {
+			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute), LostWhy: "DHCPNAK"}
+		}, want: []string{"lost-lease " + epA + " "}},
+		{name: "a lease that expired while the daemon was down is lost", change: func(in *Input) {
+			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(-time.Minute)}
+		}, want: []string{"lost-lease " + epA + " "}},
+		{name: "a bound lease is no finding", change: func(in *Input) {
+			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", T1: now.Add(time.Minute), T2: now.Add(2 * time.Minute), Expiry: now.Add(time.Hour)}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := healthy()

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -35,6 +36,9 @@ type Inventory struct {
 	// HostLinks are the host links of networks with a host address, by
 	// network ID.
 	HostLinks map[string]string `json:"host_links"`
+	// HostLinkAddrs are the addresses the kernel shows on the host links
+	// that exist, by link name.
+	HostLinkAddrs map[string][]netip.Addr `json:"host_link_addrs,omitempty"`
 }
 
 // Inventory reads the state file and the kernel's links.
@@ -63,7 +67,48 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 	if inv.Links, err = d.links.List(ctx); err != nil {
 		return Inventory{}, err
 	}
+	inv.HostLinkAddrs = map[string][]netip.Addr{}
+	for _, name := range inv.HostLinks {
+		if as, err := d.links.LinkAddrs(ctx, name); err == nil {
+			inv.HostLinkAddrs[name] = as
+		}
+	}
 	return inv, nil
+}
+
+// HealLink puts an owned link that exists but is broken back in order (set
+// up, its address, its MTU; a renamed owned VLAN followed), as a repair
+// pass does, for that link only: the plan is made again from the state
+// now and carried out under the same locks.
+func (d *Driver) HealLink(ctx context.Context, name string) (string, error) {
+	links, err := d.links.List(ctx)
+	if err != nil {
+		return "", err
+	}
+	s, err := d.readSnapshot(true, links...)
+	if err != nil {
+		return "", err
+	}
+	d.readShimAddrs(ctx, &s, links)
+	var todo []step
+	for _, st := range planRepair(s, links, d.mark) {
+		if (st.Op == opHeal || st.Op == opShim || st.Op == opFollow) && (st.Name == name || st.To == name) {
+			todo = append(todo, st)
+		}
+	}
+	if len(todo) == 0 {
+		return "no longer needed: link " + name + " is healthy or not underlay's to heal", nil
+	}
+	out, err := d.executeCounted(ctx, todo, "", d.events.RepairAction)
+	switch {
+	case err != nil:
+		return "", err
+	case out.busy:
+		return "", refusef("link %s is in use by a request: try again", name)
+	case out.failed:
+		return "", fmt.Errorf("could not heal link %s: see the daemon's log", name)
+	}
+	return "healed " + name + " (" + stepsString(todo) + ")", nil
 }
 
 // refusef is a repair refused because its finding no longer holds or is

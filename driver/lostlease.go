@@ -27,31 +27,6 @@ type AddrBlocker interface {
 	BlockedAddrs(ctx context.Context) ([]netlinkutil.Blocked, error)
 }
 
-// Lease states, as metrics and underlay ls show them.
-const (
-	LeaseBound     = "bound"
-	LeaseRenewing  = "renewing"
-	LeaseRebinding = "rebinding"
-	LeaseLost      = "lost"
-)
-
-// LeaseStates lists the states in the order they are shown.
-var LeaseStates = []string{LeaseBound, LeaseRenewing, LeaseRebinding, LeaseLost}
-
-// LeaseState is what a lease is at now. A lease past its expiry that was
-// not yet marked lost (the daemon was down) is lost.
-func LeaseState(l store.Lease, now time.Time) string {
-	switch {
-	case !l.Lost.IsZero() || !now.Before(l.Expiry):
-		return LeaseLost
-	case now.Before(l.T1):
-		return LeaseBound
-	case now.Before(l.T2):
-		return LeaseRenewing
-	}
-	return LeaseRebinding
-}
-
 // blockKey is an address blocked on a parent.
 type blockKey struct {
 	parent string

@@ -22,10 +22,10 @@ func TestLeaseState(t *testing.T) {
 		at   time.Duration
 		want string
 	}{
-		{l, 0, LeaseBound}, {l, 60 * time.Second, LeaseRenewing}, {l, 105 * time.Second, LeaseRebinding},
-		{l, 120 * time.Second, LeaseLost}, {lost, 20 * time.Second, LeaseLost},
+		{l, 0, store.LeaseBound}, {l, 60 * time.Second, store.LeaseRenewing}, {l, 105 * time.Second, store.LeaseRebinding},
+		{l, 120 * time.Second, store.LeaseLost}, {lost, 20 * time.Second, store.LeaseLost},
 	} {
-		if got := LeaseState(tc.l, t0.Add(tc.at)); got != tc.want {
+		if got := tc.l.State(t0.Add(tc.at)); got != tc.want {
 			t.Errorf("at %s: %s, want %s", tc.at, got, tc.want)
 		}
 	}
@@ -76,7 +76,7 @@ func TestDHCPLostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	f.clock.Advance(61 * time.Second)
 	f.d.renewLease(ctx, leaseKey{netA, ep1})
 	l := f.lease(netA, ep1)
-	if l == nil || l.Lost.IsZero() || l.Addr != "198.18.180.100/24" || LeaseState(*l, f.clock.Now()) != LeaseLost {
+	if l == nil || l.Lost.IsZero() || l.Addr != "198.18.180.100/24" || l.State(f.clock.Now()) != store.LeaseLost {
 		t.Fatalf("after the NAK the lease is %+v, want lost, same address", l)
 	}
 	want := []netlinkutil.Blocked{{Parent: "lan0", Addr: addr, Tag: f.d.mark}}

@@ -3,6 +3,7 @@ package metrics
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -140,6 +141,54 @@ underlay_owned_links 5
 	// The runtime collectors are there too.
 	if _, text := scrape(t, m.Handler()); !strings.Contains(text, "\ngo_goroutines ") || !strings.Contains(text, "\nprocess_resident_memory_bytes ") {
 		t.Errorf("no go_ or process_ metrics in:\n%s", text)
+	}
+}
+
+func TestLeaseStateGauge(t *testing.T) {
+	db, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now()
+	lease := func(t1, t2, exp time.Duration, lost bool) *store.Lease {
+		l := &store.Lease{Addr: "198.18.180.10/24", T1: now.Add(t1), T2: now.Add(t2), Expiry: now.Add(exp)}
+		if lost {
+			l.Lost = now.Add(-time.Minute)
+		}
+		return l
+	}
+	if err := db.Update(func(tx *store.Tx) error {
+		for _, n := range []store.Network{{ID: "d", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"dhcp": "true"}}, {ID: "s", Type: "macvlan", Parent: "eth1", Mode: "bridge"}} {
+			if err := tx.PutNetwork(n); err != nil {
+				return err
+			}
+		}
+		for i, l := range []*store.Lease{lease(time.Hour, 2*time.Hour, 3*time.Hour, false), lease(time.Hour, 2*time.Hour, 3*time.Hour, false),
+			lease(-time.Hour, time.Hour, 2*time.Hour, false), lease(-2*time.Hour, -time.Hour, time.Hour, false),
+			lease(time.Hour, 2*time.Hour, 3*time.Hour, true), lease(-3*time.Hour, -2*time.Hour, -time.Hour, false)} {
+			if err := tx.PutEndpoint(store.Endpoint{NetworkID: "d", ID: fmt.Sprintf("e%d", i), Link: fmt.Sprintf("ule%d", i), Lease: l}); err != nil {
+				return err
+			}
+		}
+		return tx.PutEndpoint(store.Endpoint{NetworkID: "s", ID: "x", Link: "ulex"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{})
+	if err := m.WatchState(db); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP underlay_dhcp_leases DHCP leases of endpoints by state: bound (before T1), renewing (T1 to T2), rebinding (T2 to the expiry), lost (expired or refused: the address is blocked until won back).
+# TYPE underlay_dhcp_leases gauge
+underlay_dhcp_leases{state="bound"} 2
+underlay_dhcp_leases{state="lost"} 2
+underlay_dhcp_leases{state="rebinding"} 1
+underlay_dhcp_leases{state="renewing"} 1
+`
+	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want), "underlay_dhcp_leases"); err != nil {
+		t.Fatal(err)
 	}
 }
 

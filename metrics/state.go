@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/underlay-net/underlay/store"
@@ -28,6 +30,8 @@ func (m *Metrics) WatchState(s State) error {
 type stateCollector struct {
 	state                      State
 	networks, endpoints, links *prometheus.Desc
+	leases                     *prometheus.Desc
+	now                        func() time.Time
 }
 
 func newStateCollector(s State) *stateCollector {
@@ -39,6 +43,9 @@ func newStateCollector(s State) *stateCollector {
 			"Endpoints in the state file.", nil, nil),
 		links: prometheus.NewDesc("underlay_owned_links",
 			"Links underlay owns by its records: the parent links it created, the endpoints' links and the host links.", nil, nil),
+		leases: prometheus.NewDesc("underlay_dhcp_leases",
+			"DHCP leases of endpoints by state: bound (before T1), renewing (T1 to T2), rebinding (T2 to the expiry), lost (expired or refused: the address is blocked until won back).", []string{"state"}, nil),
+		now: time.Now,
 	}
 }
 
@@ -46,13 +53,29 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.networks
 	ch <- c.endpoints
 	ch <- c.links
+	ch <- c.leases
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	var n store.Counts
+	leases := map[string]int{}
+	now := c.now()
 	if err := c.state.View(func(tx *store.Tx) (err error) {
-		n, err = tx.Counts()
-		return err
+		if n, err = tx.Counts(); err != nil {
+			return err
+		}
+		return tx.ForEachNetwork(func(nw store.Network) error {
+			if on, _ := strconv.ParseBool(nw.Options["dhcp"]); !on {
+				return nil
+			}
+			eps, err := tx.Endpoints(nw.ID)
+			for _, ep := range eps {
+				if ep.Lease != nil {
+					leases[ep.Lease.State(now)]++
+				}
+			}
+			return err
+		})
 	}); err != nil {
 		ch <- prometheus.NewInvalidMetric(c.networks, fmt.Errorf("read the state file: %w", err))
 		return
@@ -60,4 +83,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.networks, prometheus.GaugeValue, float64(n.Networks))
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(n.Endpoints))
 	ch <- prometheus.MustNewConstMetric(c.links, prometheus.GaugeValue, float64(n.ParentLinks+n.EndpointLinks+n.HostLinks))
+	for _, st := range store.LeaseStates {
+		ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(leases[st]), st)
+	}
 }

@@ -36,3 +36,29 @@ type LeaseRoute struct {
 	Dst     string `json:"dst"`
 	Gateway string `json:"gateway"`
 }
+
+// Lease states, as metrics, underlay ls and doctor show them.
+const (
+	LeaseBound     = "bound"
+	LeaseRenewing  = "renewing"
+	LeaseRebinding = "rebinding"
+	LeaseLost      = "lost"
+)
+
+// LeaseStates lists the states in the order they are shown.
+var LeaseStates = []string{LeaseBound, LeaseRenewing, LeaseRebinding, LeaseLost}
+
+// State is what the lease is at now: bound until T1, renewing until T2,
+// rebinding until the expiry, lost once marked lost or past its expiry
+// (the daemon may not have marked it yet: it was down).
+func (l Lease) State(now time.Time) string {
+	switch {
+	case !l.Lost.IsZero() || !now.Before(l.Expiry):
+		return LeaseLost
+	case now.Before(l.T1):
+		return LeaseBound
+	case now.Before(l.T2):
+		return LeaseRenewing
+	}
+	return LeaseRebinding
+}

@@ -128,7 +128,6 @@ func tailLog(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-
 // A parent gone for good (a user's link deleted under a host-address
 // network): the watcher waits for it without a repair pass, and a WARN
 // line, per burst of unrelated link events: 100 endpoint cycles on
