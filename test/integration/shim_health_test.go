@@ -54,6 +54,7 @@ func TestShimBrokenHostLinkIsHealed(t *testing.T) {
 	flush()
 	waitShim(t, 5*time.Second, ns, shim, "macvlan", "vp0", mark, host, ctr)
 	wantPings(t, "after the host link's address was flushed and healed", ns, host, sb, ctr)
+	wantMetric(t, d, `underlay_repair_actions_total{op="heal"}`)
 
 	// A Join right after an operator set it down and flushed it answers
 	// (it failed with 500 "network is down" before) and routes.
@@ -75,6 +76,7 @@ func TestShimBrokenHostLinkIsHealed(t *testing.T) {
 	if got := wantShim(t, ns, shim, "macvlan", "vp0", mark, host, ctr, ctr2); got != idx {
 		t.Fatalf("the host link was re-made (index %d, was %d) where healing it was enough", got, idx)
 	}
+	wantMetric(t, d, `underlay_reconcile_actions_total{op="heal"} 1`)
 
 	// An unmarked macvlan of the host link's name without an address (a
 	// crash inside the host link's creation leaves one): made again.
@@ -117,6 +119,18 @@ func TestShimBrokenHostLinkIsHealed(t *testing.T) {
 		t.Fatalf("%d heal lines logged, want one per repair (at least 3):\n%s", n, tailLog(d.Log(), 30))
 	}
 	ns.WantLinks(base...)
+}
+
+// wantMetric fails unless the daemon's metrics have a line starting so.
+func wantMetric(t *testing.T, d *itest.Daemon, line string) {
+	t.Helper()
+	_, body, err := d.Get("/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), "\n"+line) {
+		t.Fatalf("metrics lack %s:\n%s", line, body)
+	}
 }
 
 // tailLog is the last n lines of a log.
