@@ -180,10 +180,11 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 	return l, nil
 }
 
-// releaseLease gives an endpoint's lease back, best effort.
-func (d *Driver) releaseLease(ctx context.Context, n store.Network, ep store.Endpoint) {
+// releaseLease gives an endpoint's lease back, best effort; false when it
+// could not.
+func (d *Driver) releaseLease(ctx context.Context, n store.Network, ep store.Endpoint) bool {
 	if d.dhcp == nil || ep.Lease == nil {
-		return
+		return false
 	}
 	r, err := d.leaseRequest(ctx, n, ep)
 	if err == nil {
@@ -192,10 +193,11 @@ func (d *Driver) releaseLease(ctx context.Context, n store.Network, ep store.End
 		cancel()
 	}
 	if err != nil {
-		d.log.Warn("could not release DHCP lease: the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
-		return
+		d.log.Warn("could not release DHCP lease: the next start tries again; the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
+		return false
 	}
 	d.log.Info("released DHCP lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr)
+	return true
 }
 
 // leaseJoin fills a Join answer from the lease: the router as gateway

@@ -96,13 +96,17 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
 		default:
 			if existing != nil && existing.Lease != nil { // asked again with another MAC: its lease is not this one's
-				d.releaseLease(context.WithoutCancel(ctx), *n, *existing)
+				_ = d.releaseLease(context.WithoutCancel(ctx), *n, *existing)
 			}
 			l, err := d.acquireLease(ctx, *n, ep)
 			if err != nil {
 				return nil, err
 			}
 			ep.Lease, ep.IPv4, leased = &l, l.Addr, true
+			if err := d.journalLease(ctx, *n, ep); err != nil {
+				_ = d.releaseLease(context.WithoutCancel(ctx), *n, ep)
+				return nil, fmt.Errorf("record the lease of endpoint %s: %w", short(ep.ID), err)
+			}
 		}
 	}
 	d.point("create-endpoint/before-commit")
@@ -116,10 +120,15 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		if err := hostRouteFree(tx, *n, ep); err != nil {
 			return err
 		}
+		if leased {
+			if err := tx.DeletePendingRelease(n.ID, ep.ID, ep.Lease.Addr); err != nil {
+				return err
+			}
+		}
 		return tx.PutEndpoint(ep)
 	}); err != nil {
-		if leased {
-			d.releaseLease(context.WithoutCancel(ctx), *n, ep)
+		if leased && d.releaseLease(context.WithoutCancel(ctx), *n, ep) {
+			d.unjournal(*n, ep)
 		}
 		if errors.Is(err, store.ErrNoNetwork) {
 			return nil, notFound("network", req.NetworkID)
@@ -188,7 +197,18 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	var deleted *store.Endpoint
 	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
 		deleted = &ep
-		return func(tx *store.Tx) error { return tx.DeleteEndpoint(ep.NetworkID, ep.ID) }
+		var journal *store.PendingRelease
+		if n, err := d.network(ep.NetworkID); err == nil && n != nil {
+			journal = d.journalDeletion(ctx, *n, ep)
+		}
+		return func(tx *store.Tx) error {
+			if journal != nil {
+				if err := tx.PutPendingRelease(*journal); err != nil {
+					return err
+				}
+			}
+			return tx.DeleteEndpoint(ep.NetworkID, ep.ID)
+		}
 	}); err != nil {
 		return err
 	}

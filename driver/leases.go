@@ -167,6 +167,11 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	d.leases.running.Add(1)
+	go func(ctx context.Context) { // not before serving: a RELEASE may wait on a parent
+		defer d.leases.running.Done()
+		d.releaseJournaled(ctx)
+	}(ctx)
 	if err := d.restoreBlocks(ctx, lost); err != nil {
 		d.log.Error("could not block the addresses of lost DHCP leases again: their containers may send from addresses they do not hold", "error", err)
 	}

@@ -137,7 +137,9 @@ func (d *Driver) forgetLease(ctx context.Context, n store.Network, ep store.Endp
 		return
 	}
 	if ep.Lease.Lost.IsZero() {
-		d.releaseLease(ctx, n, ep)
+		if d.releaseLease(ctx, n, ep) {
+			d.unjournal(n, ep)
+		}
 		return
 	}
 	if d.blocker != nil {

@@ -183,3 +183,79 @@ func TestDHCPDeleteDoesNotWaitForARenewal(t *testing.T) {
 		t.Fatalf("the cancelled renewal wrote a lease for the deleted endpoint: %+v", l)
 	}
 }
+
+// A kill -9 between the lease's exchange and the endpoint's commit, or
+// after the commit that deleted the endpoint: the next start releases the
+// lease the journal kept; a lease an endpoint's record holds is only
+// forgotten from the journal.
+func TestDHCPJournaledLeasesReleasedAtStart(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err != nil {
+		t.Fatal(err)
+	}
+	const ep1, ep2 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001", "e2e2e2e2e2e20000000000000000000000000000000000000000000000000002"
+	if _, err := f.endpoint(netA, ep1, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	var pending []store.PendingRelease
+	_ = f.db.View(func(tx *store.Tx) (err error) { pending, err = tx.PendingReleases(); return err })
+	if len(pending) != 0 {
+		t.Fatalf("a committed endpoint's lease is still in the journal: %+v", pending)
+	}
+	// The crash: ep2's lease acquired and journaled, its record never
+	// committed (the crash point create-endpoint/before-commit).
+	f.d.crash = func(p string) {
+		if p == "create-endpoint/before-commit" {
+			panic("kill -9")
+		}
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = f.endpoint(netA, ep2, "", "")
+	}()
+	f.d.crash = nil
+	_ = f.db.View(func(tx *store.Tx) (err error) { pending, err = tx.PendingReleases(); return err })
+	if len(pending) != 1 || pending[0].EndpointID != ep2 {
+		t.Fatalf("journal %+v, want ep2's lease", pending)
+	}
+	f.restart()
+	f.d.dhcp = fl
+	if err := f.d.RunLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the crashed create's lease released", func() bool {
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		return len(fl.released) == 1 && fl.released[0] == pending[0].Lease.Addr
+	})
+	waitFor(t, "the journal emptied", func() bool {
+		var p []store.PendingRelease
+		_ = f.db.View(func(tx *store.Tx) (err error) { p, err = tx.PendingReleases(); return err })
+		return len(p) == 0
+	})
+	// Deleted, and killed after the commit: released at the next start.
+	f.d.crash = func(p string) {
+		if p == "delete-endpoint/after-commit" {
+			panic("kill -9")
+		}
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_ = f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1})
+	}()
+	f.d.crash = nil
+	fl.mu.Lock()
+	before := len(fl.released)
+	fl.mu.Unlock()
+	f.restart()
+	f.d.dhcp = fl
+	if err := f.d.RunLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted endpoint's lease released at start", func() bool {
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		return len(fl.released) == before+1 && fl.released[before] == "198.18.180.100/24"
+	})
+}

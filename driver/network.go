@@ -261,7 +261,20 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/after-link-delete")
 	d.point("delete-network/before-commit")
-	if err := d.store.Batch(func(tx *store.Tx) error { return tx.DeleteNetwork(n.ID) }); err != nil {
+	var journal []store.PendingRelease // held leases: released below, or at the next start
+	for _, ep := range eps {
+		if rec := d.journalDeletion(ctx, n, ep); rec != nil {
+			journal = append(journal, *rec)
+		}
+	}
+	if err := d.store.Batch(func(tx *store.Tx) error {
+		for _, r := range journal {
+			if err := tx.PutPendingRelease(r); err != nil {
+				return err
+			}
+		}
+		return tx.DeleteNetwork(n.ID)
+	}); err != nil {
 		return err
 	}
 	d.point("delete-network/after-commit")

@@ -1,0 +1,74 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Leases to give back: a DHCP lease is written here before the daemon may
+// lose track of it (right after the server's ACK, before the endpoint's
+// record is committed; in the transaction that deletes an endpoint, before
+// its RELEASE is sent), and removed once it is recorded or released. A
+// start finds here what a kill -9 left between the two and releases it.
+
+var bucketReleases = []byte("lease-releases")
+
+// PendingRelease is a lease the daemon must give back unless an
+// endpoint's record holds it.
+type PendingRelease struct {
+	NetworkID  string `json:"network"`
+	EndpointID string `json:"endpoint"`
+	// Parent, MAC and ClientID (hex) are what the RELEASE is sent with.
+	Parent   string `json:"parent"`
+	MAC      string `json:"mac"`
+	ClientID string `json:"client_id,omitempty"`
+	Lease    Lease  `json:"lease"`
+	// Since is when it was written.
+	Since time.Time `json:"since"`
+}
+
+func releaseKey(networkID, endpointID, addr string) []byte {
+	return []byte(networkID + "/" + endpointID + "/" + addr)
+}
+
+// PutPendingRelease records a lease to give back.
+func (t *Tx) PutPendingRelease(r PendingRelease) error {
+	b, err := t.tx.CreateBucketIfNotExists(bucketReleases)
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return b.Put(releaseKey(r.NetworkID, r.EndpointID, r.Lease.Addr), v)
+}
+
+// DeletePendingRelease forgets a lease to give back; a missing one is not
+// an error.
+func (t *Tx) DeletePendingRelease(networkID, endpointID, addr string) error {
+	b := t.b(bucketReleases)
+	if b == nil {
+		return nil
+	}
+	return b.Delete(releaseKey(networkID, endpointID, addr))
+}
+
+// PendingReleases lists the leases to give back.
+func (t *Tx) PendingReleases() ([]PendingRelease, error) {
+	b := t.b(bucketReleases)
+	if b == nil {
+		return nil, nil
+	}
+	var out []PendingRelease
+	err := b.ForEach(func(k, v []byte) error {
+		var r PendingRelease
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("%w: pending lease release %q: %w", ErrCorrupt, k, err)
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
