@@ -72,14 +72,19 @@ func (e *env) makeDHCPLAN(t *testing.T) *itest.Dnsmasq {
 	if err := os.MkdirAll(dhcpDir(), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	return itest.StartDnsmasq(t, itest.DnsmasqConfig{Netns: dhcpNSPath, Interface: dhcpSrvLink, Dir: dhcpDir(),
+	return itest.StartDnsmasq(t, dhcpServer())
+}
+
+// dhcpServer is dnsmasq's configuration on the LAN.
+func dhcpServer() itest.DnsmasqConfig {
+	return itest.DnsmasqConfig{Netns: dhcpNSPath, Interface: dhcpSrvLink, Dir: dhcpDir(),
 		Range: "198.18.180.100,198.18.180.150,255.255.255.0,2m",
 		// Option 121 (classless routes) replaces option 3 for clients
 		// that ask for it (RFC 3442), so it carries the default route too.
 		Options: []string{"3," + dhcpRouter, "121,0.0.0.0/0," + dhcpRouter + "," + dhcpRouteDst + "," + dhcpRouter},
 		// Without --no-ping dnsmasq pings every new address for about 3 s
 		// before it offers it.
-		Extra: []string{"--no-ping"}})
+		Extra: []string{"--no-ping"}}
 }
 
 // teardownDHCPLAN kills every process in the DHCP LAN's namespace
