@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +24,16 @@ var (
 	// ErrNoAnswer is wrapped by the error of a request no server answered
 	// before the context ended.
 	ErrNoAnswer = errors.New("no DHCP server answered")
+	// ErrFragmented is wrapped, beside ErrNoAnswer, when a reply came
+	// IP-fragmented: fragments are not reassembled.
+	ErrFragmented = errors.New("a DHCP reply came IP-fragmented")
+	// ErrNotOffered is wrapped by the error of an Acquire for
+	// Request.Only when only other addresses were offered.
+	ErrNotOffered = errors.New("the address asked for was not offered")
+	// ErrUnusable is wrapped by the error of an Acquire that refused every
+	// offer or ACK it got (a special address, a mask below /8, a lease
+	// under MinLeaseTime), and of a Renew whose ACK is refused.
+	ErrUnusable = errors.New("the DHCP server offered only what a container cannot use")
 )
 
 // Client leases addresses for endpoints from the DHCP servers of their
@@ -28,6 +41,7 @@ var (
 // only while a call on that parent runs.
 type Client struct {
 	netns      netns.NsHandle
+	open       func(parent string) (net.PacketConn, error)
 	retransmit time.Duration
 	log        *slog.Logger
 
@@ -42,6 +56,18 @@ type Option func(*Client)
 // by default they are opened in the namespace of the calling thread,
 // which in the daemon is the host's.
 func WithNetns(h netns.NsHandle) Option { return func(c *Client) { c.netns = h } }
+
+// WithConn makes the client exchange frames over the connection open
+// returns for a parent instead of a packet socket on it (for tests: an
+// in-process server answers, no root needed). The connection carries whole
+// Ethernet frames both ways, as an AF_PACKET SOCK_RAW socket does; writes
+// are addressed with a *packet.Addr, and reads need not be filtered (the
+// client drops what is not a reply for it). It is opened when a call on
+// the parent needs it and none is open, and closed when the last call on
+// it returns.
+func WithConn(open func(parent string) (net.PacketConn, error)) Option {
+	return func(c *Client) { c.open = open }
+}
 
 // WithRetransmit sets the wait before the first retransmission (default
 // 2 s, doubled after each one up to 16 s); d below 10 ms is 10 ms.
@@ -63,64 +89,6 @@ func New(opts ...Option) *Client {
 }
 
 var broadcastIP = netip.AddrFrom4([4]byte{255, 255, 255, 255})
-
-// Acquire leases an address for r: DISCOVER, the first OFFER, REQUEST,
-// ACK, all by broadcast on r.Parent, for as long as ctx allows (the
-// caller's dhcp_timeout). The lease's times count from the REQUEST.
-func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
-	if err := r.check(); err != nil {
-		return Lease{}, fmt.Errorf("DHCP lease: %w", err)
-	}
-	p, err := c.port(r.Parent)
-	if err != nil {
-		return Lease{}, err
-	}
-	defer c.put(p)
-	start := time.Now()
-	// One acquisition at a time per parent: a server that takes long per
-	// new address (dnsmasq pings each for 3 s, one at a time) then
-	// completes them in turn, instead of none while it works through all
-	// the queued DISCOVERs first.
-	select {
-	case p.turn <- struct{}{}:
-		defer func() { <-p.turn }()
-	case <-ctx.Done():
-		err := fmt.Errorf("the lease for %s on parent %s waited %s behind other acquisitions on that parent (one runs at a time) and got no turn: give it more time (dhcp_timeout): %w",
-			r.who(), r.Parent, time.Since(start).Round(time.Millisecond), ctx.Err())
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w: %w", ErrNoAnswer, err)
-		}
-		return Lease{}, err
-	}
-	turn := ""
-	if q := time.Since(start); q > 100*time.Millisecond {
-		turn = fmt.Sprintf(" (%s of it waiting for its turn)", q.Round(time.Millisecond))
-	}
-	offer, _, err := c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return discover(r, xid) },
-		broadcastIP, func(m *dhcpv4.DHCPv4) bool {
-			_, okA := addr4(m.YourIPAddr)
-			_, okS := addr4(m.ServerIdentifier())
-			return m.MessageType() == dhcpv4.MessageTypeOffer && okA && okS && !m.YourIPAddr.IsUnspecified()
-		})
-	if err != nil {
-		return Lease{}, c.failed(ctx, err, start, fmt.Sprintf("the DISCOVER on parent %s for %s", r.Parent, r.who()), turn)
-	}
-	addr, _ := addr4(offer.YourIPAddr)
-	server, _ := addr4(offer.ServerIdentifier())
-	ack, sent, err := c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return request(r, xid, addr, server) },
-		broadcastIP, answers(addr, server))
-	if err != nil {
-		return Lease{}, c.failed(ctx, err, start, fmt.Sprintf("the REQUEST for %s (offered by %s) on parent %s for %s", addr, server, r.Parent, r.who()), turn)
-	}
-	if ack.MessageType() == dhcpv4.MessageTypeNak {
-		return Lease{}, nak(ack, addr, r)
-	}
-	l, err := leaseFromACK(ack, sent)
-	if err != nil {
-		return Lease{}, fmt.Errorf("server %s on parent %s acknowledged an unusable lease for %s: %w", server, r.Parent, r.who(), err)
-	}
-	return l, nil
-}
 
 // Renew extends l for r, for the same address. Until T2 it asks l's
 // server (option 54); from T2 on (Plan's Rebinding) any server. The
@@ -144,18 +112,20 @@ func (c *Client) Renew(ctx context.Context, l Lease, r Request) (Lease, error) {
 	}
 	defer c.put(p)
 	start := time.Now()
+	var seen notes
 	ack, sent, err := c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return request(r, xid, addr, server) },
-		broadcastIP, answers(addr, server))
+		answers(addr, server, &seen), &seen)
 	if err != nil {
 		return Lease{}, c.failed(ctx, err, start, fmt.Sprintf("the renewal of %s on parent %s for %s (the lease holds until %s)",
-			addr, r.Parent, r.who(), l.Acquired.Add(l.LeaseTime).Format(time.RFC3339)), "")
+			addr, r.Parent, r.who(), l.Acquired.Add(l.LeaseTime).Format(time.RFC3339)), &seen)
 	}
 	if ack.MessageType() == dhcpv4.MessageTypeNak {
 		return Lease{}, nak(ack, addr, r)
 	}
 	n, err := leaseFromACK(ack, sent)
 	if err != nil {
-		return Lease{}, fmt.Errorf("server %s on parent %s acknowledged an unusable renewal of %s for %s: %w", ack.ServerIdentifier(), r.Parent, addr, r.who(), err)
+		return Lease{}, fmt.Errorf("%w: server %s on parent %s acknowledged a renewal of %s for %s that is refused: %w; the lease stands as it was until it expires",
+			ErrUnusable, ack.ServerIdentifier(), r.Parent, addr, r.who(), err)
 	}
 	return keep(n, l, ack), nil
 }
@@ -178,48 +148,126 @@ func (c *Client) Release(ctx context.Context, l Lease, r Request) error {
 		return err
 	}
 	defer c.put(p)
-	xid, _ := p.register()
-	defer p.unregister(xid)
-	m, err := release(r, xid, l)
+	return c.release(p, r, l.Addr.Addr(), l.ServerID)
+}
+
+// Decline tells l's server that l's address is in use (DHCPDECLINE, RFC
+// 2131 sections 3.1 and 4.4.1), e.g. after an ARP probe was answered or
+// the address is another endpoint's: the server marks it and offers
+// another to the next DISCOVER, so call Acquire again. Like Release it is
+// sent once, by broadcast, and never answered; the error says only that
+// it could not be sent. The endpoint must not use the address.
+func (c *Client) Decline(ctx context.Context, l Lease, r Request) error {
+	if err := r.check(); err != nil {
+		return fmt.Errorf("decline DHCP lease: %w", err)
+	}
+	if !l.Addr.Addr().Is4() || !l.ServerID.Is4() {
+		return fmt.Errorf("decline DHCP lease for %s: the lease lacks an IPv4 address (%v) or server ID (%v)", r.who(), l.Addr, l.ServerID)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("decline %s on parent %s: %w", l.Addr.Addr(), r.Parent, err)
+	}
+	p, err := c.port(r.Parent)
 	if err != nil {
 		return err
 	}
-	// From the leased address to the server: a unicast IP packet from
-	// 0.0.0.0 would be dropped by the server's kernel as a martian.
-	f := frame(r.MAC, l.Addr.Addr(), l.ServerID, m.ToBytes())
-	if _, err := p.raw.WriteTo(f, &packet.Addr{HardwareAddr: broadcastMAC}); err != nil {
-		return fmt.Errorf("send DHCPRELEASE of %s on parent %s: %w: the server frees it when the lease expires", l.Addr.Addr(), r.Parent, err)
+	defer c.put(p)
+	return c.decline(p, r, l.Addr.Addr(), l.ServerID, "address in use")
+}
+
+// release sends a DHCPRELEASE of addr to server: from the leased address,
+// since a unicast IP packet from 0.0.0.0 would be dropped by the server's
+// kernel as a martian.
+func (c *Client) release(p *port, r Request, addr, server netip.Addr) error {
+	xid, _ := p.register()
+	defer p.unregister(xid)
+	m, err := release(r, xid, addr, server)
+	if err != nil {
+		return err
 	}
-	c.log.Debug("dhcp sent", "type", "RELEASE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String())
+	f := frame(r.MAC, addr, server, m.ToBytes())
+	if _, err := p.raw.WriteTo(f, &packet.Addr{HardwareAddr: broadcastMAC}); err != nil {
+		return fmt.Errorf("send DHCPRELEASE of %s on parent %s: %w: the server frees it when the lease expires", addr, r.Parent, err)
+	}
+	c.log.Debug("dhcp sent", "type", "RELEASE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
 	return nil
 }
 
-// answers accepts the ACK for addr, or a NAK, from server (any server
-// when server is the zero Addr; a NAK without option 54 too).
-func answers(addr, server netip.Addr) func(*dhcpv4.DHCPv4) bool {
-	return func(m *dhcpv4.DHCPv4) bool {
+// decline sends a DHCPDECLINE of addr to server, from 0.0.0.0 to the
+// broadcast address, with why as option 56.
+func (c *Client) decline(p *port, r Request, addr, server netip.Addr, why string) error {
+	xid, _ := p.register()
+	defer p.unregister(xid)
+	m, err := decline(r, xid, addr, server, why)
+	if err != nil {
+		return err
+	}
+	f := frame(r.MAC, netip.IPv4Unspecified(), broadcastIP, m.ToBytes())
+	if _, err := p.raw.WriteTo(f, &packet.Addr{HardwareAddr: broadcastMAC}); err != nil {
+		return fmt.Errorf("send DHCPDECLINE of %s on parent %s: %w: check that the link is up; the endpoint must not use the address either way", addr, r.Parent, err)
+	}
+	c.log.Debug("dhcp sent", "type", "DECLINE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
+	return nil
+}
+
+// answers accepts the ACK for addr from server (any server when server
+// is the zero Addr), or its NAK. A NAK without option 54 (RFC 2131
+// requires it) or from another server is ignored and noted in seen.
+func answers(addr, server netip.Addr, seen *notes) func(*dhcpv4.DHCPv4) verdict {
+	return func(m *dhcpv4.DHCPv4) verdict {
 		sid, ok := addr4(m.ServerIdentifier())
 		switch m.MessageType() {
 		case dhcpv4.MessageTypeAck:
-			y, _ := addr4(m.YourIPAddr)
-			return y == addr && ok && (!server.IsValid() || sid == server)
+			if y, _ := addr4(m.YourIPAddr); y == addr && ok && (!server.IsValid() || sid == server) {
+				return take
+			}
 		case dhcpv4.MessageTypeNak:
-			return !server.IsValid() || !ok || sid == server
+			switch {
+			case !ok:
+				seen.add("ignored a DHCPNAK without a server identifier (option 54, which RFC 2131 requires)")
+			case server.IsValid() && sid != server:
+				seen.add(fmt.Sprintf("ignored a DHCPNAK from server %s, which was not asked (the REQUEST named %s)", sid, server))
+			default:
+				return take
+			}
 		}
-		return false
+		return skip
 	}
 }
 
-// failed explains an exchange that got no answer; turn says how long it
-// waited for its turn, if it did.
-func (c *Client) failed(ctx context.Context, err error, start time.Time, what, turn string) error {
+// notes collect what exchanges saw beside their answers, for an error.
+type notes struct {
+	seen []string
+	frag string // the last fragmented reply, if any
+}
+
+func (n *notes) add(s string) {
+	if !slices.Contains(n.seen, s) {
+		n.seen = append(n.seen, s)
+	}
+}
+
+func (n *notes) fragmented(s string) { n.frag = s }
+
+// String is "" or "; " and what was seen.
+func (n *notes) String() string {
+	if len(n.seen) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(n.seen, "; ")
+}
+
+// failed explains an exchange that got no answer.
+func (c *Client) failed(ctx context.Context, err error, start time.Time, what string, seen *notes) error {
 	waited := time.Since(start).Round(time.Millisecond)
 	switch {
+	case errors.Is(err, context.DeadlineExceeded) && seen.frag != "":
+		return fmt.Errorf("%w %s within %s: %w: %s%s: %w", ErrNoAnswer, what, waited, ErrFragmented, seen.frag, seen, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w %s within %s%s: check that a DHCP server serves that LAN and that the parent is up, or give it more time (dhcp_timeout): %w",
-			ErrNoAnswer, what, waited, turn, err)
+			ErrNoAnswer, what, waited, seen, err)
 	case ctx.Err() != nil:
-		return fmt.Errorf("DHCP %s: gave up after %s%s: %w", what, waited, turn, err)
+		return fmt.Errorf("DHCP %s: gave up after %s%s: %w", what, waited, seen, err)
 	}
 	return err
 }

@@ -190,7 +190,7 @@ func renewingIsUnicast(t *testing.T, l *lan, d *dnsmasq, c *Client, r Request, l
 	defer cancel()
 	_, _, err = c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) {
 		return message(r, xid, dhcpv4.MessageTypeRequest, dhcpv4.WithClientIP(ip))
-	}, broadcastIP, answers(lease.Addr.Addr(), lease.ServerID))
+	}, answers(lease.Addr.Addr(), lease.ServerID, &notes{}), &notes{})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("RENEWING request (ciaddr %s, BROADCAST flag set): %v; want no answer on the parent", lease.Addr.Addr(), err)
 	}

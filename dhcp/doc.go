@@ -7,25 +7,80 @@
 // # API
 //
 // Client.Acquire runs DISCOVER, OFFER, REQUEST, ACK for a Request (parent,
-// chaddr, option 61, option 12, an address to ask for again) within the
-// caller's context, and returns a Lease: address with prefix length,
-// router, option 121 routes, DNS, server ID, lease time, T1, T2 and when it
-// was acquired. Client.Renew extends a lease; Client.Release gives it
-// back, best effort. A server's DHCPNAK is ErrNAK; silence until the
-// context ends is ErrNoAnswer (the message names the parent, the MAC and
-// the client ID). Plan, a pure function, says what a lease calls for at a
-// moment: wait for T1, renew, rebind, or acquire anew once expired.
+// chaddr, option 61, option 12, an address to ask for again, or the Only
+// address to take) within the caller's context, and returns a Lease:
+// address with prefix length, router, option 121 routes, DNS, server ID,
+// lease time, T1, T2, when it was acquired, and Warnings (what was dropped
+// from the ACK). Client.Renew extends a lease; Client.Release gives it
+// back and Client.Decline refuses it (the address is in use), both best
+// effort. A server's DHCPNAK is ErrNAK; silence until the context ends is
+// ErrNoAnswer (the message names the parent, the MAC and the client ID),
+// with ErrFragmented when a reply came IP-fragmented; only unusable offers
+// are ErrUnusable; only other addresses than Request.Only, ErrNotOffered.
+// Plan, a pure function, says what a lease calls for at a moment: wait for
+// T1, renew, rebind, or acquire anew once expired. WithConn builds a client
+// over an injected frame connection (tests without root).
+//
+// # Rogue and broken servers
+//
+// What a server sends is checked before it is used; every limit below is
+// tested against the scriptable server of internal/itest.
+//
+//   - An OFFER is judged as its ACK would be. One of an address no
+//     endpoint may use — in 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16,
+//     224.0.0.0/4 or 240.0.0.0/4 (255.255.255.255 included), the subnet's
+//     network or broadcast address (a /31 or /32 has none), or the server's
+//     own — is not REQUESTed but DECLINEd (RFC 2131 section 4.4.1: option
+//     50 the address, option 54 the server, option 56 why, ciaddr 0, by
+//     broadcast), so that a server offers another; the DISCOVER is sent
+//     again after half a second. An OFFER with a mask below /8 (/0 too) or
+//     a lease under MinLeaseTime (10 s; 0 too) is not REQUESTed either.
+//     RFC 2131 has a client wait 10 s before it starts again after a
+//     DECLINE; a container's start cannot, so it is half a second, and at
+//     most maxRefusals (4) offers and ACKs are refused per Acquire: then
+//     the error (ErrUnusable) names each address, its server and why.
+//   - An ACK is checked again: an unusable address is DECLINEd, an
+//     unusable mask or lease time RELEASEd (the server's binding is
+//     freed), and Acquire starts over with a DISCOVER.
+//   - Leases under 10 s are refused, not stretched: an address kept longer
+//     than the server granted could be another host's by then. A Renew
+//     whose ACK is refused is an error wrapping ErrUnusable, and the lease
+//     stands as it was until it expires.
+//   - A router (option 3) that is the subnet's network or broadcast
+//     address, the leased address itself or in a special range is dropped
+//     (the next one of option 3 is taken, else none: the lease has no
+//     gateway), and so is an option 121 route to the connected subnet, a
+//     second route to a destination, or one via such a gateway: each with
+//     a Warning (Acquire logs them at WARN), since the container's kernel
+//     would refuse them and fail its start. When every option 121 route is
+//     dropped, Gateway falls back to option 3.
+//   - A DHCPNAK without option 54 (RFC 2131 requires it), or from a server
+//     other than the one REQUESTed, is ignored (the error of an exchange
+//     that then gets no answer says so). A valid NAK during an Acquire
+//     starts over with a DISCOVER after half a second, at most maxRounds
+//     (5) rounds, then ErrNAK.
+//   - T1 and T2 (options 58, 59) of 0, under a second or not before the
+//     expiry are ignored (the defaults, 1/2 and 7/8 of the lease, apply),
+//     in leaseFromACK and in Plan, so that renewals and rebinding come
+//     before the lease ends, at most one a second (MinRetryShort).
+//   - A reply larger than a frame arrives IP-fragmented. Fragments are not
+//     reassembled; the filter also keeps first fragments to port 68, whose
+//     xid tells the transaction that it got one, so that its ErrNoAnswer
+//     says so (with ErrFragmented) and names the fix (fewer options, e.g.
+//     option 121 routes: option 57 asks for at most 1500 bytes).
 //
 // # How packets flow
 //
 // A call opens, on the parent, one AF_PACKET SOCK_RAW socket for ETH_P_IP
-// with a BPF filter that keeps unfragmented UDP to port 68; concurrent
-// calls on that parent share it and the last one closes it. The receive
-// loop hands each reply to the transaction with its xid (fresh and random
-// per transaction, unique on the socket), which keeps it if chaddr and, when
-// echoed, option 61 are its own: ipvlan endpoints share the parent's MAC
-// and differ only by client ID. Replies are parsed by the library
-// (nclient4's IPv4/UDP parser, then dhcpv4); a malformed packet is dropped.
+// with a BPF filter that keeps UDP to port 68 (unfragmented, or first
+// fragments: see above); concurrent calls on that parent share it and the
+// last one closes it. The receive loop hands each reply to the transaction
+// with its xid (fresh and random per transaction, unique on the socket),
+// which keeps it if chaddr and, when echoed, option 61 are its own: ipvlan
+// endpoints share the parent's MAC and differ only by client ID. Replies
+// are parsed by the library (nclient4's IPv4/UDP parser, then dhcpv4); a
+// malformed packet is dropped. With WithConn the connection is the
+// caller's, unfiltered; everything else is the same.
 //
 // Requests are framed here: Ethernet from Request.MAC to broadcast, IPv4
 // 0.0.0.0 to 255.255.255.255, UDP 68 to 67. The Ethernet source is the
@@ -53,21 +108,25 @@
 // unicasts it to the endpoint's link in the "container" namespace. Only an
 // ETH_P_ALL tap on the parent sees those frames; the client gets nothing.
 //
+// A DHCPDECLINE, like a DISCOVER, goes from 0.0.0.0 to 255.255.255.255.
 // A DHCPRELEASE goes from the leased address to the server's address (RFC
 // 2131 section 4.4.6), in a broadcast frame. From 0.0.0.0 the server's
 // kernel drops it as a martian source: tried with dnsmasq, whose lease line
 // then stays. From the leased address, dnsmasq removes the line.
 //
-// # One acquisition at a time per parent
+// # Acquisitions on a parent overlap
 //
-// dnsmasq pings every address before it offers it, for 3 s, one at a time,
-// and serves its socket in order. Five concurrent acquisitions of new
-// addresses with a 10 s context all failed: dnsmasq was still working
-// through the DISCOVERs when time ran out. One at a time, three of the five
-// succeeded (after 3.0, 6.1 and 9.1 s). So Acquire takes its turn per parent
-// (the wait counts against its context, and the error says so). Renew and
-// Release do not wait. With a fast server, twelve acquisitions in turn take
-// tens of milliseconds (TestAcquireMacvlanEndpoints).
+// Exchanges on one parent run at once: each waits only for its own xid.
+// Against a server that answers every message 150 ms late, 32 concurrent
+// Acquires take about 0.3 s (TestConcurrentAcquisitionsOverlap; in turn
+// they took 9.75 s, against the driver's 10 s default dhcp_timeout). The
+// cost falls on a server that works through its socket one message at a
+// time and slowly: dnsmasq pings each new address for up to 3 s before it
+// offers it, in order (when acquisitions took turns, three of five
+// finished, after 3.0, 6.1 and 9.1 s); at once, they compete for its time
+// and retransmitted DISCOVERs queue behind the rest. With such a server
+// give dhcp_timeout room, or run dnsmasq with --no-ping on a LAN whose
+// addresses it alone hands out.
 //
 // # Why not nclient4
 //

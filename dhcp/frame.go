@@ -28,6 +28,12 @@ var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 // frame wraps a DHCP message in UDP (68 → 67), IPv4 (src → dst, TTL 64)
 // and Ethernet (srcMAC → broadcast).
 func frame(srcMAC net.HardwareAddr, src, dst netip.Addr, payload []byte) []byte {
+	return udpFrame(srcMAC, src, dst, clientPort, serverPort, payload)
+}
+
+// udpFrame wraps payload in UDP (sport → dport), IPv4 (src → dst, TTL 64)
+// and Ethernet (srcMAC → broadcast).
+func udpFrame(srcMAC net.HardwareAddr, src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
 	b := make([]byte, ethHeader+ipv4Header+udpHeader+len(payload))
 	copy(b[0:6], broadcastMAC)
 	copy(b[6:12], srcMAC)
@@ -44,8 +50,8 @@ func frame(srcMAC net.HardwareAddr, src, dst netip.Addr, payload []byte) []byte 
 	binary.BigEndian.PutUint16(ip[10:12], ^sum(ip, 0))
 
 	udp := b[ethHeader+ipv4Header:]
-	binary.BigEndian.PutUint16(udp[0:2], clientPort)
-	binary.BigEndian.PutUint16(udp[2:4], serverPort)
+	binary.BigEndian.PutUint16(udp[0:2], sport)
+	binary.BigEndian.PutUint16(udp[2:4], dport)
 	binary.BigEndian.PutUint16(udp[4:6], uint16(len(udp)))
 	copy(udp[udpHeader:], payload)
 	// The pseudo header: addresses, protocol, UDP length.
@@ -75,8 +81,13 @@ func sum(b []byte, acc uint32) uint16 {
 
 // ethConn is the packet socket as the library's parser wants it: reads
 // return the IPv4 packet without the Ethernet header (too short frames
-// are skipped; a zero-length read would be taken for EOF).
-type ethConn struct{ net.PacketConn }
+// are skipped; a zero-length read would be taken for EOF). IPv4
+// fragments are skipped too (the library would parse a first fragment as
+// a truncated datagram): fragment, if set, is shown each first.
+type ethConn struct {
+	net.PacketConn
+	fragment func(ip []byte)
+}
 
 func (c ethConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	buf := make([]byte, ethHeader+len(b))
@@ -85,15 +96,40 @@ func (c ethConn) ReadFrom(b []byte) (int, net.Addr, error) {
 		if err != nil {
 			return 0, addr, err
 		}
-		if n > ethHeader && binary.BigEndian.Uint16(buf[12:14]) == 0x0800 {
-			return copy(b, buf[ethHeader:n]), addr, nil
+		if n <= ethHeader || binary.BigEndian.Uint16(buf[12:14]) != 0x0800 {
+			continue
 		}
+		ip := buf[ethHeader:n]
+		if len(ip) >= ipv4Header && binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0 { // More Fragments, or an offset
+			if c.fragment != nil {
+				c.fragment(ip)
+			}
+			continue
+		}
+		return copy(b, ip), addr, nil
 	}
 }
 
-// replyFilter keeps, of the IPv4 frames on the parent, only unfragmented
-// UDP to port 68 (DHCP replies), so that a busy parent does not wake the
-// client for every packet.
+// firstFragment reads, from an IPv4 packet that is the first fragment of
+// a UDP datagram to port 68, the DHCP xid, the source and the datagram's
+// whole length (the UDP header's); ok is false for any other packet.
+func firstFragment(ip []byte) (xid [4]byte, src netip.Addr, size int, ok bool) {
+	if len(ip) < ipv4Header || ip[0]>>4 != 4 || ip[9] != 17 || binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0x2000 {
+		return xid, src, 0, false
+	}
+	udp := ip[min(int(ip[0]&0x0f)*4, len(ip)):]
+	if len(udp) < udpHeader+8 || binary.BigEndian.Uint16(udp[2:4]) != clientPort {
+		return xid, src, 0, false
+	}
+	copy(xid[:], udp[udpHeader+4:udpHeader+8])
+	return xid, netip.AddrFrom4([4]byte(ip[12:16])), int(binary.BigEndian.Uint16(udp[4:6])), true
+}
+
+// replyFilter keeps, of the IPv4 frames on the parent, only UDP to port
+// 68 (DHCP replies) that is unfragmented or a first fragment (whose UDP
+// header says the port): the client skips fragments but tells which
+// transaction got a fragmented reply, since it does not reassemble them.
+// A busy parent does not wake the client for every packet.
 func replyFilter() ([]bpf.RawInstruction, error) {
 	return bpf.Assemble([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: ethHeader + 9, Size: 1}, // protocol

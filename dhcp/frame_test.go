@@ -44,7 +44,7 @@ func TestFrameParsedByLibrary(t *testing.T) {
 	}
 	// A runt and a non-IPv4 frame first: ethConn skips them.
 	arp := append(append([]byte{}, f[:12]...), 0x08, 0x06, 1, 2, 3)
-	conn := nclient4.NewBroadcastUDPConn(ethConn{&fakeConn{frames: [][]byte{f[:10], arp, f}}}, &net.UDPAddr{Port: serverPort})
+	conn := nclient4.NewBroadcastUDPConn(ethConn{PacketConn: &fakeConn{frames: [][]byte{f[:10], arp, f}}}, &net.UDPAddr{Port: serverPort})
 	buf := make([]byte, 1500)
 	n, from, err := conn.ReadFrom(buf)
 	if err != nil {
@@ -86,6 +86,7 @@ func TestReplyFilter(t *testing.T) {
 		{"request to port 67", func(b []byte) []byte { binary.BigEndian.PutUint16(b[36:38], serverPort); return b }, false},
 		{"TCP", func(b []byte) []byte { b[23] = 6; return b }, false},
 		{"a later fragment", func(b []byte) []byte { b[21] = 1; return b }, false},
+		{"a first fragment (More Fragments, offset 0), for its xid", func(b []byte) []byte { b[20] = 0x20; return b }, true},
 	} {
 		b := tc.edit(append([]byte{}, reply...))
 		n, err := vm.Run(b)
@@ -95,5 +96,35 @@ func TestReplyFilter(t *testing.T) {
 		if (n > 0) != tc.keep {
 			t.Errorf("%s: filter kept %d bytes, want kept %v", tc.name, n, tc.keep)
 		}
+	}
+}
+
+// TestFirstFragment: of a reply too large for a frame, ethConn skips the
+// fragments and shows the first, whose xid, source and size are read.
+func TestFirstFragment(t *testing.T) {
+	payload := make([]byte, 2000)
+	copy(payload[4:8], []byte{9, 8, 7, 6}) // the xid
+	f := udpFrame(testMAC, serverA, netip.MustParseAddr("255.255.255.255"), serverPort, clientPort, payload)
+	frs := fragments(f, 1500)
+	if len(frs) != 2 {
+		t.Fatalf("%d fragments, want 2", len(frs))
+	}
+	var seen [][]byte
+	conn := ethConn{PacketConn: &fakeConn{frames: frs}, fragment: func(ip []byte) { seen = append(seen, append([]byte(nil), ip...)) }}
+	if _, _, err := conn.ReadFrom(make([]byte, 4096)); err == nil {
+		t.Fatal("ethConn returned a fragment")
+	}
+	if len(seen) != 2 {
+		t.Fatalf("ethConn showed %d fragments, want both", len(seen))
+	}
+	xid, src, size, ok := firstFragment(seen[0])
+	if !ok || xid != [4]byte{9, 8, 7, 6} || src != serverA || size != udpHeader+len(payload) {
+		t.Fatalf("first fragment: xid %x from %s size %d (%v)", xid, src, size, ok)
+	}
+	if _, _, _, ok := firstFragment(seen[1]); ok {
+		t.Fatal("the second fragment was taken for a first")
+	}
+	if _, _, _, ok := firstFragment(f[ethHeader:]); ok {
+		t.Fatal("an unfragmented packet was taken for a first fragment")
 	}
 }

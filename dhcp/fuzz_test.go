@@ -25,7 +25,7 @@ func FuzzReply(f *testing.F) {
 	f.Add([]byte{})
 	r := Request{Parent: "lan0", MAC: testMAC, ClientID: ClientIDFromName("x")}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		conn := nclient4.NewBroadcastUDPConn(ethConn{&fakeConn{frames: [][]byte{b}}}, nil)
+		conn := nclient4.NewBroadcastUDPConn(ethConn{PacketConn: &fakeConn{frames: [][]byte{b}}, fragment: func(ip []byte) { _, _, _, _ = firstFragment(ip) }}, nil)
 		buf := make([]byte, 1500)
 		if n, _, err := conn.ReadFrom(buf); err == nil {
 			_ = parse(buf[:n])
@@ -35,7 +35,8 @@ func FuzzReply(f *testing.F) {
 			return
 		}
 		_ = mine(r, m)
-		_ = answers(addrA, serverA)(m)
+		_ = answers(addrA, serverA, &notes{})(m)
+		_ = checkOffer(m, addrA, serverA)
 		if l, err := leaseFromACK(m, time.Now()); err == nil {
 			_ = Plan(l, time.Now().Add(time.Minute))
 			_ = l.Gateway()

@@ -107,7 +107,7 @@ func (s *testServer) handle(l *lan, c net.PacketConn, peer net.Addr, m *dhcpv4.D
 	defer s.mu.Unlock()
 	s.seen = append(s.seen, m)
 	s.peers = append(s.peers, peer)
-	if m.MessageType() != dhcpv4.MessageTypeRelease && !m.IsBroadcast() {
+	if m.MessageType() != dhcpv4.MessageTypeRelease && m.MessageType() != dhcpv4.MessageTypeDecline && !m.IsBroadcast() {
 		s.t.Errorf("the client sent a %s without the BROADCAST flag", m.MessageType())
 	}
 	key := s.key(m)

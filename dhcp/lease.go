@@ -35,6 +35,9 @@ type Lease struct {
 	// Acquired is when the request that the ACK answered was first sent:
 	// the lease's times count from then (RFC 2131 section 4.4.1).
 	Acquired time.Time
+	// Warnings say what of the ACK was dropped and why: a router or an
+	// option 121 route that a container's kernel would refuse.
+	Warnings []string `json:",omitempty"`
 }
 
 // Route is one classless static route of option 121 (RFC 3442). A Gateway
@@ -60,12 +63,20 @@ func (l Lease) Gateway() netip.Addr {
 	return netip.Addr{}
 }
 
+// MinLeaseTime is the shortest lease taken: an OFFER or ACK of a shorter
+// one (lease time 0 included) is refused, since it would expire before it
+// could be renewed in time, and a renewal of it is an error.
+const MinLeaseTime = 10 * time.Second
+
 // leaseFromACK reads a lease out of an ACK. acquired is when the request
-// was first sent. It refuses an ACK without a usable address or server ID.
+// was first sent. It refuses an ACK without a usable address, server ID,
+// mask of /8 or longer, or lease time of MinLeaseTime or more; a refused
+// address is a *badAddress. Routers and option 121 routes that a
+// container's kernel would refuse are dropped, each with a Warning.
 func leaseFromACK(ack *dhcpv4.DHCPv4, acquired time.Time) (Lease, error) {
 	var l Lease
 	addr, ok := addr4(ack.YourIPAddr)
-	if !ok || addr.IsUnspecified() || addr.IsMulticast() || addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+	if !ok || addr.IsUnspecified() {
 		return l, fmt.Errorf("the ACK has no usable address (yiaddr %v)", ack.YourIPAddr)
 	}
 	bits, err := maskBits(ack, addr)
@@ -77,19 +88,45 @@ func leaseFromACK(ack *dhcpv4.DHCPv4, acquired time.Time) (Lease, error) {
 	if !ok || l.ServerID.IsUnspecified() {
 		return l, fmt.Errorf("the ACK for %s has no server identifier (option 54)", addr)
 	}
-	for _, r := range ack.Router() {
-		if a, ok := addr4(r); ok && !a.IsUnspecified() {
-			l.Router = a
-			break
-		}
+	if err := checkAddress(addr, bits, l.ServerID); err != nil {
+		return l, err
 	}
+	for _, r := range ack.Router() {
+		a, ok := addr4(r)
+		if !ok || a.IsUnspecified() {
+			continue
+		}
+		if why := badGateway(l.Addr, a); why != "" {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("dropped router %s (option 3): it is %s", a, why))
+			continue
+		}
+		l.Router = a
+		break
+	}
+	connected, seen := l.Addr.Masked(), map[netip.Prefix]bool{}
 	for _, r := range ack.ClasslessStaticRoute() {
 		gw, ok := addr4(r.Router)
 		dst, ok2 := addr4(r.Dest.IP)
-		bits, _ := r.Dest.Mask.Size()
-		if ok && ok2 {
-			l.Routes = append(l.Routes, Route{Dst: netip.PrefixFrom(dst, bits).Masked(), Gateway: gw})
+		if !ok || !ok2 {
+			continue
 		}
+		ones, _ := r.Dest.Mask.Size()
+		p := netip.PrefixFrom(dst, ones).Masked()
+		var why string
+		switch {
+		case p == connected:
+			why = "the connected subnet, which the address already routes"
+		case seen[p]:
+			why = "a second route to the same destination"
+		case !gw.IsUnspecified() && badGateway(l.Addr, gw) != "":
+			why = "via " + badGateway(l.Addr, gw)
+		}
+		if why != "" {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("dropped route %s via %s (option 121): %s", p, gw, why))
+			continue
+		}
+		seen[p] = true
+		l.Routes = append(l.Routes, Route{Dst: p, Gateway: gw})
 	}
 	for _, d := range ack.DNS() {
 		if a, ok := addr4(d); ok {
@@ -100,21 +137,118 @@ func leaseFromACK(ack *dhcpv4.DHCPv4, acquired time.Time) (Lease, error) {
 	if !ok {
 		return l, fmt.Errorf("the ACK for %s has no lease time (option 51)", addr)
 	}
+	if l.LeaseTime < MinLeaseTime {
+		return l, fmt.Errorf("the lease of %s is for %s (option 51), under the %s this client takes: make the server's leases longer", addr, l.LeaseTime, MinLeaseTime)
+	}
 	l.T1, l.T2 = l.LeaseTime/2, l.LeaseTime/8*7
 	if l.LeaseTime == Infinite {
 		l.T1, l.T2 = Infinite, Infinite
 	}
-	if t, ok := seconds(ack, dhcpv4.OptionRenewTimeValue); ok && t <= l.LeaseTime {
+	// T1 and T2 of 0, under a second, or not before the expiry are
+	// ignored (RFC 2131 section 4.4.5: 0 < T1 < T2 < lease time).
+	if t, ok := seconds(ack, dhcpv4.OptionRenewTimeValue); ok && t >= time.Second && t < l.LeaseTime {
 		l.T1 = t
 	}
-	if t, ok := seconds(ack, dhcpv4.OptionRebindingTimeValue); ok && t <= l.LeaseTime {
+	if t, ok := seconds(ack, dhcpv4.OptionRebindingTimeValue); ok && t >= time.Second && t < l.LeaseTime {
 		l.T2 = t
 	}
-	if l.T1 > l.T2 { // RFC 2131 section 4.4.5: T1 < T2 < lease time
+	if l.T1 > l.T2 {
 		l.T1 = l.T2
 	}
 	l.Acquired = acquired
 	return l, nil
+}
+
+// checkOffer refuses an OFFER whose address, mask or (when it says one)
+// lease time leaseFromACK would refuse in the ACK.
+func checkOffer(m *dhcpv4.DHCPv4, addr, server netip.Addr) error {
+	bits, err := maskBits(m, addr)
+	if err != nil {
+		return err
+	}
+	if err := checkAddress(addr, bits, server); err != nil {
+		return err
+	}
+	if t, ok := seconds(m, dhcpv4.OptionIPAddressLeaseTime); ok && t < MinLeaseTime {
+		return fmt.Errorf("the lease of %s is for %s (option 51), under the %s this client takes: make the server's leases longer", addr, t, MinLeaseTime)
+	}
+	return nil
+}
+
+// badAddress is an offered or acknowledged address no endpoint may use;
+// the client declines it.
+type badAddress struct {
+	addr netip.Addr
+	why  string
+}
+
+func (e *badAddress) Error() string { return fmt.Sprintf("%s is %s", e.addr, e.why) }
+
+// special are the ranges no endpoint's address or gateway may be in.
+var special = []struct {
+	p   netip.Prefix
+	why string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "in 0.0.0.0/8 (\"this network\", RFC 1122)"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "a loopback address"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "a multicast address"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "in the reserved 240.0.0.0/4 (with the broadcast address)"},
+}
+
+var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// checkAddress refuses an address in a special range, link-local, the
+// subnet's network or broadcast address, or the server's own.
+func checkAddress(addr netip.Addr, bits int, server netip.Addr) error {
+	for _, s := range special {
+		if s.p.Contains(addr) {
+			return &badAddress{addr, s.why}
+		}
+	}
+	switch {
+	case linkLocal.Contains(addr):
+		return &badAddress{addr, "a link-local address (169.254.0.0/16), which no DHCP server may lease (RFC 3927)"}
+	case addr == server:
+		return &badAddress{addr, "the server's own address (option 54)"}
+	}
+	if why := edge(netip.PrefixFrom(addr, bits), addr); why != "" {
+		return &badAddress{addr, why}
+	}
+	return nil
+}
+
+// badGateway says why a is no gateway for the address p: a special
+// address, p's own, or its subnet's network or broadcast address; "" when
+// it is fine (a gateway outside the subnet is left to the caller).
+func badGateway(p netip.Prefix, a netip.Addr) string {
+	for _, s := range special {
+		if s.p.Contains(a) {
+			return s.why
+		}
+	}
+	if a == p.Addr() {
+		return "the leased address itself"
+	}
+	return edge(p, a)
+}
+
+// edge says whether a is the network or broadcast address of p's subnet
+// (a /31 and a /32 have neither, RFC 3021).
+func edge(p netip.Prefix, a netip.Addr) string {
+	if p.Bits() > 30 || !p.Masked().Contains(a) {
+		return ""
+	}
+	n := p.Masked().Addr()
+	b := n.As4()
+	v := binary.BigEndian.Uint32(b[:]) | (1<<(32-p.Bits()) - 1)
+	binary.BigEndian.PutUint32(b[:], v)
+	switch a {
+	case n:
+		return "the network address of its subnet " + p.Masked().String()
+	case netip.AddrFrom4(b):
+		return "the broadcast address of its subnet " + p.Masked().String()
+	}
+	return ""
 }
 
 // maskBits is the prefix length of option 1, or the address class's when
@@ -134,6 +268,9 @@ func maskBits(ack *dhcpv4.DHCPv4, addr netip.Addr) (int, error) {
 	ones, size := net.IPMask(raw).Size()
 	if len(raw) != 4 || size != 32 {
 		return 0, fmt.Errorf("the ACK for %s has an invalid subnet mask %v (option 1 must be 4 bytes of contiguous ones)", addr, net.IP(raw))
+	}
+	if ones < 8 {
+		return 0, fmt.Errorf("the subnet mask for %s is /%d (option 1): masks below /8 are refused (a route to that much of the Internet through the LAN is a server's mistake)", addr, ones)
 	}
 	return ones, nil
 }

@@ -1,6 +1,7 @@
 package dhcp
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/netip"
@@ -24,6 +25,12 @@ type Request struct {
 	// Address, optional, is the address to ask for again (option 50 in the
 	// DISCOVER), e.g. the expired lease's after a restart.
 	Address netip.Addr
+	// Only, optional, makes Acquire ask for this address (option 50, in
+	// place of Address) and take no other: an OFFER of another address is
+	// not REQUESTed, and if none of Only comes before the context ends
+	// the error wraps ErrNotOffered and names what was offered instead.
+	// For an endpoint that lost its lease and cannot change address.
+	Only netip.Addr
 }
 
 // ClientIDFromName is a client identifier of type 0 (not a hardware
@@ -43,6 +50,8 @@ func (r Request) check() error {
 		return fmt.Errorf("hostname of %d bytes is too long for option 12 (at most 255): shorten it", len(r.Hostname))
 	case r.Address.IsValid() && !r.Address.Is4():
 		return fmt.Errorf("address %s to ask for is not IPv4: DHCPv4 leases IPv4 addresses only", r.Address)
+	case r.Only.IsValid() && (!r.Only.Is4() || r.Only.IsUnspecified()):
+		return fmt.Errorf("the only address to take, %s, is not an IPv4 unicast address: DHCPv4 leases IPv4 addresses only", r.Only)
 	}
 	return nil
 }
@@ -65,21 +74,24 @@ var requested = []dhcpv4.OptionCode{
 // maxMessageSize is option 57: what a reply may be (an Ethernet MTU).
 const maxMessageSize = 1500
 
-// message builds a client message for r. Every message but a RELEASE has
-// the BROADCAST flag, so that the server answers by broadcast: the parent
-// receives a broadcast, but a unicast to a macvlan child's MAC goes to the
-// child (see the package documentation).
+// message builds a client message for r. Every message that is answered
+// (all but a RELEASE and a DECLINE) has the BROADCAST flag, so that the
+// server answers by broadcast: the parent receives a broadcast, but a
+// unicast to a macvlan child's MAC goes to the child (see the package
+// documentation); those also ask for options (55, 57, 12), which RFC 2131
+// table 5 has a RELEASE and a DECLINE leave out.
 func message(r Request, xid dhcpv4.TransactionID, t dhcpv4.MessageType, extra ...dhcpv4.Modifier) (*dhcpv4.DHCPv4, error) {
+	answered := t != dhcpv4.MessageTypeRelease && t != dhcpv4.MessageTypeDecline
 	mods := []dhcpv4.Modifier{
 		dhcpv4.WithTransactionID(xid),
 		dhcpv4.WithHwAddr(r.MAC),
 		dhcpv4.WithMessageType(t),
-		dhcpv4.WithBroadcast(t != dhcpv4.MessageTypeRelease),
+		dhcpv4.WithBroadcast(answered),
 	}
 	if r.ClientID != nil {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClientIdentifier(r.ClientID)))
 	}
-	if t != dhcpv4.MessageTypeRelease {
+	if answered {
 		mods = append(mods, dhcpv4.WithRequestedOptions(requested...),
 			dhcpv4.WithOption(dhcpv4.OptMaxMessageSize(maxMessageSize)))
 		if r.Hostname != "" {
@@ -93,11 +105,11 @@ func message(r Request, xid dhcpv4.TransactionID, t dhcpv4.MessageType, extra ..
 	return m, nil
 }
 
-// discover is a DHCPDISCOVER, asking for r.Address when it is set.
+// discover is a DHCPDISCOVER, asking for r.Only, else r.Address, when set.
 func discover(r Request, xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) {
 	var extra []dhcpv4.Modifier
-	if r.Address.IsValid() {
-		extra = append(extra, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(r.Address.AsSlice())))
+	if want := cmp.Or(r.Only, r.Address); want.IsValid() {
+		extra = append(extra, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(want.AsSlice())))
 	}
 	return message(r, xid, dhcpv4.MessageTypeDiscover, extra...)
 }
@@ -116,12 +128,26 @@ func request(r Request, xid dhcpv4.TransactionID, addr, server netip.Addr) (*dhc
 	return message(r, xid, dhcpv4.MessageTypeRequest, extra...)
 }
 
-// release is a DHCPRELEASE of l (ciaddr the leased address, option 54 its
-// server, RFC 2131 section 4.4.6).
-func release(r Request, xid dhcpv4.TransactionID, l Lease) (*dhcpv4.DHCPv4, error) {
+// release is a DHCPRELEASE of addr (ciaddr the leased address, option 54
+// its server, RFC 2131 section 4.4.6).
+func release(r Request, xid dhcpv4.TransactionID, addr, server netip.Addr) (*dhcpv4.DHCPv4, error) {
 	return message(r, xid, dhcpv4.MessageTypeRelease,
-		dhcpv4.WithClientIP(l.Addr.Addr().AsSlice()),
-		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(l.ServerID.AsSlice())))
+		dhcpv4.WithClientIP(addr.AsSlice()),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(server.AsSlice())))
+}
+
+// decline is a DHCPDECLINE of addr to server (RFC 2131 section 4.4.1 and
+// table 5: ciaddr 0, option 50 the address, option 54 the server, option
+// 56 why).
+func decline(r Request, xid dhcpv4.TransactionID, addr, server netip.Addr, why string) (*dhcpv4.DHCPv4, error) {
+	extra := []dhcpv4.Modifier{
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(addr.AsSlice())),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(server.AsSlice())),
+	}
+	if why != "" {
+		extra = append(extra, dhcpv4.WithOption(dhcpv4.OptMessage(why)))
+	}
+	return message(r, xid, dhcpv4.MessageTypeDecline, extra...)
 }
 
 // mine reports whether a reply answers the client of r: a BOOTREPLY with

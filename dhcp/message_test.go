@@ -37,7 +37,8 @@ func TestMessages(t *testing.T) {
 	d := wire(t)(discover(r, testXID))
 	rq := wire(t)(request(r, testXID, addrA, serverA))
 	rb := wire(t)(request(r, testXID, addrA, netip.Addr{}))
-	rl := wire(t)(release(r, testXID, Lease{Addr: netip.PrefixFrom(addrA, 24), ServerID: serverA}))
+	rl := wire(t)(release(r, testXID, addrA, serverA))
+	dc := wire(t)(decline(r, testXID, addrA, serverA, "address in use"))
 	for _, tc := range []struct {
 		name      string
 		m         *dhcpv4.DHCPv4
@@ -51,6 +52,7 @@ func TestMessages(t *testing.T) {
 		{"request (selecting, renewing)", rq, dhcpv4.MessageTypeRequest, true, "0.0.0.0", addrA.AsSlice(), serverA.AsSlice()},
 		{"request (rebinding)", rb, dhcpv4.MessageTypeRequest, true, "0.0.0.0", addrA.AsSlice(), nil},
 		{"release", rl, dhcpv4.MessageTypeRelease, false, addrA.String(), nil, serverA.AsSlice()},
+		{"decline", dc, dhcpv4.MessageTypeDecline, false, "0.0.0.0", addrA.AsSlice(), serverA.AsSlice()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.m
@@ -75,7 +77,18 @@ func TestMessages(t *testing.T) {
 			if got := m.Options.Get(dhcpv4.OptionServerIdentifier); !bytes.Equal(got, tc.server) {
 				t.Errorf("option 54 %v, want %v", net.IP(got), tc.server)
 			}
-			if tc.typ != dhcpv4.MessageTypeRelease {
+			if tc.typ == dhcpv4.MessageTypeDecline {
+				// RFC 2131 table 5: no 55, 57, 12 or 51 in a DECLINE.
+				for _, o := range []dhcpv4.OptionCode{dhcpv4.OptionParameterRequestList, dhcpv4.OptionMaximumDHCPMessageSize, dhcpv4.OptionHostName, dhcpv4.OptionIPAddressLeaseTime} {
+					if m.Options.Has(o) {
+						t.Errorf("DECLINE carries option %s", o)
+					}
+				}
+				if m.Message() != "address in use" || !m.YourIPAddr.IsUnspecified() {
+					t.Errorf("DECLINE option 56 %q yiaddr %s, want \"address in use\" and 0.0.0.0", m.Message(), m.YourIPAddr)
+				}
+			}
+			if tc.typ != dhcpv4.MessageTypeRelease && tc.typ != dhcpv4.MessageTypeDecline {
 				if m.HostName() != "web" {
 					t.Errorf("option 12 %q, want web", m.HostName())
 				}
@@ -93,6 +106,13 @@ func TestMessages(t *testing.T) {
 		}
 		if m.Options.Get(dhcpv4.OptionClientIdentifier) != nil || m.Options.Get(dhcpv4.OptionHostName) != nil {
 			t.Fatal("options 61 and 12 sent though the request has none")
+		}
+	})
+	t.Run("discover asks for Only over Address", func(t *testing.T) {
+		only := netip.MustParseAddr("198.18.180.150")
+		m := wire(t)(discover(Request{Parent: "lan0", MAC: testMAC, Address: addrA, Only: only}, testXID))
+		if got := m.Options.Get(dhcpv4.OptionRequestedIPAddress); !bytes.Equal(got, only.AsSlice()) {
+			t.Fatalf("option 50 %v, want %s", net.IP(got), only)
 		}
 	})
 }
@@ -115,6 +135,8 @@ func TestRequestCheck(t *testing.T) {
 		{"short client ID", func(r *Request) { r.ClientID = []byte{0} }, "2 to 255"},
 		{"long hostname", func(r *Request) { r.Hostname = strings.Repeat("h", 256) }, "too long"},
 		{"IPv6 address", func(r *Request) { r.Address = netip.MustParseAddr("2001:db8::1") }, "not IPv4"},
+		{"IPv6 only address", func(r *Request) { r.Only = netip.MustParseAddr("2001:db8::1") }, "not an IPv4 unicast"},
+		{"0.0.0.0 only", func(r *Request) { r.Only = netip.IPv4Unspecified() }, "not an IPv4 unicast"},
 	} {
 		r := ok
 		tc.edit(&r)

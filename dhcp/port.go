@@ -3,11 +3,13 @@ package dhcp
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -19,19 +21,26 @@ import (
 
 // port is the one packet socket of a client on a parent link, shared by
 // every transaction on that parent: a raw ETH_P_IP socket filtered to UDP
-// port 68, whose replies go to the transaction with their xid. It exists
-// while a transaction uses it.
+// port 68 (or the connection WithConn opened), whose replies go to the
+// transaction with their xid. It exists while a transaction uses it.
+// Transactions on a port overlap.
 type port struct {
 	parent string
-	raw    *packet.Conn
+	raw    net.PacketConn // whole Ethernet frames
 	conn   net.PacketConn // raw, parsed by the library: DHCP payloads
 	refs   int            // guarded by Client.mu
 	closed chan struct{}  // closed before the socket
-	turn   chan struct{}  // held by the Acquire that runs (one at a time)
 	done   chan struct{}  // closed when the receive loop ends
 
 	mu      sync.Mutex
-	waiters map[dhcpv4.TransactionID]chan *dhcpv4.DHCPv4
+	waiters map[dhcpv4.TransactionID]*txn
+}
+
+// txn is a transaction waiting for replies on a port.
+type txn struct {
+	ch chan *dhcpv4.DHCPv4
+	// frag describes the last IP-fragmented reply seen for the xid.
+	frag atomic.Pointer[string]
 }
 
 // port returns the parent's port, opening it for the first user; the
@@ -43,13 +52,22 @@ func (c *Client) port(parent string) (*port, error) {
 		p.refs++
 		return p, nil
 	}
-	raw, err := c.listen(parent)
+	var raw net.PacketConn
+	var err error
+	if c.open != nil {
+		raw, err = c.open(parent)
+		if err == nil && raw == nil {
+			err = fmt.Errorf("the connection opener gave no connection for parent %s", parent)
+		}
+	} else {
+		raw, err = c.listen(parent)
+	}
 	if err != nil {
 		return nil, err
 	}
-	p := &port{parent: parent, raw: raw, refs: 1, closed: make(chan struct{}), done: make(chan struct{}), turn: make(chan struct{}, 1),
-		conn:    nclient4.NewBroadcastUDPConn(ethConn{raw}, &net.UDPAddr{Port: clientPort}),
-		waiters: map[dhcpv4.TransactionID]chan *dhcpv4.DHCPv4{}}
+	p := &port{parent: parent, raw: raw, refs: 1, closed: make(chan struct{}), done: make(chan struct{}),
+		waiters: map[dhcpv4.TransactionID]*txn{}}
+	p.conn = nclient4.NewBroadcastUDPConn(ethConn{PacketConn: raw, fragment: p.fragment}, &net.UDPAddr{Port: clientPort})
 	c.ports[parent] = p
 	go p.receive()
 	return p, nil
@@ -149,14 +167,29 @@ func (p *port) receive() {
 			continue
 		}
 		p.mu.Lock()
-		ch := p.waiters[m.TransactionID]
-		if ch != nil {
+		if w := p.waiters[m.TransactionID]; w != nil {
 			select {
-			case ch <- m:
+			case w.ch <- m:
 			default: // the transaction has not read the last ones: drop
 			}
 		}
 		p.mu.Unlock()
+	}
+}
+
+// fragment notes a first fragment of a reply on its transaction, which
+// gets no reply (fragments are not reassembled) but can say why.
+func (p *port) fragment(ip []byte) {
+	xid, src, size, ok := firstFragment(ip)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	w := p.waiters[dhcpv4.TransactionID(xid)]
+	p.mu.Unlock()
+	if w != nil {
+		d := fmt.Sprintf("a reply of %d bytes from %s came IP-fragmented, and fragments are not reassembled: make the server's replies fit one frame (they may be at most %d bytes, option 57), e.g. with fewer option 121 routes", size, src, maxMessageSize)
+		w.frag.Store(&d)
 	}
 }
 
@@ -175,19 +208,42 @@ func parse(b []byte) (m *dhcpv4.DHCPv4) {
 	return m
 }
 
+// verdict is what an exchange does with a reply.
+type verdict int
+
+const (
+	skip  verdict = iota // not an answer: keep waiting
+	take                 // the answer: the exchange ends with it
+	again                // refused: send again soon (at most every againWait)
+	stop                 // refused, and no more tries: the exchange ends with errStop
+)
+
+// againWait is the shortest time between two messages of an exchange
+// after a refusal, and between the rounds of an Acquire.
+const againWait = 500 * time.Millisecond
+
+// errStop ends an exchange whose accept said stop.
+var errStop = errors.New("refused too many answers")
+
 // exchange sends a message built by build with a fresh xid, and resends it
 // (same xid) after c.retransmit, doubling up to 16 s, until accept takes a
-// reply of the client r or ctx ends. It returns the reply and when the
-// message was first sent.
+// reply of the client r, says stop, or ctx ends; a reply it refuses (again)
+// brings the next send forward to againWait. It returns the reply and when
+// the message was first sent. What it saw beside (fragments) goes to seen.
 func (c *Client) exchange(ctx context.Context, p *port, r Request, build func(dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error),
-	dst netip.Addr, accept func(*dhcpv4.DHCPv4) bool) (*dhcpv4.DHCPv4, time.Time, error) {
-	xid, ch := p.register()
+	accept func(*dhcpv4.DHCPv4) verdict, seen *notes) (*dhcpv4.DHCPv4, time.Time, error) {
+	xid, w := p.register()
 	defer p.unregister(xid)
+	defer func() {
+		if f := w.frag.Load(); f != nil {
+			seen.fragmented(*f)
+		}
+	}()
 	m, err := build(xid)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	f := frame(r.MAC, netip.IPv4Unspecified(), dst, m.ToBytes())
+	f := frame(r.MAC, netip.IPv4Unspecified(), broadcastIP, m.ToBytes())
 	first := time.Now()
 	wait := c.retransmit
 	for {
@@ -195,6 +251,7 @@ func (c *Client) exchange(ctx context.Context, p *port, r Request, build func(dh
 			return nil, first, fmt.Errorf("send DHCP%s on parent %s: %w: check that the link is up", m.MessageType(), p.parent, err)
 		}
 		c.log.Debug("dhcp sent", "type", m.MessageType().String(), "parent", p.parent, "xid", xid.String(), "mac", r.MAC.String())
+		sent := time.Now()
 		timer := time.NewTimer(wait)
 	read:
 		for {
@@ -204,11 +261,24 @@ func (c *Client) exchange(ctx context.Context, p *port, r Request, build func(dh
 				return nil, first, ctx.Err()
 			case <-timer.C:
 				break read
-			case reply := <-ch:
-				if mine(r, reply) && accept(reply) {
+			case reply := <-w.ch:
+				if !mine(r, reply) {
+					continue
+				}
+				switch accept(reply) {
+				case take:
 					timer.Stop()
 					c.log.Debug("dhcp received", "type", reply.MessageType().String(), "parent", p.parent, "xid", xid.String(), "mac", r.MAC.String())
 					return reply, first, nil
+				case stop:
+					timer.Stop()
+					return nil, first, errStop
+				case again:
+					if againWait < wait {
+						timer.Stop()
+						timer = time.NewTimer(max(time.Until(sent.Add(againWait)), 0))
+						wait = againWait
+					}
 				}
 			}
 		}
@@ -217,16 +287,16 @@ func (c *Client) exchange(ctx context.Context, p *port, r Request, build func(dh
 }
 
 // register reserves an xid no other transaction on the port holds.
-func (p *port) register() (dhcpv4.TransactionID, chan *dhcpv4.DHCPv4) {
-	ch := make(chan *dhcpv4.DHCPv4, 8)
+func (p *port) register() (dhcpv4.TransactionID, *txn) {
+	w := &txn{ch: make(chan *dhcpv4.DHCPv4, 8)}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
 		var xid dhcpv4.TransactionID
 		_, _ = rand.Read(xid[:]) // crypto/rand.Read never fails (Go 1.24+)
 		if p.waiters[xid] == nil {
-			p.waiters[xid] = ch
-			return xid, ch
+			p.waiters[xid] = w
+			return xid, w
 		}
 	}
 }

@@ -40,6 +40,12 @@ func (p Phase) String() string {
 // told), so retries come sooner.
 const MinRetry = 10 * time.Second
 
+// MinRetryShort is the shortest wait between two attempts in a phase of
+// less than 2×MinRetry left: retries still come before the phase ends
+// (in a short rebinding phase, before the lease expires), at most one a
+// second.
+const MinRetryShort = time.Second
+
 // Schedule is what a lease calls for at a moment.
 type Schedule struct {
 	Phase Phase
@@ -47,9 +53,10 @@ type Schedule struct {
 	// lease time; zero for a lease granted forever.
 	RenewAt, RebindAt, ExpiresAt time.Time
 	// Next is when to act next: RenewAt while bound; while renewing or
-	// rebinding half the time left in the phase (at least MinRetry, at
-	// most the phase's end), for a retry after a failed attempt; now once
-	// expired; zero for a lease forever.
+	// rebinding half the time left in the phase (at least MinRetry, or
+	// MinRetryShort when MinRetry would reach the phase's end; at most the
+	// phase's end), for a retry after a failed attempt; now once expired;
+	// zero for a lease forever.
 	Next time.Time
 }
 
@@ -58,10 +65,21 @@ type Schedule struct {
 // fails (no answer) keeps the lease and sleeps until Next; when Expired
 // it acquires anew (asking for the same address). After each step it
 // plans again with the lease it then holds: a renewed lease is Bound.
+//
+// A T1 or T2 that is not positive or not before the expiry (a record
+// made before leaseFromACK ignored such options) counts as its default,
+// half and 7/8 of the lease time, and a T1 after T2 as T2.
 func Plan(l Lease, now time.Time) Schedule {
 	if l.LeaseTime == Infinite {
 		return Schedule{Phase: Bound}
 	}
+	if l.T1 <= 0 || l.T1 >= l.LeaseTime {
+		l.T1 = l.LeaseTime / 2
+	}
+	if l.T2 <= 0 || l.T2 >= l.LeaseTime {
+		l.T2 = l.LeaseTime / 8 * 7
+	}
+	l.T1 = min(l.T1, l.T2)
 	s := Schedule{
 		RenewAt:   l.Acquired.Add(l.T1),
 		RebindAt:  l.Acquired.Add(l.T2),
@@ -80,11 +98,18 @@ func Plan(l Lease, now time.Time) Schedule {
 	return s
 }
 
-// retryAt is half the time from now to end, at least MinRetry, at most end.
+// retryAt is half the time from now to end, at least MinRetry, or at
+// least MinRetryShort when MinRetry would reach end; end itself when the
+// retry would come less than MinRetryShort before it (so that attempts
+// are at least that far apart across the phases too).
 func retryAt(now, end time.Time) time.Time {
-	wait := max(end.Sub(now)/2, MinRetry)
-	if t := now.Add(wait); t.Before(end) {
-		return t
+	left := end.Sub(now)
+	wait := max(left/2, MinRetry)
+	if wait >= left {
+		wait = max(left/2, MinRetryShort)
 	}
-	return end
+	if left-wait < MinRetryShort {
+		return end
+	}
+	return now.Add(wait)
 }
