@@ -9,7 +9,11 @@
 # repository's config.json, and OUT/rootfs/underlay, the only file of the
 # rootfs. A plugin NAME that already exists is left alone and the script
 # fails, unless FORCE=1, which removes it first (docker plugin rm -f).
-# DOCKER names the docker CLI to use (default: docker on PATH).
+# DOCKER names the docker CLI to use (default: docker on PATH). CREATE=0 only
+# writes OUT (no engine needed; NAME is not used): make release does that for
+# each architecture's dist/plugin-linux-ARCH. BIN may be of another
+# architecture than the machine's (GOARCH=arm64): `docker plugin create`
+# does not look at the binary.
 set -eu
 
 usage() { echo "usage: [FORCE=1] [OUT=DIR] $0 BIN NAME" >&2; exit 2; }
@@ -32,6 +36,10 @@ mkdir -p "$out/rootfs/var/lib/underlay" "$out/rootfs/host/run"
 cp "$here/../config.json" "$out/config.json"
 cp "$bin" "$out/rootfs/underlay"
 chmod 0755 "$out/rootfs/underlay"
+if [ "${CREATE:-1}" = 0 ]; then
+	echo "$0: wrote the plugin directory $out (CREATE=0: not created on an engine)" >&2
+	exit 0
+fi
 
 if "$docker" plugin inspect --format '{{.Name}}' "$name" >/dev/null 2>&1; then
 	if [ "${FORCE:-}" != 1 ]; then

@@ -2,7 +2,9 @@
 # Installs the Debian packages the test suites need, when run as root:
 # docker.io (engine 20.10) and busybox-static for the Docker end-to-end
 # suite, docker-registry for `docker plugin install`, qemu-system-x86 for
-# the VM suite (test/vm/run.sh fetches the VM kernel itself).
+# the VM suite (test/vm/run.sh fetches the VM kernel itself), qemu-system-arm
+# for the arm64 VM suite (make test-vm-arm64), systemd's systemd-analyze for
+# make test-release's check of the packaged unit.
 set -eu
 missing=
 need() { command -v "$1" >/dev/null 2>&1 || missing="$missing $2"; }
@@ -10,6 +12,8 @@ need dockerd docker.io
 need busybox busybox-static
 need docker-registry docker-registry
 need qemu-system-x86_64 qemu-system-x86
+need qemu-system-aarch64 qemu-system-arm
+need systemd-analyze systemd
 need dnsmasq dnsmasq-base
 [ -n "$missing" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
