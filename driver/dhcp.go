@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
@@ -62,6 +63,8 @@ type LeaseClient interface {
 	Renew(ctx context.Context, r LeaseRequest, l store.Lease) (store.Lease, error)
 	// Release gives a lease back.
 	Release(ctx context.Context, r LeaseRequest, l store.Lease) error
+	// Decline tells the server an offered address is in use (DHCPDECLINE).
+	Decline(ctx context.Context, r LeaseRequest, l store.Lease) error
 }
 
 // ErrLeaseNAK is wrapped by LeaseClient errors for a server's DHCPNAK.
@@ -160,24 +163,64 @@ func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.End
 }
 
 // acquireLease leases an address for a new endpoint of a DHCP network,
-// within the network's dhcp_timeout.
-func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.Endpoint) (store.Lease, error) {
+// within the network's dhcp_timeout. An offer that is not free is
+// declined (DHCPDECLINE) and another asked for, up to maxDeclines times:
+// one another create in flight is taking, one another endpoint of this
+// daemon on the parent holds, one a host on the LAN answers a probe for.
+// unclaim ends the claim on the address; call it once the endpoint is
+// recorded (or not).
+func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.Endpoint) (l store.Lease, unclaim func(), err error) {
+	unclaim = func() {}
 	if d.dhcp == nil {
-		return store.Lease{}, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", short(n.ID))
+		return store.Lease{}, unclaim, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", short(n.ID))
 	}
 	r, err := d.leaseRequest(ctx, n, ep)
 	if err != nil {
-		return store.Lease{}, err
+		return store.Lease{}, unclaim, err
 	}
 	c := dhcpOf(n)
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	l, err := d.dhcp.Acquire(ctx, r)
-	if err != nil {
-		return store.Lease{}, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", short(ep.ID), short(n.ID), n.Parent, c.Timeout, err)
+	budget := d.probeBudget(ctx, n)
+	var declined []string
+	for {
+		l, err = d.dhcp.Acquire(ctx, r)
+		if err != nil {
+			if len(declined) > 0 {
+				err = fmt.Errorf("%w (after declining %s)", err, strings.Join(declined, "; "))
+			}
+			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", short(ep.ID), short(n.ID), n.Parent, c.Timeout, err)
+		}
+		addr := leaseAddr(l)
+		why := ""
+		claimed := d.claims.claim(n.Parent, addr, ep.ID)
+		if !claimed {
+			why = "another endpoint being created was offered it too"
+		} else if why, err = d.heldElsewhere(n, ep, addr); err != nil {
+			d.claims.release(n.Parent, addr, ep.ID)
+			return store.Lease{}, unclaim, err
+		} else if why == "" {
+			if perr := d.probeAddr(ctx, n, ep, addr, budget); perr != nil {
+				why = perr.Error()
+			}
+		}
+		if why == "" {
+			d.log.Info("leased address", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "router", l.Router, "server", l.ServerID, "expiry", l.Expiry)
+			return l, func() { d.claims.release(n.Parent, addr, ep.ID) }, nil
+		}
+		if claimed {
+			d.claims.release(n.Parent, addr, ep.ID)
+		}
+		declined = append(declined, fmt.Sprintf("%s: %s", addr, why))
+		d.log.Warn("declined a DHCP offer that is not free", "network", n.ID, "endpoint", ep.ID, "address", addr, "why", why)
+		if derr := d.dhcp.Decline(context.WithoutCancel(ctx), r, l); derr != nil {
+			d.log.Warn("could not send DHCPDECLINE", "address", addr, "error", derr)
+		}
+		if len(declined) >= maxDeclines {
+			return store.Lease{}, unclaim, fmt.Errorf("%w: endpoint %s of network %s: the DHCP server on %s offered only addresses that are not free, each declined: %s; free them on the LAN or on the server (its lease table), or widen its pool",
+				ErrConflict, short(ep.ID), short(n.ID), n.Parent, strings.Join(declined, "; "))
+		}
 	}
-	d.log.Info("leased address", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "router", l.Router, "server", l.ServerID, "expiry", l.Expiry)
-	return l, nil
 }
 
 // releaseLease gives an endpoint's lease back, best effort; false when it

@@ -28,7 +28,11 @@ type fakeLeases struct {
 	nak      bool
 	silent   bool
 	hang     bool
-	routes   []store.LeaseRoute
+	declined []string
+	taken    map[string]bool
+	// same offers every client the same address (a rogue server).
+	same   string
+	routes []store.LeaseRoute
 }
 
 func (f *fakeLeases) lease(addr string) store.Lease {
@@ -53,8 +57,14 @@ func (f *fakeLeases) Acquire(ctx context.Context, r LeaseRequest) (store.Lease, 
 		f.byClient[key] = want
 		return f.lease(want), nil
 	}
+	if f.same != "" {
+		return f.lease(f.same), nil
+	}
 	if addr, ok := f.byClient[key]; ok {
 		return f.lease(addr), nil
+	}
+	for f.taken[fmt.Sprintf("198.18.180.%d/24", 100+f.next)] {
+		f.next++
 	}
 	addr := fmt.Sprintf("198.18.180.%d/24", 100+f.next)
 	if r.Address.IsValid() && !f.holds(r.Address.String()+"/24") { // the address asked for, if free
@@ -98,6 +108,22 @@ func (f *fakeLeases) Renew(ctx context.Context, r LeaseRequest, l store.Lease) (
 		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ErrLeaseNAK)
 	}
 	return f.lease(l.Addr), nil
+}
+
+func (f *fakeLeases) Decline(ctx context.Context, r LeaseRequest, l store.Lease) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.declined = append(f.declined, l.Addr)
+	for k, a := range f.byClient {
+		if a == l.Addr {
+			delete(f.byClient, k)
+		}
+	}
+	if f.taken == nil {
+		f.taken = map[string]bool{}
+	}
+	f.taken[l.Addr] = true // a server does not offer a declined address again
+	return nil
 }
 
 func (f *fakeLeases) Release(ctx context.Context, r LeaseRequest, l store.Lease) error {
@@ -319,9 +345,9 @@ func TestNextLeaseAction(t *testing.T) {
 	}{
 		{0, 60 * time.Second},
 		{59 * time.Second, 60 * time.Second},
-		{60 * time.Second, 82*time.Second + 500*time.Millisecond}, // half way to T2
-		{100 * time.Second, 105 * time.Second},                    // at least 10 s, but not past T2
-		{105 * time.Second, 115 * time.Second},                    // 10 s
+		{60 * time.Second, 82*time.Second + 500*time.Millisecond},   // half way to T2
+		{100 * time.Second, 102*time.Second + 500*time.Millisecond}, // under 2x10 s to T2: half of it, at least 1 s
+		{105 * time.Second, 115 * time.Second},                      // 10 s
 		{119 * time.Second, 120 * time.Second},
 		{120 * time.Second, 120 * time.Second}, // expired: marked lost at once
 	} {

@@ -79,6 +79,9 @@ type Config struct {
 	Events Events
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Prober probes endpoints' addresses on the LAN before they are
+	// answered (address_probe); nil probes nothing.
+	Prober AddrProber
 }
 
 // Events is told about what the driver does on its own or on a request's
@@ -145,6 +148,10 @@ type Driver struct {
 	// blocker blocks the addresses of lost leases (lostlease.go); nil when
 	// the link layer cannot.
 	blocker AddrBlocker
+	// prober probes endpoints' addresses on their parents (addrprobe.go);
+	// claims are the DHCP offers creates in flight are checking.
+	prober AddrProber
+	claims claims
 
 	janitorOnce sync.Once
 	stop        chan struct{}
@@ -186,6 +193,7 @@ func New(c Config) (*Driver, error) {
 	blocker, _ := c.Links.(AddrBlocker)
 	return &Driver{
 		blocker: blocker,
+		prober:  c.Prober,
 		store:   c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: newLocker(), joins: newJoinTable(),

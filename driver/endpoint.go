@@ -88,6 +88,11 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		return nil, err
 	}
 	leased := false // whether this request leased the address
+	if !dhcpOf(*n).On && existing == nil {
+		if err := d.probeStatic(ctx, *n, ep); err != nil {
+			return nil, err
+		}
+	}
 	if dhcpOf(*n).On {
 		switch {
 		case ep.IPv4 != "":
@@ -98,7 +103,8 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			if existing != nil && existing.Lease != nil { // asked again with another MAC: its lease is not this one's
 				_ = d.releaseLease(context.WithoutCancel(ctx), *n, *existing)
 			}
-			l, err := d.acquireLease(ctx, *n, ep)
+			l, unclaim, err := d.acquireLease(ctx, *n, ep)
+			defer unclaim() // once recorded, or not
 			if err != nil {
 				return nil, err
 			}

@@ -49,7 +49,7 @@ const (
 	maxMTU = 65535
 )
 
-var validOptions = []string{OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
+var validOptions = []string{OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
 
 // The mode and flag names come from the one list in netlinkutil.
 var (
@@ -150,6 +150,13 @@ func parseOptions(given map[string]string) (netOptions, error) {
 		return netOptions{}, err
 	}
 	o.DHCP = dhcp
+	budget, probeGiven, err := parseAddressProbe(opts)
+	if err != nil {
+		return netOptions{}, err
+	}
+	if probeGiven && dhcp.On && budget >= dhcp.Timeout {
+		return netOptions{}, invalidf("address_probe=%s does not fit in dhcp_timeout %s: each offer is probed within the time a container's start waits for its lease; give a shorter probe or a longer dhcp_timeout", budget, dhcp.Timeout)
+	}
 	return o, nil
 }
 

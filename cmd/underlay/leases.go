@@ -46,8 +46,16 @@ func (a leaseClient) Release(ctx context.Context, r driver.LeaseRequest, s store
 	return a.c.Release(ctx, l, request(r))
 }
 
+func (a leaseClient) Decline(ctx context.Context, r driver.LeaseRequest, s store.Lease) error {
+	l, err := fromRecord(s)
+	if err != nil {
+		return err
+	}
+	return a.c.Decline(ctx, l, request(r))
+}
+
 func request(r driver.LeaseRequest) dhcp.Request {
-	return dhcp.Request{Parent: r.Parent, MAC: r.MAC, ClientID: r.ClientID, Address: r.Address}
+	return dhcp.Request{Parent: r.Parent, MAC: r.MAC, ClientID: r.ClientID, Address: r.Address, Only: r.Only}
 }
 
 func nakOr(err error) error {

@@ -24,6 +24,7 @@ import (
 	"github.com/underlay-net/underlay/ipam"
 	"github.com/underlay-net/underlay/metrics"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -107,7 +108,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	}
 	d, err := driver.New(driver.Config{
 		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
-		DHCP:   leaseClient{c: dhcp.New(dhcp.WithLogger(log))},
+		DHCP: leaseClient{c: dhcp.New(dhcp.WithLogger(log))}, Prober: probe.New(),
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log), Events: m,
 	})

@@ -1,0 +1,143 @@
+package driver
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/underlay-net/underlay/probe"
+)
+
+// fakeProber answers for the addresses in holders (address -> MAC).
+type fakeProber struct {
+	mu      sync.Mutex
+	holders map[netip.Addr]string
+	probed  []string // "parent addr mac budget"
+}
+
+func (p *fakeProber) Probe(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, budget time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probed = append(p.probed, parent+" "+addr.String()+" "+mac.String()+" "+budget.String())
+	if m, ok := p.holders[addr]; ok {
+		hw, _ := net.ParseMAC(m)
+		return &probe.ConflictError{Addr: addr, MAC: hw, Parent: parent, Seen: "an ARP reply"}
+	}
+	return nil
+}
+
+func (p *fakeProber) ProbeIPv6(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, budget time.Duration) error {
+	return p.Probe(ctx, parent, mac, addr, budget)
+}
+
+const (
+	epE = "eeeeeeeeeeee0000000000000000000000000000000000000000000000000005"
+	epF = "ffffffffffff0000000000000000000000000000000000000000000000000006"
+)
+
+// Offers that are not free are declined and others asked for: one another
+// endpoint of this daemon holds (a server offering everyone the same
+// address), one a LAN host answers the probe for; after maxDeclines the
+// create is refused naming each offer and why.
+func TestDHCPDeclinesOffersThatAreNotFree(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	pr := &fakeProber{holders: map[netip.Addr]string{netip.MustParseAddr("198.18.180.101"): "02:99:00:00:00:01"}}
+	f.d.prober = pr
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.endpoint(netA, epA, "", "")
+	if err != nil || r.Interface == nil || r.Interface.Address != "198.18.180.100/24" {
+		t.Fatalf("first endpoint: %+v, %v", r, err)
+	}
+	if len(pr.probed) != 1 || !strings.Contains(pr.probed[0], "lan0 198.18.180.100 ") || !strings.HasSuffix(pr.probed[0], " 300ms") {
+		t.Fatalf("probes %q: want one of the offer on lan0 from the endpoint's MAC within the default 300ms", pr.probed)
+	}
+	// The next free address, .101, is answered for on the LAN: declined,
+	// .102 taken.
+	r, err = f.endpoint(netA, epB, "", "")
+	if err != nil || r.Interface == nil || r.Interface.Address != "198.18.180.102/24" {
+		t.Fatalf("second endpoint: %+v, %v (want .101 declined, .102)", r, err)
+	}
+	if strings.Join(fl.declined, ",") != "198.18.180.101/24" {
+		t.Fatalf("declined %v, want .101 (a LAN host answered for it)", fl.declined)
+	}
+	// A rogue server that offers everyone .100, which epA holds.
+	fl.mu.Lock()
+	fl.same, fl.declined = "198.18.180.100/24", nil
+	fl.mu.Unlock()
+	_, err = f.endpoint(netA, epC, "", "")
+	wantErr(t, err, ErrConflict, "198.18.180.100", "endpoint "+short(epA), "declined")
+	if len(fl.declined) != maxDeclines {
+		t.Fatalf("declined %v, want %d DECLINEs", fl.declined, maxDeclines)
+	}
+	// Concurrent creates offered one address: exactly one takes it.
+	fl.mu.Lock()
+	fl.same, fl.declined = "198.18.180.120/24", nil
+	fl.mu.Unlock()
+	errs := make(chan error, 2)
+	for _, ep := range []string{epE, epF} {
+		go func() { _, err := f.endpoint(netA, ep, "", ""); errs <- err }()
+	}
+	var ok int
+	for range 2 {
+		if err := <-errs; err == nil {
+			ok++
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d of two concurrent creates offered the same address took it, want 1", ok)
+	}
+}
+
+// A static address a LAN host answers for is refused, naming the MAC and
+// the fix; address_probe=0 switches the probe off.
+func TestStaticAddressProbe(t *testing.T) {
+	f := newFixture(t)
+	pr := &fakeProber{holders: map[netip.Addr]string{netip.MustParseAddr("198.18.1.10"): "02:99:00:00:00:01"}}
+	f.d.prober = pr
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", OptAddressProbe: "200ms"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	_, err := f.endpoint(netA, epA, "198.18.1.10/24", "")
+	wantErr(t, err, ErrConflict, "198.18.1.10", "02:99:00:00:00:01", "another address", "address_probe=0")
+	if _, err := f.endpoint(netA, epB, "198.18.1.11/24", ""); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(pr.probed[len(pr.probed)-1], " 200ms") {
+		t.Fatalf("probes %q: want the network's 200ms", pr.probed)
+	}
+	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth1", OptAddressProbe: "0"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	n := len(pr.probed)
+	if _, err := f.endpoint(netB, epC, "198.18.1.10/24", ""); err != nil || len(pr.probed) != n {
+		t.Fatalf("address_probe=0: %v, probes %q", err, pr.probed[n:])
+	}
+	// Without the option, a subnet that is no LAN of the host's is not
+	// probed (no connected route: the fixture has no route lister).
+	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.3.0/24,198.18.3.1/24"}})
+	if _, err := f.endpoint(netC, epD, "198.18.3.10/24", ""); err != nil || len(pr.probed) != n {
+		t.Fatalf("default off: %v, probes %q", err, pr.probed[n:])
+	}
+}
+
+func TestAddressProbeOption(t *testing.T) {
+	f, _ := dhcpFixture(t)
+	for _, tc := range []struct{ v, timeout, want string }{
+		{"soon", "", `address_probe "soon" is not a duration from 0 (off) to 5s`},
+		{"6s", "", `address_probe "6s"`},
+		{"-1s", "", `address_probe "-1s"`},
+		{"3s", "2s", "does not fit in dhcp_timeout 2s"},
+	} {
+		o := []string{OptAddressProbe, tc.v}
+		if tc.timeout != "" {
+			o = append(o, OptDHCPTimeout, tc.timeout)
+		}
+		err := f.d.CreateNetwork(context.Background(), dhcpNet(netA, o...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("address_probe=%s: %v, want %q", tc.v, err, tc.want)
+		}
+	}
+}
