@@ -262,7 +262,7 @@ func (c *Client) failed(ctx context.Context, err error, start time.Time, what st
 	waited := time.Since(start).Round(time.Millisecond)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) && seen.frag != "":
-		return fmt.Errorf("%w %s within %s: %w: %s%s: %w", ErrNoAnswer, what, waited, ErrFragmented, seen.frag, seen, err)
+		return fmt.Errorf("%w %s within %s: %w %s%s: %w", ErrNoAnswer, what, waited, ErrFragmented, seen.frag, seen, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w %s within %s%s: check that a DHCP server serves that LAN and that the parent is up, or give it more time (dhcp_timeout): %w",
 			ErrNoAnswer, what, waited, seen, err)

@@ -271,7 +271,7 @@ func TestFragmentedReply(t *testing.T) {
 	}
 	s := w.serve(itest.DHCPConfig{Routes: routes})
 	_, err := w.client().Acquire(ctxFor(t, 1500*time.Millisecond), Request{Parent: lanParent, MAC: mac(1)})
-	if !errors.Is(err, ErrNoAnswer) || !errors.Is(err, ErrFragmented) || !strings.Contains(err.Error(), "from 198.18.180.1 came IP-fragmented") ||
+	if !errors.Is(err, ErrNoAnswer) || !errors.Is(err, ErrFragmented) || !strings.Contains(err.Error(), "a DHCP reply came IP-fragmented (") || !strings.Contains(err.Error(), " bytes from 198.18.180.1), and fragments are not reassembled") ||
 		!strings.Contains(err.Error(), "fewer option 121 routes") {
 		t.Fatalf("Acquire with a fragmented OFFER: %v, want ErrNoAnswer and ErrFragmented saying so", err)
 	}

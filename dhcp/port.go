@@ -188,7 +188,7 @@ func (p *port) fragment(ip []byte) {
 	w := p.waiters[dhcpv4.TransactionID(xid)]
 	p.mu.Unlock()
 	if w != nil {
-		d := fmt.Sprintf("a reply of %d bytes from %s came IP-fragmented, and fragments are not reassembled: make the server's replies fit one frame (they may be at most %d bytes, option 57), e.g. with fewer option 121 routes", size, src, maxMessageSize)
+		d := fmt.Sprintf("(%d bytes from %s), and fragments are not reassembled: make the server's replies fit one frame (they may be at most %d bytes, option 57), e.g. with fewer option 121 routes", size, src, maxMessageSize)
 		w.frag.Store(&d)
 	}
 }
