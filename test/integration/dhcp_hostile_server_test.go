@@ -49,7 +49,7 @@ func TestDHCPHostileServers(t *testing.T) {
 	// before the real server's ACK (50 ms later), is ignored: the endpoint
 	// gets the real server's lease.
 	for name, rogue := range map[string]itest.DHCPConfig{
-		"NAK without option 54": {ID: second, NoOffers: true, NAKAll: true, NAKWithoutID: true},
+		"NAK without option 54":   {ID: second, NoOffers: true, NAKAll: true, NAKWithoutID: true},
 		"NAK from another server": {ID: second, NoOffers: true, NAKAll: true},
 	} {
 		t.Run(name, func(t *testing.T) {
