@@ -100,7 +100,7 @@ func (d *Driver) lose(ctx context.Context, n store.Network, ep store.Endpoint, w
 	}
 	l.Lost, l.LostWhy = d.now(), why
 	a := leaseAddr(l)
-	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", a, "why", why)
+	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", why)
 	if d.blocker == nil {
 		log.Error("DHCP lease lost, and this daemon cannot block the address: the container keeps sending from it; restart the container to get a new address")
 		return l
