@@ -237,7 +237,13 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 		return
 	}
 	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", old.Addr)
-	rctx, cancel := context.WithTimeout(ctx, dhcpOf(n).Timeout)
+	// A renewal waits no longer than dhcp_timeout, nor past the lease's
+	// expiry (then it is lost, and that is acted on at once).
+	deadline := now.Add(dhcpOf(n).Timeout)
+	if old.Lost.IsZero() && old.Expiry.After(now) && old.Expiry.Before(deadline) {
+		deadline = old.Expiry
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if !d.leases.exchange(k, cancel) {
 		return // the endpoint is being deleted
@@ -268,7 +274,7 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 		l, err = d.reacquire(rctx, r, old)
 	}
 	if err != nil {
-		next := nextLeaseAction(old, now)
+		next := nextLeaseAction(old, d.now()) // after the exchange, which took its time
 		if old.Lost.IsZero() {
 			log.Warn("could not renew DHCP lease; retrying", "t2", old.T2, "expiry", old.Expiry, "next", next, "error", err)
 		} else {

@@ -68,7 +68,9 @@ func TestDHCPLostLease(t *testing.T) {
 			return fmt.Errorf("c9l does not reach %s", dhcpRouter)
 		}
 		return nil
-	}, func() { t.Logf("plugin log:\n%s\ndnsmasq log:\n%s", itest.TailLines(e.logSinceMark(), 30), itest.TailLines(d.Log(), 20)) })
+	}, func() {
+		t.Logf("plugin log:\n%s\ndnsmasq log:\n%s", itest.TailLines(e.logSinceMark(), 30), itest.TailLines(d.Log(), 20))
+	})
 	if l, ok := d.Lease(addr); !ok || l.MAC != lease.MAC {
 		t.Errorf("after the win back dnsmasq's lease of %s is %q, want it leased to %s again", addr, l.Line, lease.MAC)
 	}
