@@ -143,6 +143,7 @@ func TestBench(t *testing.T) {
 		{"driver", benchDriver},
 		{"scale", benchScale},
 		{"ipam", benchIPAM},
+		{"probe", benchProbe},
 		{"docker", benchDocker},
 	}
 	only := os.Getenv("BENCH")
