@@ -63,7 +63,7 @@ test-vm: bin/vm/underlay bin/vm/integration.test
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
 		echo "test-vm: skipped: the VM suite needs root (installs qemu-system-x86, fetches the kernel, creates namespaces): run sudo make test"; \
 	else \
-		UNDERLAY_BIN=bin/vm/underlay test/vm/run.sh bin/vm/integration.test -test.v -test.timeout 25m; \
+		VM_EXTRA_MODULES=nf_tables UNDERLAY_BIN=bin/vm/underlay test/vm/run.sh bin/vm/integration.test -test.v -test.timeout 25m; \
 	fi
 
 bin/vm/underlay: FORCE
@@ -94,7 +94,7 @@ fuzz:
 	GO=$(GO) test/fuzz.sh $(FUZZTIME)
 
 # Benchmarks (not tests): driver vs floor, scale, Docker built-in vs
-# underlay. Prints one table, writes the chart. BENCH=driver,scale,docker,ipam picks sections.
+# underlay. Prints one table, writes the chart. BENCH=driver,scale,docker,ipam,probe picks sections.
 bench: build
 	UNDERLAY_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -tags bench -count=1 -run '^TestBench$$' -v -timeout 60m ./test/bench/
 
