@@ -11,9 +11,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"time"
 
+	"github.com/underlay-net/underlay/dockerapi"
 	"github.com/underlay-net/underlay/doctor"
-	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/ipam"
 )
@@ -29,7 +30,7 @@ const (
 // kernel's links and the IPAM's pools, read at one moment.
 type State struct {
 	Version string `json:"version"`
-	driver.Inventory
+	doctor.Inventory
 	Pools []ipam.PoolState `json:"pools"`
 }
 
@@ -56,13 +57,28 @@ type RepairResponse struct {
 	Result string `json:"result"`
 }
 
+// Driver is what the control API needs of the network driver
+// (*driver.Driver): its inventory and doctor's repairs, each of which
+// checks its finding again under the driver's locks.
+type Driver interface {
+	Inventory(ctx context.Context) (doctor.Inventory, error)
+	RemoveStaleNetwork(ctx context.Context, id string) (string, error)
+	RecreateParent(ctx context.Context, name string) (string, error)
+	DeleteOrphanLink(ctx context.Context, name string) (string, error)
+	HealLink(ctx context.Context, name string) (string, error)
+	RollbackExpired(ctx context.Context, id string) (string, error)
+	// CreateWindow is the longest a create may take from its pool to its
+	// commit.
+	CreateWindow() time.Duration
+}
+
 // Server answers the control API.
 type Server struct {
-	Driver *driver.Driver
+	Driver Driver
 	IPAM   *ipam.IPAM
 	// Docker is the daemon's own Docker API, asked again before a pool is
 	// released; nil refuses such releases.
-	Docker  *driver.DockerAPI
+	Docker  *dockerapi.Client
 	Version string
 	Log     *slog.Logger
 }
@@ -160,7 +176,7 @@ func (s *Server) dockerSubnets(ctx context.Context) ([]netip.Prefix, error) {
 }
 
 // subnetsOf parses Docker's subnets (as users typed them) into prefixes.
-func subnetsOf(nets []driver.DockerNetwork) []netip.Prefix {
+func subnetsOf(nets []dockerapi.Network) []netip.Prefix {
 	var out []netip.Prefix
 	for _, n := range nets {
 		for _, sub := range n.Subnets {

@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/underlay-net/underlay/dockerapi"
 	"github.com/underlay-net/underlay/doctor"
-	"github.com/underlay-net/underlay/driver"
 )
 
 // The commands (fixed: monitoring and scripts call them like this):
@@ -42,7 +42,7 @@ type options struct {
 	pluginGlob         string
 	// docker is the client of --docker-host, made once; dockerErr says
 	// why there is none (a warning when Docker is asked).
-	docker    *driver.DockerAPI
+	docker    *dockerapi.Client
 	dockerErr error
 }
 
@@ -69,7 +69,7 @@ func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (o
 	if err := CheckDockerHost(o.dockerHost); err != nil {
 		return o, err
 	}
-	o.docker, o.dockerErr = driver.NewDockerAPI(o.dockerHost, 5*time.Second)
+	o.docker, o.dockerErr = dockerapi.New(o.dockerHost, 5*time.Second)
 	return o, nil
 }
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/underlay-net/underlay/driver"
+	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/ipam"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -16,7 +16,7 @@ import (
 
 func TestListing(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	st := State{Version: "v1", Inventory: driver.Inventory{Now: now, Boot: "b2",
+	st := State{Version: "v1", Inventory: doctor.Inventory{Now: now, Boot: "b2",
 		Networks: []store.Network{
 			{ID: "bbbbbbbbbbbb1", Type: "ipvlan", Mode: "l2", Flag: "bridge", Parent: "eth0.10", Options: map[string]string{"parent": "auto.10"},
 				IPv4: []store.Pool{{Subnet: "198.18.2.0/24"}}, Pending: &store.Reservation{Deadline: now.Add(time.Minute)}},

@@ -238,3 +238,13 @@ func (d *Driver) Close() {
 	<-d.stopped
 	d.leases.running.Wait()
 }
+
+// NetworkChecker asks Docker whether a network still exists
+// (dockerapi.Client). It is called only on the CreateNetwork conflict
+// path: never on the endpoint path, where a call back into dockerd can
+// deadlock it at start.
+type NetworkChecker interface {
+	// NetworkExists reports whether Docker knows the network; an error means
+	// it could not tell.
+	NetworkExists(ctx context.Context, id string) (bool, error)
+}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -15,31 +16,10 @@ import (
 // locks a request would take and acts by the same rules: nothing is
 // removed that Docker knows or that underlay does not own.
 
-// Inventory is the driver's state as the operator sees it.
-type Inventory struct {
-	Now  time.Time `json:"now"`
-	Boot string    `json:"boot"`
-	// Mark is the alias on the links this state file made.
-	Mark string `json:"mark"`
-	// Grace is how old a network must be before Docker's 404 is believed;
-	// PoolGrace how old a pool must be before it can be unused
-	// (CreateWindow). Both in nanoseconds.
-	Grace     time.Duration      `json:"grace_ns"`
-	PoolGrace time.Duration      `json:"pool_grace_ns"`
-	Networks  []store.Network    `json:"networks"`
-	Endpoints []store.Endpoint   `json:"endpoints"`
-	Owned     []store.ParentLink `json:"owned_parents"`
-	// Use counts the networks on each parent link.
-	Use map[string]int `json:"parent_use"`
-	// Links are the kernel's links in the daemon's namespace.
-	Links []netlinkutil.Link `json:"links"`
-	// HostLinks are the host links of networks with a host address, by
-	// network ID.
-	HostLinks map[string]string `json:"host_links"`
-	// HostLinkAddrs are the addresses the kernel shows on the host links
-	// that exist, by link name.
-	HostLinkAddrs map[string][]netip.Addr `json:"host_link_addrs,omitempty"`
-}
+// Inventory is the driver's state as the operator sees it (the type
+// lives with the doctor, which reads it, so that the operator's tools
+// need nothing of the driver).
+type Inventory = doctor.Inventory
 
 // Inventory reads the state file and the kernel's links.
 func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/underlay-net/underlay/driver"
+	"github.com/underlay-net/underlay/dockerapi"
 	"github.com/underlay-net/underlay/ipam"
 )
 
@@ -26,7 +26,7 @@ const dockerSubnetsEvery = 3 * time.Second
 // and waits for the answer. Nothing is listed until the IPAM is in use
 // (Wanted), so a daemon whose IPAM nobody uses never asks Docker.
 type dockerSubnets struct {
-	list  func(context.Context) ([]driver.DockerNetwork, error)
+	list  func(context.Context) ([]dockerapi.Network, error)
 	every time.Duration
 	log   *slog.Logger
 	want  chan struct{}
@@ -39,13 +39,13 @@ type dockerSubnets struct {
 
 // startDockerSubnets returns the list, refreshed every dockerSubnetsEvery
 // from the first Wanted until ctx ends.
-func startDockerSubnets(ctx context.Context, list func(context.Context) ([]driver.DockerNetwork, error), log *slog.Logger) *dockerSubnets {
+func startDockerSubnets(ctx context.Context, list func(context.Context) ([]dockerapi.Network, error), log *slog.Logger) *dockerSubnets {
 	s := newDockerSubnets(list, dockerSubnetsEvery, log)
 	go s.run(ctx)
 	return s
 }
 
-func newDockerSubnets(list func(context.Context) ([]driver.DockerNetwork, error), every time.Duration, log *slog.Logger) *dockerSubnets {
+func newDockerSubnets(list func(context.Context) ([]dockerapi.Network, error), every time.Duration, log *slog.Logger) *dockerSubnets {
 	return &dockerSubnets{list: list, every: every, log: log, want: make(chan struct{}, 1)}
 }
 
@@ -105,7 +105,7 @@ func (s *dockerSubnets) run(ctx context.Context) {
 }
 
 // set replaces the list with the subnets of nets, in canonical form.
-func (s *dockerSubnets) set(nets []driver.DockerNetwork, asked time.Time) {
+func (s *dockerSubnets) set(nets []dockerapi.Network, asked time.Time) {
 	var subnets []netip.Prefix
 	for _, n := range nets {
 		for _, sub := range n.Subnets {

@@ -12,20 +12,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/underlay-net/underlay/driver"
+	"github.com/underlay-net/underlay/dockerapi"
 )
 
 // fakeLister is Docker's GET /networks as the background list calls it.
 type fakeLister struct {
 	mu    sync.Mutex
-	nets  []driver.DockerNetwork
+	nets  []dockerapi.Network
 	err   error
 	calls int
 	// called receives after each call, without blocking.
 	called chan struct{}
 }
 
-func (f *fakeLister) list(context.Context) ([]driver.DockerNetwork, error) {
+func (f *fakeLister) list(context.Context) ([]dockerapi.Network, error) {
 	f.mu.Lock()
 	f.calls++
 	nets, err := slices.Clone(f.nets), f.err
@@ -37,7 +37,7 @@ func (f *fakeLister) list(context.Context) ([]driver.DockerNetwork, error) {
 	return nets, err
 }
 
-func (f *fakeLister) set(err error, nets ...driver.DockerNetwork) {
+func (f *fakeLister) set(err error, nets ...dockerapi.Network) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nets, f.err = nets, err
@@ -81,10 +81,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestDockerSubnetsListedInTheBackgroundOnceWanted(t *testing.T) {
 	f := &fakeLister{called: make(chan struct{}, 1)}
 	f.set(nil,
-		driver.DockerNetwork{ID: "a", Driver: "macvlan", Subnets: []string{"172.16.0.77/24", "fd00:1::/64"}},
-		driver.DockerNetwork{ID: "b", Driver: "bridge", Subnets: []string{"172.17.0.0/16", "not-a-subnet"}},
-		driver.DockerNetwork{ID: "c", Driver: "underlay", Subnets: []string{"172.16.0.0/24"}},
-		driver.DockerNetwork{ID: "d", Driver: "null"})
+		dockerapi.Network{ID: "a", Driver: "macvlan", Subnets: []string{"172.16.0.77/24", "fd00:1::/64"}},
+		dockerapi.Network{ID: "b", Driver: "bridge", Subnets: []string{"172.17.0.0/16", "not-a-subnet"}},
+		dockerapi.Network{ID: "c", Driver: "underlay", Subnets: []string{"172.16.0.0/24"}},
+		dockerapi.Network{ID: "d", Driver: "null"})
 	var logs safeBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -104,7 +104,7 @@ func TestDockerSubnetsListedInTheBackgroundOnceWanted(t *testing.T) {
 	waitFor(t, "Docker's subnets listed", func() bool { return slices.Equal(known(s), want) })
 
 	// Listed again and again: a network Docker makes later is seen.
-	f.set(nil, driver.DockerNetwork{ID: "e", Subnets: []string{"10.1.0.0/16"}})
+	f.set(nil, dockerapi.Network{ID: "e", Subnets: []string{"10.1.0.0/16"}})
 	waitFor(t, "a later network's subnet listed", func() bool {
 		return slices.Equal(known(s), []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")})
 	})
@@ -138,7 +138,7 @@ func TestDockerSubnetsListedInTheBackgroundOnceWanted(t *testing.T) {
 func TestDockerSubnetsNeverWaitForDocker(t *testing.T) {
 	hung := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	list := func(ctx context.Context) ([]driver.DockerNetwork, error) {
+	list := func(ctx context.Context) ([]dockerapi.Network, error) {
 		select {
 		case entered <- struct{}{}:
 		default:

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/go-connections/sockets"
 	"github.com/underlay-net/underlay/control"
 	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/dockerapi"
 	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/ipam"
@@ -102,7 +103,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 			log.Error("stopping without waiting longer for the kernel", "error", err)
 		}
 	}()
-	docker, err := driver.NewDockerAPI(c.DockerHost, 2*time.Second)
+	docker, err := dockerapi.New(c.DockerHost, 2*time.Second)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package driver
+package dockerapi
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"strings"
 )
 
-// DockerNetwork is a network as Docker lists it: enough for the operator's
+// Network is a network as Docker lists it: enough for the operator's
 // tools to name networks and to know which subnets are in use.
-type DockerNetwork struct {
+type Network struct {
 	ID      string
 	Name    string
 	Driver  string
@@ -19,7 +19,7 @@ type DockerNetwork struct {
 }
 
 // Networks lists Docker's networks (GET /networks), every driver's.
-func (d *DockerAPI) Networks(ctx context.Context) ([]DockerNetwork, error) {
+func (d *Client) Networks(ctx context.Context) ([]Network, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/networks", nil)
@@ -51,9 +51,9 @@ func (d *DockerAPI) Networks(ctx context.Context) ([]DockerNetwork, error) {
 	if err := json.Unmarshal(body, &raw); err != nil {
 		return nil, fmt.Errorf("list Docker's networks at %s: %w", d.host, err)
 	}
-	out := make([]DockerNetwork, 0, len(raw))
+	out := make([]Network, 0, len(raw))
 	for _, r := range raw {
-		n := DockerNetwork{ID: r.ID, Name: r.Name, Driver: r.Driver}
+		n := Network{ID: r.ID, Name: r.Name, Driver: r.Driver}
 		for _, c := range r.IPAM.Config {
 			if c.Subnet != "" {
 				n.Subnets = append(n.Subnets, c.Subnet)

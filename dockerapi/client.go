@@ -1,4 +1,10 @@
-package driver
+// Package dockerapi is the Docker Engine API client underlay needs: whether
+// a network exists (the stale-holder check of CreateNetwork, doctor) and
+// the list of every driver's networks (the operator's tools, the IPAM's
+// view of subnets in use). It imports nothing of the project; the driver,
+// the control CLI and the daemon use it through small interfaces of their
+// own.
+package dockerapi
 
 import (
 	"context"
@@ -12,26 +18,17 @@ import (
 	"time"
 )
 
-// NetworkChecker asks Docker whether a network still exists. It is called
-// only on the CreateNetwork conflict path: never on the endpoint path,
-// where a call back into dockerd can deadlock it at start.
-type NetworkChecker interface {
-	// NetworkExists reports whether Docker knows the network; an error means
-	// it could not tell.
-	NetworkExists(ctx context.Context, id string) (bool, error)
-}
-
-// DockerAPI is a NetworkChecker over Docker's Engine API.
-type DockerAPI struct {
+// Client asks Docker's Engine API.
+type Client struct {
 	host    string
 	client  *http.Client
 	timeout time.Duration
 }
 
-// NewDockerAPI returns a checker for a Docker host given as
-// unix:///path/docker.sock (or tcp://host:port for a daemon on loopback).
-// Each check gives up after timeout.
-func NewDockerAPI(host string, timeout time.Duration) (*DockerAPI, error) {
+// New returns a client of a Docker host given as unix:///path/docker.sock
+// (or tcp://host:port for a daemon on loopback). Each call gives up after
+// timeout.
+func New(host string, timeout time.Duration) (*Client, error) {
 	u, err := url.Parse(host)
 	if err != nil {
 		return nil, fmt.Errorf("docker host %q: %w (use unix:///var/run/docker.sock)", host, err)
@@ -54,11 +51,13 @@ func NewDockerAPI(host string, timeout time.Duration) (*DockerAPI, error) {
 	default:
 		return nil, fmt.Errorf("docker host %q: scheme %q is not supported: use unix:///path/to/docker.sock", host, u.Scheme)
 	}
-	return &DockerAPI{host: host, client: &http.Client{Transport: tr}, timeout: timeout}, nil
+	return &Client{host: host, client: &http.Client{Transport: tr}, timeout: timeout}, nil
 }
 
-// NetworkExists implements NetworkChecker with GET /networks/{id}.
-func (d *DockerAPI) NetworkExists(ctx context.Context, id string) (bool, error) {
+// NetworkExists reports whether Docker knows the network (GET
+// /networks/{id}); an error means it could not tell. Only Docker's own 404
+// (IsNotFound) is a "no".
+func (d *Client) NetworkExists(ctx context.Context, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/networks/"+url.PathEscape(id), nil)
@@ -75,7 +74,7 @@ func (d *DockerAPI) NetworkExists(ctx context.Context, id string) (bool, error) 
 	case http.StatusOK:
 		return true, nil
 	case http.StatusNotFound:
-		if dockerNotFound(resp.Header, body) {
+		if IsNotFound(resp.Header, body) {
 			return false, nil
 		}
 		return false, fmt.Errorf("ask Docker at %s about network %s: a 404 that is not Docker's (no Api-Version header or no Docker error body: %q): is DOCKER_HOST (--docker-host) the Docker API socket?",
@@ -84,10 +83,10 @@ func (d *DockerAPI) NetworkExists(ctx context.Context, id string) (bool, error) 
 	return false, fmt.Errorf("ask Docker at %s about network %s: status %d: %s", d.host, short(id), resp.StatusCode, truncate(strings.TrimSpace(string(body)), 200))
 }
 
-// dockerNotFound reports whether a 404 is Docker's own "no such network":
+// IsNotFound reports whether a 404 is Docker's own "no such network":
 // the Engine API sets Api-Version on every answer and answers errors as
 // {"message": "..."}. A proxy's or a web server's 404 is neither.
-func dockerNotFound(h http.Header, body []byte) bool {
+func IsNotFound(h http.Header, body []byte) bool {
 	if h.Get("Api-Version") == "" {
 		return false
 	}
@@ -102,4 +101,12 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// short is the 12-character form of a Docker ID used in messages.
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
