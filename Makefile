@@ -136,13 +136,14 @@ test-release: $(NFPM)
 # The VM suite on an emulated arm64 machine (qemu-system-aarch64, Debian's
 # arm64 cloud kernel) against the arm64 release binary. Root, or CI, as test-vm.
 # Skipped: the two crash-point tests (the release binary has no crash points).
+# nf_tables: the lost-lease address block (netlinkutil/lostaddr.go) needs it.
 VM_ARM64_SKIP := ^(TestCrashAtEveryPoint|TestVMCrashPointsOnOwnedParents)$$
 test-vm-arm64: bin/vm-arm64/integration.test
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
 		echo "test-vm-arm64: skipped: the arm64 VM suite needs root (as test-vm): run sudo make test"; \
 	else \
 		BINARIES_ONLY=1 ARCHES=arm64 GO=$(GO) release/build.sh bin/vm-arm64/dist $(VERSION) && \
-		VM_ARCH=arm64 VM_TIMEOUT=1500 UNDERLAY_BIN=bin/vm-arm64/dist/underlay-linux-arm64 \
+		VM_ARCH=arm64 VM_EXTRA_MODULES=nf_tables VM_TIMEOUT=1500 UNDERLAY_BIN=bin/vm-arm64/dist/underlay-linux-arm64 \
 			test/vm/run.sh bin/vm-arm64/integration.test -test.v -test.timeout 24m -test.skip '$(VM_ARM64_SKIP)'; \
 	fi
 
