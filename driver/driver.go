@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -139,7 +140,7 @@ type Driver struct {
 	crash   func(string)
 	events  Events
 	now     func() time.Time
-	locks   *locker
+	locks   *keylock.Locker
 	joins   *joinTable // joins not committed (joins.go)
 	// deleting are the links underlay is deleting itself (heal.go).
 	deleting selfDeletions
@@ -196,7 +197,7 @@ func New(c Config) (*Driver, error) {
 		prober:  c.Prober,
 		store:   c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
-		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: newLocker(), joins: newJoinTable(),
+		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}, nil
 }

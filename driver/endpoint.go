@@ -9,6 +9,7 @@ import (
 	"net/netip"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -17,13 +18,15 @@ import (
 
 // lockEndpoint takes the network shared and the endpoint exclusively, and
 // returns both records (ep nil when the endpoint is unknown).
-func (d *Driver) lockEndpoint(ctx context.Context, netID, epID string) (unlock func(), n *store.Network, ep *store.Endpoint, err error) {
+// The context returned records the locks (pass it on: a later lock must
+// be of a later rank, keylock).
+func (d *Driver) lockEndpoint(ctx context.Context, netID, epID string) (locked context.Context, unlock func(), n *store.Network, ep *store.Endpoint, err error) {
 	if netID == "" || epID == "" {
-		return nil, nil, nil, invalidf("request without NetworkID or EndpointID")
+		return ctx, nil, nil, nil, invalidf("request without NetworkID or EndpointID")
 	}
-	unlock, err = d.locks.acquire(ctx, shared(networkLock(netID)), exclusive(endpointLock(epID)))
+	locked, unlock, err = d.locks.Acquire(ctx, keylock.Shared(keylock.NetworkKey(netID)), keylock.Exclusive(keylock.EndpointKey(epID)))
 	if err != nil {
-		return nil, nil, nil, err
+		return ctx, nil, nil, nil, err
 	}
 	err = d.store.View(func(tx *store.Tx) error {
 		nv, ok, err := tx.Network(netID)
@@ -39,15 +42,15 @@ func (d *Driver) lockEndpoint(ctx context.Context, netID, epID string) (unlock f
 	})
 	if err != nil {
 		unlock()
-		return nil, nil, nil, err
+		return ctx, nil, nil, nil, err
 	}
-	return unlock, n, ep, nil
+	return locked, unlock, n, ep, nil
 }
 
 // CreateEndpoint records an endpoint and answers only what Docker left
 // empty: a generated MAC for macvlan endpoints without one.
 func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpointRequest) (*network.CreateEndpointResponse, error) {
-	unlock, n, existing, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	ctx, unlock, n, existing, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +240,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 // no known endpoint owns), then commits the change record gives for the
 // endpoint's record, if there is one and it gives one.
 func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record func(store.Endpoint) func(*store.Tx) error) error {
-	unlock, n, ep, err := d.lockEndpoint(ctx, netID, epID)
+	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, netID, epID)
 	if err != nil {
 		return err
 	}
@@ -246,7 +249,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		// The route goes and the record changes under the parent's lock,
 		// which the repair of the host link holds while it reads the
 		// routes and puts them back: no route outlives its endpoint.
-		unlockParent, err := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+		_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
 		if err != nil {
 			return err
 		}
@@ -300,7 +303,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 
 // EndpointInfo reports the endpoint's host link, parent and MAC.
 func (d *Driver) EndpointInfo(ctx context.Context, req *network.InfoRequest) (*network.InfoResponse, error) {
-	unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
 	}

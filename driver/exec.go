@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -183,7 +184,7 @@ func (d *Driver) tryParent(name, held string) (func(), error) {
 	if name == held {
 		return func() {}, nil
 	}
-	unlock, ok := d.locks.tryExclusive(parentLock(name))
+	unlock, ok := d.locks.TryExclusive(keylock.ParentKey(name))
 	if !ok {
 		return nil, errBusy
 	}

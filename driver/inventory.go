@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/doctor"
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -123,7 +124,7 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 	if exists {
 		return "", refusef("network %s not removed: the daemon's Docker knows it (is --docker-host the daemon's engine?)", short(id))
 	}
-	unlockParent, err := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
 	if err != nil {
 		return "", err
 	}
@@ -139,7 +140,7 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 // lockNetwork takes a network's lock exclusively and reads its record (nil
 // when there is none).
 func (d *Driver) lockNetwork(ctx context.Context, id string) (func(), *store.Network, error) {
-	unlock, err := d.locks.acquire(ctx, exclusive(networkLock(id)))
+	_, unlock, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.NetworkKey(id)))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -197,11 +198,11 @@ func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, err
 	case l.Alias != d.mark:
 		return "", refusef("link %s does not carry this underlay's mark %q: not touched", name, d.mark)
 	}
-	locks := []lockReq{exclusive(parentLock(l.Name))}
+	locks := []keylock.Req{keylock.Exclusive(keylock.ParentKey(l.Name))}
 	if lower, ok := linkByIndex(links, l.ParentIndex); ok && l.ParentIndex > 0 {
-		locks = append(locks, exclusive(parentLock(lower.Name)))
+		locks = append(locks, keylock.Exclusive(keylock.ParentKey(lower.Name)))
 	}
-	unlock, err := d.locks.acquire(ctx, locks...)
+	_, unlock, err := d.locks.Acquire(ctx, locks...)
 	if err != nil {
 		return "", err
 	}

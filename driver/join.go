@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 	"golang.org/x/sys/unix"
@@ -19,7 +20,7 @@ import (
 // away in a sandbox is refused, since a second link would carry the same
 // MAC on the same wire.
 func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.JoinResponse, error) {
-	unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +75,7 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 	if d.shimHealthy(ctx, n) && d.routeToEndpoint(ctx, &n, ep, false) == nil {
 		return nil
 	}
-	unlockParent, err := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netl
 	if !errors.Is(err, netlinkutil.ErrNotFound) {
 		return err
 	}
-	unlockParent, lerr := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+	_, unlockParent, lerr := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
 	if lerr != nil {
 		return lerr
 	}

@@ -301,7 +301,7 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 // lock; false (and the lease forgotten or rescheduled) when there is
 // nothing to renew.
 func (d *Driver) leaseRecord(ctx context.Context, k leaseKey) (store.Network, store.Endpoint, bool) {
-	unlock, n, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
+	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
 	if err != nil {
 		d.leases.set(k, d.now().Add(dhcp.MinRetry))
 		return store.Network{}, store.Endpoint{}, false
@@ -317,7 +317,7 @@ func (d *Driver) leaseRecord(ctx context.Context, k leaseKey) (store.Network, st
 // commitLease records l as the endpoint's lease under its lock if the
 // record still holds old (it was not deleted or replaced meanwhile).
 func (d *Driver) commitLease(ctx context.Context, k leaseKey, old, l store.Lease, log *slog.Logger) bool {
-	unlock, _, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
+	ctx, unlock, _, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
 	if err != nil {
 		log.Error("record DHCP lease", "error", err)
 		d.leases.set(k, d.now().Add(dhcp.MinRetry))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -31,7 +32,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	// The request's attributes on each of its log lines (not a With
 	// logger: it formats them at once, logged or not).
 	attrs := func(kv ...any) []any { return append([]any{"network", want.ID, "parent", asked}, kv...) }
-	unlockNet, err := d.locks.acquire(ctx, exclusive(networkLock(want.ID)))
+	ctx, unlockNet, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.NetworkKey(want.ID)))
 	if err != nil {
 		return err
 	}
@@ -49,7 +50,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 			return err
 		}
 		if !moving {
-			unlock, err := d.locks.acquire(ctx, exclusive(parentLock(same.Parent)))
+			_, unlock, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(same.Parent)))
 			if err != nil {
 				return err
 			}
@@ -59,7 +60,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		}
 		res, resolved = r, true
 	}
-	events := d.locks.parentCount()
+	events := d.locks.Changes(keylock.Parent)
 	if !resolved {
 		if res, err = d.resolve(ctx, want); err != nil {
 			return err
@@ -69,18 +70,18 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if res.Why != "" {
 		d.log.Info("parent resolved on this host", attrs("link", res.Name, "why", res.Why)...)
 	}
-	parents := []lockReq{exclusive(parentLock(want.Parent))}
+	parents := []keylock.Req{keylock.Exclusive(keylock.ParentKey(want.Parent))}
 	if same != nil {
-		parents = append(parents, exclusive(parentLock(same.Parent)))
+		parents = append(parents, keylock.Exclusive(keylock.ParentKey(same.Parent)))
 	}
-	unlockParents, err := d.locks.acquire(ctx, parents...)
+	_, unlockParents, err := d.locks.Acquire(ctx, parents...)
 	if err != nil {
 		return err
 	}
 	defer unlockParents()
 	// Whether the lookup above is still the kernel's view as far as
 	// underlay's own changes go (the check at the end).
-	fresh := same == nil && d.locks.quietParents(events, len(mergeLocks(parents)))
+	fresh := same == nil && d.locks.Quiet(keylock.Parent, events, len(keylock.Merge(parents)))
 
 	var onParent []store.Network
 	if err := d.store.View(func(tx *store.Tx) (err error) {
@@ -299,7 +300,7 @@ func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRe
 	if req.NetworkID == "" {
 		return invalidf("DeleteNetwork without NetworkID")
 	}
-	unlockNet, err := d.locks.acquire(ctx, exclusive(networkLock(req.NetworkID)))
+	ctx, unlockNet, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.NetworkKey(req.NetworkID)))
 	if err != nil {
 		return err
 	}
@@ -311,7 +312,7 @@ func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRe
 		}
 		return err
 	}
-	unlockParent, err := d.locks.acquire(ctx, exclusive(parentLock(n.Parent)))
+	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
 	if err != nil {
 		return err
 	}

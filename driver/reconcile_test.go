@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -172,7 +173,7 @@ func TestJanitorReleasesParentsUnderTheirLock(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := f.d.locks.acquire(context.Background(), exclusive(parentLock("eth0.10")))
+	_, unlock, err := f.d.locks.Acquire(context.Background(), keylock.Exclusive(keylock.ParentKey("eth0.10")))
 	if err != nil {
 		t.Fatal(err)
 	}

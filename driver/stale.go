@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -103,7 +104,7 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 	}
 	// Lower-rank locks may only be tried while a parent lock is held.
 	for _, c := range cs {
-		unlock, ok := d.locks.tryExclusive(networkLock(c.Holder.ID))
+		unlock, ok := d.locks.TryExclusive(keylock.NetworkKey(c.Holder.ID))
 		if !ok {
 			return release, fmt.Errorf("%w: parent %s is held by stale network %s, which another request is using right now: retry in a moment",
 				ErrConflict, want.Parent, short(c.Holder.ID))
