@@ -112,6 +112,11 @@ func TestCheck(t *testing.T) {
 		{name: "a host link with another MTU than the network's", change: func(in *Input) { in.Networks[1].MTU = 1400; in.Links[3].MTU = 1500 },
 			want: []string{"broken-link ulhbbbbbbbbbbbb heal-link"}},
 		{name: "a down link of another instance is not ours", change: func(in *Input) { in.Links[5].Down = true }},
+		{name: "a down owned VLAN no network needs is not healed (the janitor releases it)", change: func(in *Input) {
+			in.Networks = in.Networks[:1]
+			delete(in.HostLinks, netB)
+			in.Links[2].Down = true
+		}, want: []string{"orphan-link ulhbbbbbbbbbbbb delete-orphan-link"}},
 		{name: "a lost DHCP lease", change: func(in *Input) {
 			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute), LostWhy: "DHCPNAK"}
 		}, want: []string{"lost-lease " + epA + " "}},

@@ -31,7 +31,19 @@ func broken(in Input) []Finding {
 		addr netip.Addr
 		what string
 	}{}
+	used := map[string]bool{} // parents a network needs (only those are healed)
+	for _, n := range in.Networks {
+		used[n.Parent] = true
+	}
 	for _, p := range in.Owned {
+		if used[p.Name] {
+			used[p.Base] = true // a VLAN on a VLAN
+		}
+	}
+	for _, p := range in.Owned {
+		if !used[p.Name] {
+			continue // the janitor releases it; the daemon heals only what networks need
+		}
 		want[p.Name] = struct {
 			mtu  int
 			addr netip.Addr

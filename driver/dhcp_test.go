@@ -33,6 +33,8 @@ type fakeLeases struct {
 	// same offers every client the same address (a rogue server).
 	same   string
 	routes []store.LeaseRoute
+	// onRenew is called at each renewal's answer.
+	onRenew func()
 }
 
 func (f *fakeLeases) lease(addr string) store.Lease {
@@ -106,6 +108,9 @@ func (f *fakeLeases) Renew(ctx context.Context, r LeaseRequest, l store.Lease) (
 	}
 	if f.nak {
 		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ErrLeaseNAK)
+	}
+	if f.onRenew != nil {
+		f.onRenew()
 	}
 	return f.lease(l.Addr), nil
 }
@@ -349,7 +354,7 @@ func TestNextLeaseAction(t *testing.T) {
 		{100 * time.Second, 102*time.Second + 500*time.Millisecond}, // under 2x10 s to T2: half of it, at least 1 s
 		{105 * time.Second, 115 * time.Second},                      // 10 s
 		{119 * time.Second, 120 * time.Second},
-		{120 * time.Second, 120 * time.Second}, // expired: marked lost at once
+		{120 * time.Second, 121 * time.Second}, // expired: marked lost a second later at most (never a hot loop)
 	} {
 		if got := nextLeaseAction(l, t0.Add(tc.at)).Sub(t0); got != tc.want {
 			t.Errorf("at %s: next at %s, want %s", tc.at, got, tc.want)

@@ -104,7 +104,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
 		default:
 			if existing != nil && existing.Lease != nil { // asked again with another MAC: its lease is not this one's
-				_ = d.releaseLease(context.WithoutCancel(ctx), *n, *existing)
+				d.forgetLease(context.WithoutCancel(ctx), *n, *existing)
 			}
 			l, unclaim, err := d.acquireLease(ctx, *n, ep)
 			defer unclaim() // once recorded, or not

@@ -29,7 +29,7 @@ func nextLeaseAction(l store.Lease, now time.Time) time.Time {
 	}
 	p := dhcp.Plan(dhcp.Lease{Acquired: l.Acquired, T1: l.T1.Sub(l.Acquired), T2: l.T2.Sub(l.Acquired), LeaseTime: l.Expiry.Sub(l.Acquired)}, now)
 	if p.Phase == dhcp.Expired {
-		return now // lost now: renewLease marks it
+		return now.Add(dhcp.MinRetryShort) // renewLease marks it lost; never a hot loop
 	}
 	return p.Next
 }
@@ -249,29 +249,28 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 		return // the endpoint is being deleted
 	}
 	defer d.leases.exchanged(k)
+	if old.Lost.IsZero() && !now.Before(old.Expiry) {
+		// Expired: lost, whether or not the server can be asked now.
+		if old, ok = d.loseLease(ctx, k, n, ep, old, "the lease expired without a renewal", log); !ok {
+			return
+		}
+		ep.Lease = &old
+	}
 	r, err := d.leaseRequest(rctx, n, ep)
 	var l store.Lease
-	lost := ""
 	switch {
 	case err != nil:
 	case !old.Lost.IsZero():
 		l, err = d.reacquire(rctx, r, old)
-	case !now.Before(old.Expiry):
-		lost = "the lease expired without a renewal"
 	default:
 		l, err = d.dhcp.Renew(rctx, r, old)
 		if errors.Is(err, ErrLeaseNAK) {
-			lost = "the server refused to renew it (DHCPNAK): " + err.Error()
+			if old, ok = d.loseLease(ctx, k, n, ep, old, "the server refused to renew it (DHCPNAK): "+err.Error(), log); !ok {
+				return
+			}
+			ep.Lease = &old
+			l, err = d.reacquire(rctx, r, old) // ask for it again at once
 		}
-	}
-	if lost != "" {
-		// Stop sending from it at once, then ask for it again.
-		marked := d.lose(context.WithoutCancel(ctx), n, ep, lost)
-		if !d.commitLease(ctx, k, old, marked, log) {
-			return
-		}
-		ep.Lease, old = &marked, marked
-		l, err = d.reacquire(rctx, r, old)
 	}
 	if err != nil {
 		next := nextLeaseAction(old, d.now()) // after the exchange, which took its time
@@ -283,11 +282,14 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 		d.leases.set(k, next)
 		return
 	}
-	if !d.commitLease(ctx, k, old, l, log) {
+	switch d.commitLease(ctx, k, old, l, log) {
+	case leaseGone:
 		// The endpoint went meanwhile: the lease this exchange extended or
 		// won is not kept for anyone.
 		_ = d.dhcp.Release(context.WithoutCancel(ctx), r, l)
 		return
+	case leaseNotRecorded:
+		return // rescheduled: the record keeps the old lease, which the server extended
 	}
 	if !old.Lost.IsZero() {
 		d.wonBack(context.WithoutCancel(ctx), n, ep, old)
@@ -295,6 +297,18 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 		log.Info("renewed DHCP lease", "expiry", l.Expiry, "t1", l.T1)
 	}
 	d.leases.set(k, nextLeaseAction(l, d.now()))
+}
+
+// loseLease records a lease lost, then blocks its address (only once the
+// record says lost: a deletion in between leaves no block behind); false
+// when the record changed meanwhile or could not be written (rescheduled).
+func (d *Driver) loseLease(ctx context.Context, k leaseKey, n store.Network, ep store.Endpoint, old store.Lease, why string, log *slog.Logger) (store.Lease, bool) {
+	marked := markLost(old, d.now(), why)
+	if d.commitLease(ctx, k, old, marked, log) != leaseRecorded {
+		return old, false
+	}
+	d.blockLost(context.WithoutCancel(ctx), n, ep, marked)
+	return marked, true
 }
 
 // leaseRecord reads a lease's network and endpoint under the endpoint's
@@ -314,27 +328,39 @@ func (d *Driver) leaseRecord(ctx context.Context, k leaseKey) (store.Network, st
 	return *n, *ep, true
 }
 
+// commitLease's outcomes.
+type leaseCommit int
+
+const (
+	leaseRecorded leaseCommit = iota
+	// leaseGone: the endpoint is gone, or its record holds another lease.
+	leaseGone
+	// leaseNotRecorded: the record could not be written or read (a full
+	// disk, shutdown); the lease is scheduled again shortly.
+	leaseNotRecorded
+)
+
 // commitLease records l as the endpoint's lease under its lock if the
 // record still holds old (it was not deleted or replaced meanwhile).
-func (d *Driver) commitLease(ctx context.Context, k leaseKey, old, l store.Lease, log *slog.Logger) bool {
-	ctx, unlock, _, ep, err := d.lockEndpoint(ctx, k.network, k.endpoint)
+func (d *Driver) commitLease(ctx context.Context, k leaseKey, old, l store.Lease, log *slog.Logger) leaseCommit {
+	_, unlock, _, ep, err := d.lockEndpoint(context.WithoutCancel(ctx), k.network, k.endpoint)
 	if err != nil {
 		log.Error("record DHCP lease", "error", err)
-		d.leases.set(k, d.now().Add(dhcp.MinRetry))
-		return false
+		d.leases.set(k, d.now().Add(dhcp.MinRetryShort))
+		return leaseNotRecorded
 	}
 	defer unlock()
 	if ep == nil || ep.Lease == nil || !ep.Lease.Acquired.Equal(old.Acquired) || !ep.Lease.Lost.Equal(old.Lost) {
-		return false
+		return leaseGone
 	}
 	renewed := *ep
 	renewed.Lease = &l
 	if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(renewed) }); err != nil {
 		log.Error("record DHCP lease", "error", err)
-		d.leases.set(k, d.now().Add(dhcp.MinRetry))
-		return false
+		d.leases.set(k, d.now().Add(dhcp.MinRetryShort))
+		return leaseNotRecorded
 	}
-	return true
+	return leaseRecorded
 }
 
 // reacquire asks for a lost lease's address anew and takes only that one

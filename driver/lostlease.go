@@ -24,7 +24,7 @@ import (
 type AddrBlocker interface {
 	Block(ctx context.Context, parent string, addr netip.Addr, tag string) error
 	Unblock(ctx context.Context, parent string, addr netip.Addr, tag string) error
-	BlockedAddrs(ctx context.Context) ([]netlinkutil.Blocked, error)
+	BlockedAddrs(ctx context.Context, tag string) ([]netlinkutil.Blocked, error)
 }
 
 // blockKey is an address blocked on a parent.
@@ -63,7 +63,7 @@ func (d *Driver) restoreBlocks(ctx context.Context, lost []blockKey) error {
 	if d.blocker == nil {
 		return nil
 	}
-	all, err := d.blocker.BlockedAddrs(ctx)
+	all, err := d.blocker.BlockedAddrs(ctx, d.mark)
 	if err != nil {
 		if len(lost) == 0 {
 			return nil // nothing to block: a kernel without nf_tables is fine
@@ -92,25 +92,28 @@ func (d *Driver) restoreBlocks(ctx context.Context, lost []blockKey) error {
 	return nil
 }
 
-// lose marks a lease lost and blocks its address on the parent.
-func (d *Driver) lose(ctx context.Context, n store.Network, ep store.Endpoint, why string) store.Lease {
-	l := *ep.Lease
-	if !l.Lost.IsZero() {
-		return l
+// markLost is a lease marked lost at now.
+func markLost(l store.Lease, now time.Time, why string) store.Lease {
+	if l.Lost.IsZero() {
+		l.Lost, l.LostWhy = now, why
 	}
-	l.Lost, l.LostWhy = d.now(), why
+	return l
+}
+
+// blockLost blocks a lost lease's address on the parent, logging the loss
+// once.
+func (d *Driver) blockLost(ctx context.Context, n store.Network, ep store.Endpoint, l store.Lease) {
 	a := leaseAddr(l)
-	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", why)
+	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", l.LostWhy)
 	if d.blocker == nil {
 		log.Error("DHCP lease lost, and this daemon cannot block the address: the container keeps sending from it; restart the container to get a new address")
-		return l
+		return
 	}
 	if err := d.blocker.Block(ctx, n.Parent, a, d.mark); err != nil {
 		log.Error("DHCP lease lost, and blocking the address on the parent failed: the container keeps sending from it; restart the container to get a new address", "parent", n.Parent, "error", err)
-		return l
+		return
 	}
 	log.Error("DHCP lease lost: the container can no longer send from the address (blocked on the parent) until the server gives it back; restart the container to get a new address", "parent", n.Parent)
-	return l
 }
 
 // wonBack unblocks the address of a lease that was lost and is held again.

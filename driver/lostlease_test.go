@@ -48,7 +48,7 @@ func (f *fixture) lease(netID, epID string) *store.Lease {
 }
 
 func (f *fixture) blocked() []netlinkutil.Blocked {
-	b, _ := f.k.BlockedAddrs(context.Background())
+	b, _ := f.k.BlockedAddrs(context.Background(), f.d.mark)
 	return b
 }
 
@@ -258,4 +258,53 @@ func TestDHCPJournaledLeasesReleasedAtStart(t *testing.T) {
 		defer fl.mu.Unlock()
 		return len(fl.released) == before+1 && fl.released[before] == "198.18.180.100/24"
 	})
+}
+
+// Review regressions: a renewal whose context ends at the server's ACK
+// (shutdown) still records the renewed lease and releases nothing; an
+// expired lease whose request cannot be made (an ipvlan parent gone) is
+// marked lost and blocked, and not retried in a hot loop.
+func TestDHCPRenewalEdgeCases(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	if _, err := f.endpoint(netA, ep1, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(61 * time.Second)
+	rctx, cancel := context.WithCancel(ctx)
+	fl.mu.Lock()
+	fl.onRenew = cancel // the daemon stops while the ACK comes in
+	fl.mu.Unlock()
+	f.d.renewLease(rctx, leaseKey{netA, ep1})
+	if l := f.lease(netA, ep1); l == nil || !l.Expiry.Equal(f.clock.Now().Add(120*time.Second)) || len(fl.released) != 0 {
+		t.Fatalf("after a renewal at shutdown: lease %+v, released %v; want the renewed lease recorded and nothing released", l, fl.released)
+	}
+
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netB, "type", "ipvlan")); err != nil {
+		t.Fatal(err)
+	}
+	const ep2 = "e2e2e2e2e2e20000000000000000000000000000000000000000000000000002"
+	if _, err := f.endpoint(netB, ep2, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.k.Remove("lan0") // the ipvlan request needs the parent's MAC
+	f.clock.Advance(5 * time.Minute)
+	k := leaseKey{netB, ep2}
+	f.d.renewLease(ctx, k)
+	if l := f.lease(netB, ep2); l == nil || l.Lost.IsZero() {
+		t.Fatalf("an expired lease whose request failed: %+v, want it lost", l)
+	}
+	if len(f.blocked()) == 0 {
+		t.Fatal("the lost lease's address is not blocked")
+	}
+	f.d.leases.mu.Lock()
+	due := f.d.leases.due[k]
+	f.d.leases.mu.Unlock()
+	if due.Sub(f.clock.Now()) < time.Second {
+		t.Fatalf("rescheduled %s after now: a hot loop", due.Sub(f.clock.Now()))
+	}
 }

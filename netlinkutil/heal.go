@@ -49,7 +49,10 @@ func (k *Kernel) LinkAddrs(ctx context.Context, name string) ([]netip.Addr, erro
 	return out, nil
 }
 
-// Heal implements Links.
+// Heal implements Links. It sets the link up and puts the address back
+// before it tries the MTU, so that a refused MTU (the parent's is lower
+// now) does not keep the other repairs from being made; the failures are
+// joined.
 func (k *Kernel) Heal(ctx context.Context, name string, want Heal) error {
 	var l netlink.Link
 	err := k.retry(ctx, func(h *netlink.Handle) (err error) { l, err = h.LinkByName(name); return err })
@@ -60,28 +63,28 @@ func (k *Kernel) Heal(ctx context.Context, name string, want Heal) error {
 	if err != nil {
 		return fmt.Errorf("heal link %s: %w", name, err)
 	}
-	if want.MTU > 0 && l.Attrs().MTU != want.MTU {
-		if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkSetMTU(l, want.MTU) }); err != nil {
-			return fmt.Errorf("set the MTU of %s back to %d: %w", name, want.MTU, err)
+	var errs []error
+	if l.Attrs().Flags&net.FlagUp == 0 {
+		if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkSetUp(l) }); err != nil {
+			errs = append(errs, fmt.Errorf("bring %s back up: %w", name, err))
 		}
 	}
 	if want.Addr.IsValid() {
 		have, err := k.LinkAddrs(ctx, name)
 		if err != nil {
-			return err
-		}
-		if !slices.Contains(have, want.Addr) {
+			errs = append(errs, err)
+		} else if !slices.Contains(have, want.Addr) {
 			bits := want.Addr.BitLen()
 			ip := &netlink.Addr{IPNet: &net.IPNet{IP: want.Addr.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
 			if err := k.retry(ctx, func(h *netlink.Handle) error { return h.AddrReplace(l, ip) }); err != nil {
-				return fmt.Errorf("put address %s back on %s: %w", want.Addr, name, err)
+				errs = append(errs, fmt.Errorf("put address %s back on %s: %w", want.Addr, name, err))
 			}
 		}
 	}
-	if l.Attrs().Flags&net.FlagUp == 0 {
-		if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkSetUp(l) }); err != nil {
-			return fmt.Errorf("bring %s back up: %w", name, err)
+	if want.MTU > 0 && l.Attrs().MTU != want.MTU {
+		if err := k.retry(ctx, func(h *netlink.Handle) error { return h.LinkSetMTU(l, want.MTU) }); err != nil {
+			errs = append(errs, fmt.Errorf("set the MTU of %s back to %d (is its parent's MTU lower now?): %w", name, want.MTU, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

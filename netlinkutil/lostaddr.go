@@ -13,17 +13,20 @@ import (
 )
 
 // Addresses a container must stop sending from (a DHCP lease lost or
-// refused) are blocked on the parent's egress: an nftables netdev table
-// "underlay" with one egress chain per parent ("lost-" + the parent's
-// name) drops IPv4 packets with the address as source and ARP packets
-// with it as sender address. Frames a macvlan or ipvlan child sends out
-// leave through its lower link's egress, so this works for both, without
-// entering the container (CAP_NET_ADMIN only). Traffic between containers
-// of one macvlan bridge never reaches the parent's egress and is not
-// blocked. Needs nf_tables with the netdev egress hook (Linux 5.16).
+// refused) are blocked on the parent's egress: an nftables netdev table of
+// the caller's own (lostTablePrefix + the tag's instance: two instances on
+// one host never touch each other's) with one egress chain per parent
+// ("lost-" + the parent's name when the block was made; the hook follows
+// the link if it is renamed) drops IPv4 packets with the address as source
+// and ARP packets with it as sender address. Frames a macvlan or ipvlan
+// child sends out leave through its lower link's egress, so this works for
+// both, without entering the container (CAP_NET_ADMIN only). Traffic
+// between containers of one macvlan bridge never reaches the parent's
+// egress and is not blocked. Needs nf_tables with the netdev egress hook
+// (Linux 5.16). The changes of one Kernel are serialized.
 
 const (
-	lostTable       = "underlay"
+	lostTablePrefix = "underlay-"
 	lostChainPrefix = "lost-"
 )
 
@@ -34,16 +37,36 @@ type Blocked struct {
 	Tag    string
 }
 
-func (k *Kernel) nft() (*nftables.Conn, error) {
+// lostTable is the table of a tag ("underlay:ID" -> "underlay-ID").
+func lostTable(tag string) *nftables.Table {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return -1
+	}, strings.TrimPrefix(tag, MarkPrefix))
+	return &nftables.Table{Family: nftables.TableFamilyNetdev, Name: lostTablePrefix + name}
+}
+
+// nft runs op on a fresh nftables connection of the Kernel's namespace,
+// one at a time, and turns a panic of the library into an error.
+func (k *Kernel) nft(what string, op func(c *nftables.Conn) error) (err error) {
+	k.nftMu.Lock()
+	defer k.nftMu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: nftables failed: %v (is nf_tables loaded? modprobe nf_tables)", what, r)
+		}
+	}()
 	var opts []nftables.ConnOption
 	if k.ns.IsOpen() {
 		opts = append(opts, nftables.WithNetNSFd(int(k.ns)))
 	}
 	c, err := nftables.New(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("open nftables: %w", err)
+		return fmt.Errorf("%s: open nftables: %w", what, err)
 	}
-	return c, nil
+	return op(c)
 }
 
 // lostRules are the two rules blocking addr (IPv4 source; ARP sender).
@@ -65,131 +88,138 @@ func lostRules(t *nftables.Table, ch *nftables.Chain, addr netip.Addr, tag strin
 }
 
 // Block drops what leaves parent from the IPv4 address addr, until
-// Unblock. tag identifies the caller (its mark) in the rules; blocking an
-// address already blocked with that tag is not an error.
+// Unblock. tag identifies the caller (its mark); blocking an address
+// already blocked on that parent with that tag is not an error.
 func (k *Kernel) Block(ctx context.Context, parent string, addr netip.Addr, tag string) error {
 	if !addr.Is4() {
 		return fmt.Errorf("block %s on %s: only IPv4 addresses are blocked", addr, parent)
 	}
-	have, err := k.BlockedAddrs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, b := range have {
-		if b.Parent == parent && b.Addr == addr && b.Tag == tag {
+	what := fmt.Sprintf("block %s on %s", addr, parent)
+	return k.nft(what, func(c *nftables.Conn) error {
+		have, err := blocked(c, tag)
+		if err != nil {
+			return err
+		}
+		for _, b := range have {
+			if b.Parent == parent && b.Addr == addr {
+				return nil
+			}
+		}
+		t := c.AddTable(lostTable(tag))
+		accept := nftables.ChainPolicyAccept
+		ch := c.AddChain(&nftables.Chain{Name: lostChainPrefix + parent, Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookEgress, Priority: nftables.ChainPriorityFilter, Device: parent, Policy: &accept})
+		for _, r := range lostRules(t, ch, addr, tag) {
+			c.AddRule(r)
+		}
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("%s with nftables (netdev egress, needs nf_tables and Linux 5.16 or later): %w", what, err)
+		}
+		return nil
+	})
+}
+
+// Unblock removes what Block added for addr with tag, in every chain of
+// the tag's table (a parent renamed since keeps its chain's old name); a
+// chain goes with its last rule, the table with its last chain. Nothing
+// blocked is not an error.
+func (k *Kernel) Unblock(ctx context.Context, parent string, addr netip.Addr, tag string) error {
+	what := fmt.Sprintf("unblock %s on %s", addr, parent)
+	return k.nft(what, func(c *nftables.Conn) error {
+		t := lostTable(tag)
+		chains, err := tableChains(c, t.Name)
+		if err != nil || len(chains) == 0 {
+			return err
+		}
+		want := tag + " " + addr.String()
+		left := len(chains)
+		changed := false
+		for _, ch := range chains {
+			rules, err := c.GetRules(t, ch)
+			if err != nil {
+				return fmt.Errorf("%s: read chain %s: %w", what, ch.Name, err)
+			}
+			kept := 0
+			for _, r := range rules {
+				if string(r.UserData) != want {
+					kept++
+					continue
+				}
+				if err := c.DelRule(r); err != nil {
+					return fmt.Errorf("%s: %w", what, err)
+				}
+				changed = true
+			}
+			if kept == 0 {
+				c.DelChain(ch)
+				left--
+				changed = true
+			}
+		}
+		if left == 0 {
+			c.DelTable(t)
+		}
+		if !changed {
 			return nil
 		}
-	}
-	c, err := k.nft()
-	if err != nil {
-		return err
-	}
-	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyNetdev, Name: lostTable})
-	accept := nftables.ChainPolicyAccept
-	ch := c.AddChain(&nftables.Chain{Name: lostChainPrefix + parent, Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookEgress, Priority: nftables.ChainPriorityFilter, Device: parent, Policy: &accept})
-	for _, r := range lostRules(t, ch, addr, tag) {
-		c.AddRule(r)
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("block %s on %s with nftables (netdev egress, needs nf_tables and Linux 5.16 or later): %w", addr, parent, err)
-	}
-	return nil
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	})
 }
 
-// Unblock removes what Block(parent, addr, tag) added; the chain goes with
-// its last rule, the table with its last chain. Nothing blocked is not an
-// error.
-func (k *Kernel) Unblock(ctx context.Context, parent string, addr netip.Addr, tag string) error {
-	c, err := k.nft()
-	if err != nil {
-		return err
+// tableChains lists the chains of a netdev table; none when it is absent.
+func tableChains(c *nftables.Conn, table string) ([]*nftables.Chain, error) {
+	all, err := c.ListChainsOfTableFamily(nftables.TableFamilyNetdev)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
 	}
-	t, ch, rules, err := lostChain(c, parent)
-	if err != nil || ch == nil {
-		return err
-	}
-	want := tag + " " + addr.String()
-	left := 0
-	for _, r := range rules {
-		if string(r.UserData) != want {
-			left++
-			continue
-		}
-		if err := c.DelRule(r); err != nil {
-			return fmt.Errorf("unblock %s on %s: %w", addr, parent, err)
-		}
-	}
-	if left == 0 {
-		c.DelChain(ch)
-	}
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("unblock %s on %s: %w", addr, parent, err)
-	}
-	if left == 0 {
-		if chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyNetdev); err == nil && !anyChainOf(chains, lostTable) {
-			c.DelTable(t)
-			_ = c.Flush() // another instance may have added a chain meanwhile
-		}
-	}
-	return nil
-}
-
-func anyChainOf(chains []*nftables.Chain, table string) bool {
-	for _, ch := range chains {
-		if ch.Table != nil && ch.Table.Name == table {
-			return true
-		}
-	}
-	return false
-}
-
-// lostChain finds the parent's chain and its rules; nil when none.
-func lostChain(c *nftables.Conn, parent string) (*nftables.Table, *nftables.Chain, []*nftables.Rule, error) {
-	t := &nftables.Table{Family: nftables.TableFamilyNetdev, Name: lostTable}
-	ch, err := c.ListChain(t, lostChainPrefix+parent)
-	if errors.Is(err, unix.ENOENT) || (err != nil && strings.Contains(err.Error(), "no such file")) {
-		return t, nil, nil, nil
-	}
-	if err != nil {
-		return t, nil, nil, fmt.Errorf("read nftables chain %s: %w", lostChainPrefix+parent, err)
-	}
-	rules, err := c.GetRules(t, ch)
-	if err != nil {
-		return t, nil, nil, fmt.Errorf("read nftables chain %s: %w", lostChainPrefix+parent, err)
-	}
-	return t, ch, rules, nil
-}
-
-// BlockedAddrs lists the blocked addresses of every parent.
-func (k *Kernel) BlockedAddrs(ctx context.Context) ([]Blocked, error) {
-	c, err := k.nft()
-	if err != nil {
-		return nil, err
-	}
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyNetdev)
 	if err != nil {
 		return nil, fmt.Errorf("list nftables chains: %w", err)
 	}
+	var out []*nftables.Chain
+	for _, ch := range all {
+		if ch != nil && ch.Table != nil && ch.Table.Name == table && strings.HasPrefix(ch.Name, lostChainPrefix) {
+			out = append(out, ch)
+		}
+	}
+	return out, nil
+}
+
+// blocked lists the blocks of the tag's table.
+func blocked(c *nftables.Conn, tag string) ([]Blocked, error) {
+	t := lostTable(tag)
+	chains, err := tableChains(c, t.Name)
+	if err != nil {
+		return nil, err
+	}
 	var out []Blocked
 	for _, ch := range chains {
-		if ch.Table == nil || ch.Table.Name != lostTable || !strings.HasPrefix(ch.Name, lostChainPrefix) {
-			continue
-		}
-		rules, err := c.GetRules(ch.Table, ch)
+		rules, err := c.GetRules(t, ch)
 		if err != nil {
 			return nil, fmt.Errorf("read nftables chain %s: %w", ch.Name, err)
 		}
 		seen := map[string]bool{}
 		for _, r := range rules {
-			tag, a, ok := strings.Cut(string(r.UserData), " ")
+			rtag, a, ok := strings.Cut(string(r.UserData), " ")
 			addr, perr := netip.ParseAddr(a)
-			if !ok || perr != nil || seen[string(r.UserData)] {
+			if !ok || perr != nil || rtag != tag || seen[string(r.UserData)] {
 				continue
 			}
 			seen[string(r.UserData)] = true
-			out = append(out, Blocked{Parent: strings.TrimPrefix(ch.Name, lostChainPrefix), Addr: addr, Tag: tag})
+			out = append(out, Blocked{Parent: strings.TrimPrefix(ch.Name, lostChainPrefix), Addr: addr, Tag: rtag})
 		}
 	}
 	return out, nil
+}
+
+// BlockedAddrs lists the addresses blocked with tag.
+func (k *Kernel) BlockedAddrs(ctx context.Context, tag string) ([]Blocked, error) {
+	var out []Blocked
+	err := k.nft("list blocked addresses", func(c *nftables.Conn) (err error) {
+		out, err = blocked(c, tag)
+		return err
+	})
+	return out, err
 }

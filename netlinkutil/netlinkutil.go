@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -148,6 +149,8 @@ type Kernel struct {
 	deletions *deletions
 	attempts  int
 	backoff   time.Duration
+	// nftMu serializes the nftables changes of lostaddr.go.
+	nftMu sync.Mutex
 }
 
 // New returns the real kernel of the process's network namespace.

@@ -127,14 +127,20 @@ func (k *Kernel) Unblock(_ context.Context, parent string, addr netip.Addr, tag 
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.blocked = slices.DeleteFunc(k.blocked, func(b netlinkutil.Blocked) bool {
-		return b == netlinkutil.Blocked{Parent: parent, Addr: addr, Tag: tag}
+		return b.Addr == addr && b.Tag == tag // every parent's, as the kernel's Unblock
 	})
 	return nil
 }
 
 // BlockedAddrs implements the driver's AddrBlocker in memory.
-func (k *Kernel) BlockedAddrs(context.Context) ([]netlinkutil.Blocked, error) {
+func (k *Kernel) BlockedAddrs(_ context.Context, tag string) ([]netlinkutil.Blocked, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return slices.Clone(k.blocked), nil
+	var out []netlinkutil.Blocked
+	for _, b := range k.blocked {
+		if b.Tag == tag {
+			out = append(out, b)
+		}
+	}
+	return out, nil
 }

@@ -30,8 +30,9 @@ func TestDHCPLostLeaseThroughTheBinary(t *testing.T) {
 			t.Fatalf("before the NAK: %v", err)
 		}
 		k := netlinkutil.NewAt(e.ns.Handle())
+		mark := instanceMark(t, e.d)
 		blocked := func() bool {
-			b, err := k.BlockedAddrs(context.Background())
+			b, err := k.BlockedAddrs(context.Background(), mark)
 			return err == nil && len(b) == 1 && b[0].Addr == addr.Addr() && b[0].Parent == "lan0"
 		}
 		e.srv.Set(func(c *itest.DHCPConfig) { c.NAKAll = true })

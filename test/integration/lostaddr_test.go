@@ -46,7 +46,7 @@ func TestLostAddressBlockedOnTheParent(t *testing.T) {
 	if err := k.Block(ctx, "vp0", lost, "underlay:test"); err != nil {
 		t.Fatalf("blocking twice: %v", err)
 	}
-	if b, err := k.BlockedAddrs(ctx); err != nil || len(b) != 1 || b[0] != (netlinkutil.Blocked{Parent: "vp0", Addr: lost, Tag: "underlay:test"}) {
+	if b, err := k.BlockedAddrs(ctx, "underlay:test"); err != nil || len(b) != 1 || b[0] != (netlinkutil.Blocked{Parent: "vp0", Addr: lost, Tag: "underlay:test"}) {
 		t.Fatalf("blocked %v, %v", b, err)
 	}
 	// The LAN host forgets the container's MAC, so ARP has to pass too.
@@ -63,10 +63,50 @@ func TestLostAddressBlockedOnTheParent(t *testing.T) {
 	if err := itest.Ping(ctr, "198.18.5.10", "198.18.5.1", 5*time.Second); err != nil {
 		t.Fatalf("after the unblock: %v", err)
 	}
-	if b, err := k.BlockedAddrs(ctx); err != nil || len(b) != 0 {
+	if b, err := k.BlockedAddrs(ctx, "underlay:test"); err != nil || len(b) != 0 {
 		t.Fatalf("blocked after unblock: %v, %v", b, err)
 	}
 	if err := k.Unblock(ctx, "vp0", lost, "underlay:test"); err != nil {
 		t.Fatalf("unblocking what is not blocked: %v", err)
+	}
+	// Another instance's block is its own: this one's Unblock leaves it.
+	if err := k.Block(ctx, "vp0", lost, "underlay:other"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Block(ctx, "vp0", lost, "underlay:test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Unblock(ctx, "vp0", lost, "underlay:test"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := k.BlockedAddrs(ctx, "underlay:other"); err != nil || len(b) != 1 {
+		t.Fatalf("the other instance's block after this one's unblock: %v, %v", b, err)
+	}
+	if err := itest.Ping(ctr, "198.18.5.10", "198.18.5.1", 2*time.Second); err == nil {
+		t.Fatal("the other instance's block no longer drops the address")
+	}
+	if err := k.Unblock(ctx, "vp0", lost, "underlay:other"); err != nil {
+		t.Fatal(err)
+	}
+	// A parent renamed while blocked (an owned VLAN followed to its new
+	// name): unblocking under the new name finds the block.
+	if err := k.Block(ctx, "vp0", lost, "underlay:test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.NL.LinkSetDown(host.MustLink("vp0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.NL.LinkSetName(host.MustLink("vp0"), "vp0x"); err != nil {
+		t.Fatal(err)
+	}
+	host.Up("vp0x")
+	if err := k.Unblock(ctx, "vp0x", lost, "underlay:test"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := k.BlockedAddrs(ctx, "underlay:test"); err != nil || len(b) != 0 {
+		t.Fatalf("blocked after the unblock under the parent's new name: %v, %v", b, err)
+	}
+	if err := itest.Ping(ctr, "198.18.5.10", "198.18.5.1", 10*time.Second); err != nil {
+		t.Fatalf("after the unblock under the new name: %v", err)
 	}
 }
