@@ -83,4 +83,3 @@ func TestDHCPLostLeaseThroughTheBinary(t *testing.T) {
 		}
 	})
 }
-
