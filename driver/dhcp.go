@@ -246,7 +246,7 @@ func (d *Driver) releaseLease(ctx context.Context, n store.Network, ep store.End
 // leaseJoin fills a Join answer from the lease: the router as gateway
 // (only inside the leased subnet: a gateway the container cannot reach
 // fails its start) and the classless static routes.
-func leaseJoin(resp *network.JoinResponse, l *store.Lease) {
+func leaseJoin(resp *JoinResponse, l *store.Lease) {
 	if l == nil {
 		return
 	}

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -83,6 +86,9 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			ep.MAC = randomMAC().String()
 		}
 		generated = true
+	}
+	if ep.IfName, err = endpointIfName(req.Options); err != nil {
+		return nil, err
 	}
 	if ep.IPv4, err = endpointAddr(iface.Address, false); err != nil {
 		return nil, err
@@ -176,6 +182,31 @@ func endpointAddr(s string, want6 bool) (string, error) {
 		return "", invalidf("endpoint address %q is not an %s address in CIDR form (such as %s)", s, family, map[bool]string{false: "198.18.1.10/24", true: "2001:db8::10/64"}[want6])
 	}
 	return p.String(), nil
+}
+
+// OptEndpointIfName is the endpoint driver option naming the container's
+// interface (`docker run --network name=N,driver-opt=...=IF`, compose's
+// interface_name).
+const OptEndpointIfName = "com.docker.network.endpoint.ifname"
+
+// endpointIfName validates the interface name asked for: "" when none.
+func endpointIfName(opts map[string]any) (string, error) {
+	v, ok := opts[OptEndpointIfName]
+	if !ok {
+		return "", nil
+	}
+	name, _ := v.(string)
+	switch {
+	case name == "":
+		return "", invalidf("%s is given without a name: give the container's interface name, such as lan0", OptEndpointIfName)
+	case len(name) > netlinkutil.MaxNameLen:
+		return "", invalidf("interface name %q (%s) is %d bytes long; Linux interface names are at most %d bytes: use a shorter name", name, OptEndpointIfName, len(name), netlinkutil.MaxNameLen)
+	case name == "lo" || name == "." || name == "..":
+		return "", invalidf("interface name %q (%s) is reserved in every container: use another name, such as lan0", name, OptEndpointIfName)
+	case strings.ContainsAny(name, "/: \t\n\r") || !utf8.ValidString(name):
+		return "", invalidf("interface name %q (%s) is not a valid Linux interface name (no /, :, or white space): use letters, digits, - or _", name, OptEndpointIfName)
+	}
+	return name, nil
 }
 
 // randomMAC returns a locally administered unicast MAC.

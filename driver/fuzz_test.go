@@ -82,6 +82,7 @@ var fuzzRoutes = []string{
 	"/NetworkDriver.DeleteNetwork", "/NetworkDriver.FreeNetwork", "/NetworkDriver.CreateEndpoint", "/NetworkDriver.DeleteEndpoint",
 	"/NetworkDriver.EndpointOperInfo", "/NetworkDriver.Join", "/NetworkDriver.Leave", "/NetworkDriver.DiscoverNew",
 	"/NetworkDriver.DiscoverDelete", "/NetworkDriver.ProgramExternalConnectivity", "/NetworkDriver.RevokeExternalConnectivity",
+	"/NetworkDriver.GwAllocCheck",
 }
 
 func FuzzRoutes(f *testing.F) {

@@ -190,7 +190,7 @@ func (f *fixture) endpoint(netID, epID, addr, mac string) (*network.CreateEndpoi
 		NetworkID: netID, EndpointID: epID, Interface: &network.EndpointInterface{Address: addr, MacAddress: mac}})
 }
 
-func (f *fixture) join(netID, epID string) (*network.JoinResponse, error) {
+func (f *fixture) join(netID, epID string) (*JoinResponse, error) {
 	return f.d.Join(context.Background(), &network.JoinRequest{NetworkID: netID, EndpointID: epID, SandboxKey: "/var/run/docker/netns/x"})
 }
 

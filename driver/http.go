@@ -27,6 +27,9 @@ func (d *Driver) Register(mux *http.ServeMux) {
 	route(d, mux, "GetCapabilities", func(ctx context.Context, _ *struct{}) (any, error) {
 		return d.GetCapabilities(ctx), nil
 	})
+	route(d, mux, "GwAllocCheck", func(ctx context.Context, r *GwAllocCheckRequest) (any, error) {
+		return d.GwAllocCheck(ctx, r)
+	})
 	route(d, mux, "CreateNetwork", func(ctx context.Context, r *network.CreateNetworkRequest) (any, error) {
 		return nil, d.CreateNetwork(ctx, r)
 	})

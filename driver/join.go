@@ -19,7 +19,7 @@ import (
 // record remembers the sandbox until Leave: a second Join while the link is
 // away in a sandbox is refused, since a second link would carry the same
 // MAC on the same wire.
-func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*network.JoinResponse, error) {
+func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*JoinResponse, error) {
 	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
@@ -148,12 +148,31 @@ func (d *Driver) mtuHint(ctx context.Context, n store.Network, err error) string
 		n.MTU, p.MTU, p.Name, p.Name, n.MTU, p.MTU)
 }
 
+// InterfaceName is libnetwork's name of the endpoint's interface: the
+// link in the host namespace, and the container's name for it (DstName,
+// honoured by current engines; engine 20.10 and 28 take DstPrefix+N).
+type InterfaceName struct {
+	SrcName   string
+	DstName   string `json:",omitempty"`
+	DstPrefix string
+}
+
+// JoinResponse is libnetwork's Join answer (go-plugins-helpers' lacks
+// DstName).
+type JoinResponse struct {
+	InterfaceName         InterfaceName
+	Gateway               string
+	GatewayIPv6           string
+	StaticRoutes          []*network.StaticRoute
+	DisableGatewayService bool
+}
+
 // joinResponse tells libnetwork what to do with the link: its gateways for
 // macvlan and ipvlan l2, connected default routes for ipvlan l3/l3s, none
 // for internal networks.
-func joinResponse(n store.Network, ep store.Endpoint) *network.JoinResponse {
-	resp := &network.JoinResponse{
-		InterfaceName:         network.InterfaceName{SrcName: ep.Link, DstPrefix: "eth"},
+func joinResponse(n store.Network, ep store.Endpoint) *JoinResponse {
+	resp := &JoinResponse{
+		InterfaceName:         InterfaceName{SrcName: ep.Link, DstName: ep.IfName, DstPrefix: "eth"},
 		DisableGatewayService: true,
 	}
 	if n.Internal {

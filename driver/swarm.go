@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
 )
 
 // The swarm manager's calls (global scope) and the capabilities that make
@@ -32,8 +33,54 @@ func (d *Driver) FreeNetwork(_ context.Context, req *network.FreeNetworkRequest)
 	return nil
 }
 
+// Capabilities is libnetwork's GetCapabilities answer (go-plugins-helpers'
+// lacks GwAllocChecker).
+type Capabilities struct {
+	Scope             string
+	ConnectivityScope string
+	// GwAllocChecker asks current engines to call GwAllocCheck before
+	// CreateNetwork; engines that do not know it ignore it.
+	GwAllocChecker bool
+}
+
 // GetCapabilities answers the configured scope; the links reach beyond the
 // host, so connectivity is global, as for Docker's built-in drivers.
-func (d *Driver) GetCapabilities(context.Context) *network.CapabilitiesResponse {
-	return &network.CapabilitiesResponse{Scope: d.scope, ConnectivityScope: "global"}
+func (d *Driver) GetCapabilities(context.Context) *Capabilities {
+	return &Capabilities{Scope: d.scope, ConnectivityScope: "global", GwAllocChecker: true}
+}
+
+// GwAllocCheckRequest and GwAllocCheckResponse are libnetwork's
+// (remote/api GwAllocCheckerRequest, GwAllocCheckerResponse).
+type GwAllocCheckRequest struct {
+	// Options are CreateNetwork's, of the network about to be created.
+	Options map[string]any
+}
+
+// GwAllocCheckResponse says which gateway addresses Docker's IPAM should
+// not reserve.
+type GwAllocCheckResponse struct {
+	SkipIPv4, SkipIPv6 bool
+}
+
+// GwAllocCheck tells Docker not to reserve a gateway address where
+// underlay uses none: internal networks (no gateway, no default route)
+// and ipvlan l3/l3s (connected default routes, the host routes). macvlan
+// and ipvlan l2 use the LAN's router as the gateway: its address stays
+// reserved, so that no container is given it. A gateway the user gives
+// (--gateway) is Docker's to keep whatever the answer.
+func (d *Driver) GwAllocCheck(_ context.Context, req *GwAllocCheckRequest) (*GwAllocCheckResponse, error) {
+	generic, err := genericOptions(req.Options)
+	if err != nil {
+		return nil, err
+	}
+	o, err := parseOptions(generic)
+	if err != nil {
+		return nil, err
+	}
+	internal, err := boolOption(req.Options, labelInternal)
+	if err != nil {
+		return nil, err
+	}
+	skip := internal || o.Parent == "" || (o.Type == typeIpvlan && o.Mode != netlinkutil.IpvlanL2)
+	return &GwAllocCheckResponse{SkipIPv4: skip, SkipIPv6: skip}, nil
 }

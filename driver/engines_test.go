@@ -1,0 +1,81 @@
+package driver
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/docker/go-plugins-helpers/network"
+)
+
+// What current engines offer remote drivers: GwAllocCheck (no gateway
+// address reserved where underlay uses none) and the container's interface
+// name (Join's DstName).
+func TestGwAllocCheck(t *testing.T) {
+	f := newFixture(t)
+	if !f.d.GetCapabilities(context.Background()).GwAllocChecker {
+		t.Fatal("GetCapabilities does not advertise GwAllocChecker")
+	}
+	for _, tc := range []struct {
+		name     string
+		opts     map[string]any
+		skip     bool
+		errorHas string
+	}{
+		{"macvlan uses the LAN's router", map[string]any{labelGeneric: map[string]any{"parent": "eth0"}}, false, ""},
+		{"ipvlan l2 uses the LAN's router", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "type": "ipvlan"}}, false, ""},
+		{"ipvlan l3: connected routes", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3"}}, true, ""},
+		{"ipvlan l3s", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3s"}}, true, ""},
+		{"internal", map[string]any{labelGeneric: map[string]any{"parent": "eth0"}, labelInternal: true}, true, ""},
+		{"no parent: internal on a dummy", map[string]any{labelGeneric: map[string]any{}}, true, ""},
+		{"no options at all", nil, true, ""},
+		{"a bad option is refused as CreateNetwork would", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l9"}}, false, "ipvlan_mode"},
+	} {
+		r, err := f.d.GwAllocCheck(context.Background(), &GwAllocCheckRequest{Options: tc.opts})
+		switch {
+		case tc.errorHas != "":
+			if err == nil || !strings.Contains(err.Error(), tc.errorHas) {
+				t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.errorHas)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case r.SkipIPv4 != tc.skip || r.SkipIPv6 != tc.skip:
+			t.Errorf("%s: %+v, want skip %v for both families", tc.name, r, tc.skip)
+		}
+	}
+}
+
+func TestEndpointInterfaceName(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	ctx := context.Background()
+	create := func(ep string, opts map[string]any) error {
+		_, err := f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: ep,
+			Interface: &network.EndpointInterface{Address: "198.18.1.10/24"}, Options: opts})
+		return err
+	}
+	for _, bad := range []struct{ name, want string }{
+		{"", "without a name"}, {"lo", "reserved"}, {"averyverylongname", "at most 15"}, {"a/b", "not a valid"}, {"a b", "not a valid"}, {"x:1", "not a valid"},
+	} {
+		err := create(epB, map[string]any{OptEndpointIfName: bad.name})
+		wantErr(t, err, ErrInvalid, bad.want, OptEndpointIfName)
+	}
+	if err := create(epA, map[string]any{OptEndpointIfName: "lan7"}); err != nil {
+		t.Fatal(err)
+	}
+	f.restart() // the name is in the record
+	j, err := f.join(netA, epA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.InterfaceName.DstName != "lan7" || j.InterfaceName.DstPrefix != "eth" {
+		t.Fatalf("Join answered %+v: want DstName lan7 (current engines) and DstPrefix eth (older ones)", j.InterfaceName)
+	}
+	// Without the option, no DstName: Docker names it.
+	if _, err := f.endpoint(netA, epC, "198.18.1.11/24", ""); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := f.join(netA, epC); err != nil || j.InterfaceName.DstName != "" {
+		t.Fatalf("Join without the option: %+v, %v", j, err)
+	}
+}
