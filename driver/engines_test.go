@@ -79,3 +79,18 @@ func TestEndpointInterfaceName(t *testing.T) {
 		t.Fatalf("Join without the option: %+v, %v", j, err)
 	}
 }
+
+// IPv6-only networks (--ipv4=false on current engines: IPv4Data is []):
+// created, their endpoints join with the IPv6 gateway only.
+func TestIPv6OnlyNetwork(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
+	if _, err := f.d.CreateEndpoint(context.Background(), &network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA,
+		Interface: &network.EndpointInterface{AddressIPv6: "2001:db8:1::10/64"}}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := f.join(netA, epA)
+	if err != nil || j.Gateway != "" || j.GatewayIPv6 != "2001:db8:1::1" {
+		t.Fatalf("Join of an IPv6-only endpoint: %+v, %v; want the IPv6 gateway only", j, err)
+	}
+}

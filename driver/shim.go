@@ -42,6 +42,8 @@ func parseHostAddress(o netOptions, v4 []store.Pool, data []*network.IPAMData) (
 		return "", invalidf("host_address %q is not an IPv4 address: give the host's address on the network, such as 198.18.1.2", v)
 	}
 	switch {
+	case len(v4) == 0:
+		return "", invalidf("host_address=%s needs an IPv4 subnet, and this network has none (IPv6 only, --ipv4=false): host_address6 is not supported yet; drop host_address, or give the network an IPv4 --subnet", a)
 	case o.Parent == "":
 		return "", invalidf("host_address=%s needs a parent: an internal network has no wire for the host to join", a)
 	case o.Type == typeMacvlan && o.Mode != netlinkutil.MacvlanBridge:

@@ -29,6 +29,11 @@ func TestHostAddressRefusals(t *testing.T) {
 		{"not IPv4", withHost(netA, "eth0", "2001:db8::5"), []string{"not an IPv4 address"}},
 		{"not an address", withHost(netA, "eth0", "host"), []string{`"host"`}},
 		{"outside the subnets", withHost(netA, "eth0", "198.18.9.5"), []string{"198.18.9.5", "none of the network's IPv4 subnets"}},
+		{"an IPv6-only network", func() netReq {
+			r := withHost(netA, "eth0", "198.18.1.5")
+			r.v4, r.aux, r.v6 = nil, nil, []string{"2001:db8:1::/64,2001:db8:1::1/64"}
+			return r
+		}(), []string{"IPv6 only", "--ipv4=false", "host_address6 is not supported"}},
 		{"the gateway", withHost(netA, "eth0", "198.18.1.1"), []string{"gateway", "--aux-address host=ADDR"}},
 		{"not reserved", func() netReq { r := withHost(netA, "eth0", "198.18.1.5"); r.aux = nil; return r }(), []string{"--aux-address host=198.18.1.5"}},
 		{"macvlan private", withHost(netA, "eth0", "198.18.1.5", "macvlan_mode", "private"), []string{"macvlan_mode=bridge", "private"}},
