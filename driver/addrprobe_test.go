@@ -2,13 +2,16 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/probe"
 )
 
@@ -139,5 +142,73 @@ func TestAddressProbeOption(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("address_probe=%s: %v, want %q", tc.v, err, tc.want)
 		}
+	}
+}
+
+// announced records the announcements asked for.
+type fakeAnnouncer struct {
+	mu   sync.Mutex
+	sent []string // "parent addr mac count interval"
+}
+
+func (a *fakeAnnouncer) Announce(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.sent = append(a.sent, strings.Join([]string{parent, addr.String(), mac.String(), fmt.Sprint(count), interval.String()}, " "))
+	return nil
+}
+
+func (a *fakeAnnouncer) AnnounceIPv6(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error {
+	return a.Announce(ctx, parent, mac, addr, count, interval)
+}
+
+func (a *fakeAnnouncer) got() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := append([]string(nil), a.sent...)
+	sort.Strings(out)
+	return out
+}
+
+// Announcements after Join, in the background, with Docker's options; none
+// where the engine announces (it sent com.docker.network.enable_ipv4), on
+// ipvlan l3, or with advertise_addr_nmsgs=0.
+func TestAnnouncementsAfterJoin(t *testing.T) {
+	f := newFixture(t)
+	an := &fakeAnnouncer{}
+	f.d.announcer = an
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", OptAdvertiseMs: "200"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, v6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
+	ctx := context.Background()
+	r, err := f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA,
+		Interface: &network.EndpointInterface{Address: "198.18.1.10/24", AddressIPv6: "2001:db8:1::10/64"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.join(netA, epA); err != nil {
+		t.Fatal(err)
+	}
+	mac := r.Interface.MacAddress
+	want := []string{"eth0 198.18.1.10 " + mac + " 3 200ms", "eth0 2001:db8:1::10 " + mac + " 3 200ms"}
+	waitFor(t, "the announcements", func() bool { return fmt.Sprint(an.got()) == fmt.Sprint(want) })
+
+	// The engine announces: nothing more from underlay.
+	req := createReq(netReq{id: netB, opts: map[string]string{"parent": "eth1"}, v4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	req.Options[labelEnableIPv4] = true
+	if err := f.d.CreateNetwork(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	f.mustEndpoint(netB, epB, "198.18.2.10/24")
+	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth1", "type": "ipvlan", "ipvlan_mode": "l3"}, v4: []string{"198.18.3.0/24"}})
+	f.mustEndpoint(netC, epC, "198.18.3.10/24")
+	time.Sleep(2 * announceDelay)
+	if got := an.got(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("announcements %v: want none for the engine's or ipvlan l3 networks", got)
+	}
+	for _, tc := range []struct{ k, v, want string }{
+		{OptAdvertiseNMsgs, "4", "from 0 (no announcements) to 3"}, {OptAdvertiseNMsgs, "x", OptAdvertiseNMsgs},
+		{OptAdvertiseMs, "99", "from 100 to 2000"}, {OptAdvertiseMs, "2001", OptAdvertiseMs},
+	} {
+		err := f.create(netReq{id: "dddddddddddd0000000000000000000000000000000000000000000000000009", opts: map[string]string{"parent": "eth0", tc.k: tc.v}, v4: []string{"198.18.9.0/24"}})
+		wantErr(t, err, ErrInvalid, tc.want)
 	}
 }

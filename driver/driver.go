@@ -153,6 +153,10 @@ type Driver struct {
 	// claims are the DHCP offers creates in flight are checking.
 	prober AddrProber
 	claims claims
+	// announcer announces joined endpoints (announce.go); announcing are
+	// the runs under way.
+	announcer  AddrAnnouncer
+	announcing announcements
 
 	janitorOnce sync.Once
 	stop        chan struct{}
@@ -195,7 +199,11 @@ func New(c Config) (*Driver, error) {
 	return &Driver{
 		blocker: blocker,
 		prober:  c.Prober,
-		store:   c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		announcer: func() AddrAnnouncer {
+			a, _ := c.Prober.(AddrAnnouncer)
+			return a
+		}(),
+		store: c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
@@ -238,6 +246,7 @@ func (d *Driver) Close() {
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
 	d.leases.running.Wait()
+	d.announcing.stopAll()
 }
 
 // NetworkChecker asks Docker whether a network still exists

@@ -221,6 +221,7 @@ func randomMAC() net.HardwareAddr {
 // to the host namespace (DeleteEndpoint deletes it otherwise) and forgets
 // the sandbox.
 func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
+	d.announcing.stop(req.EndpointID)
 	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
 		d.joins.drop(ep.ID)
 		if ep.Sandbox == "" { // kept in memory, or not joined: no write

@@ -59,6 +59,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*JoinRespo
 	if err := d.joinHostRoute(ctx, *n, *ep); err != nil {
 		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", short(ep.ID), err)
 	}
+	d.announce(ctx, *n, *ep) // in the background
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
 	return joinResponse(*n, *ep), nil
 }

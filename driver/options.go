@@ -49,7 +49,7 @@ const (
 	maxMTU = 65535
 )
 
-var validOptions = []string{OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
+var validOptions = []string{OptAdvertiseMs, OptAdvertiseNMsgs, OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
 
 // The mode and flag names come from the one list in netlinkutil.
 var (
@@ -150,6 +150,9 @@ func parseOptions(given map[string]string) (netOptions, error) {
 		return netOptions{}, err
 	}
 	o.DHCP = dhcp
+	if _, err := parseAnnounce(opts); err != nil {
+		return netOptions{}, err
+	}
 	budget, probeGiven, err := parseAddressProbe(opts)
 	if err != nil {
 		return netOptions{}, err
@@ -313,9 +316,11 @@ func parseNetwork(req *network.CreateNetworkRequest) (store.Network, error) {
 	if err != nil {
 		return store.Network{}, err
 	}
+	_, engineAnnounces := req.Options[labelEnableIPv4]
 	n := store.Network{
 		ID: req.NetworkID, Type: o.Type, Parent: o.Parent, Mode: o.Mode, Flag: o.Flag, MTU: o.MTU,
 		Internal: internal || o.Parent == "", IPv4: v4, IPv6: v6, Options: o.Given, HostAddress: hostAddr,
+		EngineAnnounces: engineAnnounces,
 	}
 	if o.Parent == "" {
 		n.Parent = dummyName(req.NetworkID)

@@ -36,6 +36,11 @@ type Network struct {
 	// Created is when this record was first written; zero for records of
 	// underlay versions before it was kept (treated as old).
 	Created time.Time `json:"created,omitzero"`
+	// EngineAnnounces is set when the engine that created the network
+	// announces its endpoints' addresses itself (engines 28 and later,
+	// which send com.docker.network.enable_ipv4): underlay then sends no
+	// announcements of its own.
+	EngineAnnounces bool `json:"engine_announces,omitempty"`
 }
 
 // Pool is one IPAM pool of a network.

@@ -1,0 +1,178 @@
+package driver
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Announcements: when a container appears, its neighbours and the LAN's
+// switches learn its MAC (RFC 5227 section 3 ARP announcements for IPv4,
+// RFC 4861 7.2.6 unsolicited Neighbour Advertisements with the override
+// flag for IPv6), sent from the host namespace on the parent with the
+// endpoint's MAC (the parent's for ipvlan) in the background after Join,
+// never delaying the container's start. Engines 28 and later announce
+// every driver's endpoints themselves (they send
+// com.docker.network.enable_ipv4 in CreateNetwork, which 20.10 does not):
+// on their networks underlay adds nothing. ipvlan l3/l3s endpoints are
+// routed by the host: no L2 neighbour on the LAN to tell.
+
+// Docker's own option names and ranges for announcements.
+const (
+	OptAdvertiseNMsgs = "com.docker.network.advertise_addr_nmsgs"
+	OptAdvertiseMs    = "com.docker.network.advertise_addr_ms"
+	labelEnableIPv4   = "com.docker.network.enable_ipv4"
+)
+
+// announceDelay is how long after Join the first announcement goes: the
+// engine moves the link into the container and sets its address within
+// that (about 200 ms on engine 20.10).
+const announceDelay = 300 * time.Millisecond
+
+// AddrAnnouncer announces addresses on a parent link (probe.Prober).
+type AddrAnnouncer interface {
+	Announce(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error
+	AnnounceIPv6(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error
+}
+
+// announceConfig is how many announcements, how far apart.
+type announceConfig struct {
+	Count    int
+	Interval time.Duration
+}
+
+// parseAnnounce validates Docker's announcement options: 0 to 3 messages
+// (0: none; default 3), 100 to 2000 ms apart (default 1000).
+func parseAnnounce(opts map[string]string) (announceConfig, error) {
+	c := announceConfig{Count: 3, Interval: time.Second}
+	if v, ok := opts[OptAdvertiseNMsgs]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 3 {
+			return c, invalidf("%s %q is not a number from 0 (no announcements) to 3: use for example -o %s=3", OptAdvertiseNMsgs, v, OptAdvertiseNMsgs)
+		}
+		c.Count = n
+	}
+	if v, ok := opts[OptAdvertiseMs]; ok {
+		ms, err := strconv.Atoi(v)
+		if err != nil || ms < 100 || ms > 2000 {
+			return c, invalidf("%s %q is not a number of milliseconds from 100 to 2000: use for example -o %s=1000", OptAdvertiseMs, v, OptAdvertiseMs)
+		}
+		c.Interval = time.Duration(ms) * time.Millisecond
+	}
+	return c, nil
+}
+
+// announcements are the announcement runs under way, by endpoint, so
+// that Leave and Close end them.
+type announcements struct {
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc
+	running sync.WaitGroup
+}
+
+func (a *announcements) start(ep string, run func(ctx context.Context)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancels == nil {
+		a.cancels = map[string]context.CancelFunc{}
+	}
+	if cancel, ok := a.cancels[ep]; ok {
+		cancel()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancels[ep] = cancel
+	a.running.Add(1)
+	go func() {
+		defer a.running.Done()
+		run(ctx)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if c, ok := a.cancels[ep]; ok && ctx.Err() == nil {
+			c()
+			delete(a.cancels, ep)
+		}
+	}()
+}
+
+// stop ends an endpoint's run; all ends every run and waits.
+func (a *announcements) stop(ep string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cancel, ok := a.cancels[ep]; ok {
+		cancel()
+		delete(a.cancels, ep)
+	}
+}
+
+func (a *announcements) stopAll() {
+	a.mu.Lock()
+	for ep, cancel := range a.cancels {
+		cancel()
+		delete(a.cancels, ep)
+	}
+	a.mu.Unlock()
+	a.running.Wait()
+}
+
+// announceOf says whether and how a joined endpoint is announced by
+// underlay: not where the engine does, not on internal networks nor
+// ipvlan l3/l3s, not when the network asks for none.
+func announceOf(n store.Network) (announceConfig, bool) {
+	c, _ := parseAnnounce(n.Options) // validated at CreateNetwork
+	if n.EngineAnnounces || n.Internal || c.Count == 0 || (n.Type == typeIpvlan && n.Mode != netlinkutil.IpvlanL2) {
+		return c, false
+	}
+	return c, true
+}
+
+// announce starts the background announcements of a joined endpoint.
+func (d *Driver) announce(ctx context.Context, n store.Network, ep store.Endpoint) {
+	c, on := announceOf(n)
+	if !on || d.announcer == nil {
+		return
+	}
+	mac, err := d.probeMAC(ctx, n, ep)
+	if err != nil {
+		d.log.Warn("not announcing an endpoint: no MAC to send from", "network", n.ID, "endpoint", ep.ID, "error", err)
+		return
+	}
+	var addrs []netip.Addr
+	for _, s := range []string{ep.IPv4, ep.IPv6} {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			addrs = append(addrs, p.Addr())
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	d.announcing.start(ep.ID, func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(announceDelay):
+		}
+		var wg sync.WaitGroup
+		for _, a := range addrs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var err error
+				if a.Is4() {
+					err = d.announcer.Announce(ctx, n.Parent, mac, a, c.Count, c.Interval)
+				} else {
+					err = d.announcer.AnnounceIPv6(ctx, n.Parent, mac, a, c.Count, c.Interval)
+				}
+				if err != nil && ctx.Err() == nil {
+					d.log.Warn("could not announce an endpoint's address", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
