@@ -2,9 +2,9 @@ package driver
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -38,13 +38,8 @@ func brokenBy(l netlinkutil.Link, mtu int, addr netip.Addr, have []netip.Addr) s
 // planHealParents heals the needed owned parent links that exist with
 // this instance's mark but are down or lost their recorded MTU.
 func planHealParents(s snapshot, links []netlinkutil.Link, mark string) []step {
-	names := make([]string, 0, len(s.Owned))
-	for name := range s.Owned {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var plan []step
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(s.Owned)) {
 		p := s.Owned[name]
 		l, ok := findLink(links, name)
 		if !ok || l.Name != name || l.Alias != mark || !s.needed(name) {
@@ -62,14 +57,9 @@ func planHealParents(s snapshot, links []netlinkutil.Link, mark string) []step {
 // record names, with the record's VLAN ID on the record's base. The record
 // moves to the link's name (opFollow), with the networks on it.
 func planFollow(s snapshot, links []netlinkutil.Link, mark string) []step {
-	names := make([]string, 0, len(s.Owned))
-	for name := range s.Owned {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var plan []step
 	taken := map[string]bool{}
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(s.Owned)) {
 		p := s.Owned[name]
 		if p.Kind != kindVLAN {
 			continue

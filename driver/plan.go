@@ -2,7 +2,9 @@ package driver
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -268,13 +270,8 @@ func planRestore(s snapshot, links []netlinkutil.Link, mark string) []step {
 // ones back. A link of that name with another instance's mark is left
 // alone.
 func planShims(s snapshot, links []netlinkutil.Link, mark string) []step {
-	names := make([]string, 0, len(s.Shims))
-	for name := range s.Shims {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	var plan []step
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(s.Shims)) {
 		sh := s.Shims[name]
 		st := step{Op: opShim, Name: name, Shim: sh, Why: "the network's host link is missing"}
 		l, ok := findLink(links, name)

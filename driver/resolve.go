@@ -123,17 +123,7 @@ func requestedParent(n store.Network) string {
 
 // findLink finds a link by name or altname.
 func findLink(links []netlinkutil.Link, name string) (netlinkutil.Link, bool) {
-	for _, l := range links {
-		if l.Name == name {
-			return l, true
-		}
-	}
-	for _, l := range links {
-		if l.HasName(name) {
-			return l, true
-		}
-	}
-	return netlinkutil.Link{}, false
+	return netlinkutil.FindLink(links, name)
 }
 
 // linkByIndex finds a link by index.

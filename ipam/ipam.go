@@ -452,7 +452,7 @@ func (m *IPAM) resolveParent(ctx context.Context, req poolRequest) (parentRef, e
 		return parentRef{}, err
 	}
 	ref.links = links
-	ref.Link, ref.Found = findLink(links, req.Parent)
+	ref.Link, ref.Found = netlinkutil.FindLink(links, req.Parent)
 	switch {
 	case !ref.Found && req.Space != GlobalSpace:
 		return parentRef{}, invalidf("--ipam-opt parent=%s: no such interface on this host (no link has that name or altname): name the interface whose LAN the network is on (ip link shows them), or drop --ipam-opt parent", req.Parent)

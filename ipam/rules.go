@@ -98,22 +98,6 @@ func coversAll(sorted []netip.Prefix, v6 bool) bool {
 	return false
 }
 
-// findLink finds a link by its kernel name, then by an altname (the
-// kernel's own lookup order: a name is never another link's altname).
-func findLink(links []netlinkutil.Link, name string) (netlinkutil.Link, bool) {
-	for _, l := range links {
-		if l.Name == name {
-			return l, true
-		}
-	}
-	for _, l := range links {
-		if l.HasName(name) {
-			return l, true
-		}
-	}
-	return netlinkutil.Link{}, false
-}
-
 // parentRef is the --ipam-opt parent of a request, resolved over one list
 // of the host's links.
 type parentRef struct {
@@ -145,7 +129,7 @@ func (p parentRef) Same(held string) bool {
 	case !p.Found:
 		return held == p.Asked
 	}
-	if l, ok := findLink(p.links, held); ok {
+	if l, ok := netlinkutil.FindLink(p.links, held); ok {
 		return l.Index == p.Link.Index
 	}
 	return p.Link.HasName(held)

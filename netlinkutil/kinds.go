@@ -49,3 +49,19 @@ const MarkPrefix = "underlay:"
 // Mark returns the alias that marks a link as owned by the state file with
 // the given instance ID.
 func Mark(instance string) string { return MarkPrefix + instance }
+
+// FindLink finds a link of a list by its kernel name, then by an altname
+// (the kernel's own lookup order: a name is never another link's altname).
+func FindLink(links []Link, name string) (Link, bool) {
+	for _, l := range links {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	for _, l := range links {
+		if l.HasName(name) {
+			return l, true
+		}
+	}
+	return Link{}, false
+}
