@@ -305,13 +305,17 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		link = "" // another endpoint's link: not this request's to delete
 	}
 	what := map[string]string{"leave": "leave endpoint", "delete-endpoint": "delete endpoint"}[phase]
-	d.point(phase + "/before-link-delete")
+	before, after := "leave/before-link-delete", "leave/after-link-delete"
+	if phase == "delete-endpoint" {
+		before, after = "delete-endpoint/before-link-delete", "delete-endpoint/after-link-delete"
+	}
+	d.point(before)
 	if link != "" {
 		if err := d.deleteOwnedLink(ctx, link, ep != nil); err != nil {
 			return fmt.Errorf("%s %s: %w", what, short(epID), err)
 		}
 	}
-	d.point(phase + "/after-link-delete")
+	d.point(after)
 	if ep == nil {
 		d.log.Debug(what+" of unknown endpoint: nothing to record", "network", netID, "endpoint", epID)
 		return nil

@@ -104,20 +104,30 @@ func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, d
 			} else if parent != "" {
 				d.events.ReservationRolledBack("network")
 			}
-		case opRecreate:
+		case opRecreate, opShim, opRoutes, opHeal, opFollow:
+			// Steps that make or heal a link under its parent's lock: a
+			// failure waits for the watcher (the base may be gone; the
+			// networks stay, and the next request on them reports it).
 			if busy {
 				continue
 			}
-			if err = d.recreate(ctx, s, held); errors.Is(err, errBusy) {
+			run, failure := d.recreate, "could not re-create a parent link underlay created"
+			switch s.Op {
+			case opShim, opRoutes:
+				run, failure = d.repairShim, "could not make the host link of a network"
+			case opHeal, opFollow:
+				run, failure = d.heal, "could not put an owned link back in order"
+			}
+			if err = run(ctx, s, held); errors.Is(err, errBusy) {
 				busy = true
 			} else if err != nil {
-				// The base may be gone: the networks stay, the watcher
-				// tries again when links come back, and the next request
-				// on them reports it.
-				d.failures.warn(log, s.Name, "could not re-create a parent link underlay created", err)
+				d.failures.warn(log, s.Name, failure, err)
 				out.failed = true
 			} else {
 				d.failures.clear(s.Name)
+				if s.Op == opShim {
+					log.Warn("made the missing host link of a network, with its routes")
+				}
 			}
 		case opKeep:
 			log.Warn("keeping a link underlay created that no network needs")
@@ -134,35 +144,6 @@ func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, d
 			log.Warn("moving networks recorded on an altname to the link's kernel name", "to", s.To)
 			if err = d.repoint(s.Name, s.To); err != nil {
 				errs = append(errs, fmt.Errorf("move the networks on %s to %s: %w", s.Name, s.To, err))
-			}
-		case opShim, opRoutes:
-			if busy {
-				continue
-			}
-			if err = d.repairShim(ctx, s, held); errors.Is(err, errBusy) {
-				busy = true
-			} else if err != nil {
-				// The parent may be gone: the network stays, the watcher
-				// tries again when links come back.
-				d.failures.warn(log, s.Name, "could not make the host link of a network", err)
-				out.failed = true
-			} else {
-				d.failures.clear(s.Name)
-				if s.Op == opShim {
-					log.Warn("made the missing host link of a network, with its routes")
-				}
-			}
-		case opHeal, opFollow:
-			if busy {
-				continue
-			}
-			if err = d.heal(ctx, s, held); errors.Is(err, errBusy) {
-				busy = true
-			} else if err != nil {
-				d.failures.warn(log, s.Name, "could not put an owned link back in order", err)
-				out.failed = true
-			} else {
-				d.failures.clear(s.Name)
 			}
 		case opDeleteStray:
 			log.Warn("deleting link no record owns")
