@@ -267,3 +267,21 @@ func TestVLANMovedAwaySaysSo(t *testing.T) {
 	err := f.create(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	wantErr(t, err, ErrConflict, "moved into another network namespace", "VLAN 10")
 }
+
+// A same-ID re-create (swarm after a restart, Docker's replay) of a
+// network whose host link an operator set down and flushed heals it and
+// answers, instead of failing.
+func TestReuseHealsABrokenHostLink(t *testing.T) {
+	f := newFixture(t)
+	r := withHost(netA, "eth0", "198.18.1.5")
+	f.mustCreate(r)
+	shim := shimName(netA)
+	f.mustEndpoint(netA, epA, "198.18.1.10/24")
+	f.k.SetDown(shim, true)
+	f.k.FlushAddrs(shim)
+	f.mustCreate(r) // the same ID and options again
+	if l, _ := f.k.Link(shim); l.Down || len(f.k.Addrs(shim)) != 1 {
+		t.Fatalf("the re-create left the host link broken: %+v, addresses %v", l, f.k.Addrs(shim))
+	}
+	f.wantRoutes(map[string]string{"198.18.1.10": shim})
+}
