@@ -157,6 +157,8 @@ type Driver struct {
 	// the runs under way.
 	announcer  AddrAnnouncer
 	announcing announcements
+	// ifnames are the interface names endpoints asked for (announce.go).
+	ifnames ifnames
 
 	janitorOnce sync.Once
 	stop        chan struct{}

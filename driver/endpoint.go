@@ -87,7 +87,8 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		}
 		generated = true
 	}
-	if ep.IfName, err = endpointIfName(req.Options); err != nil {
+	ifname, err := endpointIfName(req.Options)
+	if err != nil {
 		return nil, err
 	}
 	if ep.IPv4, err = endpointAddr(iface.Address, false); err != nil {
@@ -156,7 +157,9 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	d.point("create-endpoint/after-commit")
 	if existing != nil {
 		d.joins.drop(ep.ID) // the record was written anew, without a join
+		d.announcing.stop(ep.ID)
 	}
+	d.ifnames.set(ep.ID, ifname)
 	d.log.Debug("created endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "mac", ep.MAC)
 	answer := &network.EndpointInterface{}
 	if generated {
@@ -221,7 +224,6 @@ func randomMAC() net.HardwareAddr {
 // to the host namespace (DeleteEndpoint deletes it otherwise) and forgets
 // the sandbox.
 func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
-	d.announcing.stop(req.EndpointID)
 	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
 		d.joins.drop(ep.ID)
 		if ep.Sandbox == "" { // kept in memory, or not joined: no write
@@ -256,6 +258,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	if deleted != nil {
 		d.joins.drop(deleted.ID) // after the commit: a failed one keeps the join
 	}
+	d.ifnames.set(req.EndpointID, "")
 	if deleted != nil && deleted.Lease != nil {
 		if n, err := d.network(deleted.NetworkID); err == nil && n != nil {
 			d.forgetLease(context.WithoutCancel(ctx), *n, *deleted)
@@ -277,6 +280,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		return err
 	}
 	defer unlock()
+	d.announcing.stop(epID) // the endpoint leaves or goes: no more announcements of it
 	if ep != nil && n != nil && n.HostAddress != "" {
 		// The route goes and the record changes under the parent's lock,
 		// which the repair of the host link holds while it reads the

@@ -4,8 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil"
 )
 
 // What current engines offer remote drivers: GwAllocCheck (no gateway
@@ -26,7 +28,7 @@ func TestGwAllocCheck(t *testing.T) {
 		{"ipvlan l2 uses the LAN's router", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "type": "ipvlan"}}, false, ""},
 		{"ipvlan l3: connected routes", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3"}}, true, ""},
 		{"ipvlan l3s", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3s"}}, true, ""},
-		{"internal", map[string]any{labelGeneric: map[string]any{"parent": "eth0"}, labelInternal: true}, true, ""},
+		{"internal with a parent: still on the LAN, whose router may hold the address", map[string]any{labelGeneric: map[string]any{"parent": "eth0"}, labelInternal: true}, false, ""},
 		{"no parent: internal on a dummy", map[string]any{labelGeneric: map[string]any{}}, true, ""},
 		{"no options at all", nil, true, ""},
 		{"a bad option is refused as CreateNetwork would", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l9"}}, false, "ipvlan_mode"},
@@ -63,7 +65,6 @@ func TestEndpointInterfaceName(t *testing.T) {
 	if err := create(epA, map[string]any{OptEndpointIfName: "lan7"}); err != nil {
 		t.Fatal(err)
 	}
-	f.restart() // the name is in the record
 	j, err := f.join(netA, epA)
 	if err != nil {
 		t.Fatal(err)
@@ -92,5 +93,34 @@ func TestIPv6OnlyNetwork(t *testing.T) {
 	j, err := f.join(netA, epA)
 	if err != nil || j.Gateway != "" || j.GatewayIPv6 != "2001:db8:1::1" {
 		t.Fatalf("Join of an IPv6-only endpoint: %+v, %v; want the IPv6 gateway only", j, err)
+	}
+}
+
+// Announcements end with the endpoint's Leave (before the first goes) and
+// are not sent for advertise_addr_nmsgs=0 or internal networks; an ipvlan
+// l2 endpoint is announced from the parent's MAC.
+func TestAnnouncementsEndAndSkip(t *testing.T) {
+	f := newFixture(t)
+	an := &fakeAnnouncer{}
+	f.d.announcer = an
+	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustEndpoint(netA, epA, "198.18.1.10/24")
+	if err := f.d.Leave(context.Background(), &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
+		t.Fatal(err)
+	}
+	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth1", OptAdvertiseNMsgs: "0"}, v4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	f.mustEndpoint(netB, epB, "198.18.2.10/24")
+	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth1"}, v4: []string{"198.18.3.0/24"}, internal: true})
+	f.mustEndpoint(netC, epC, "198.18.3.10/24")
+	time.Sleep(2 * announceDelay)
+	if got := an.got(); len(got) != 0 {
+		t.Fatalf("announced %v: want nothing after Leave, with nmsgs=0, or on an internal network", got)
+	}
+	f.k.AddLink(netlinkutil.Link{Name: "lan9", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:09"})
+	f.mustCreate(netReq{id: "dddddddddddd0000000000000000000000000000000000000000000000000004", opts: map[string]string{"parent": "lan9", "type": "ipvlan"}, v4: []string{"198.18.4.0/24,198.18.4.1/24"}})
+	f.mustEndpoint("dddddddddddd0000000000000000000000000000000000000000000000000004", epD, "198.18.4.10/24")
+	waitFor(t, "the ipvlan announcement", func() bool { return len(an.got()) == 1 })
+	if got := an.got()[0]; got != "lan9 198.18.4.10 02:00:00:00:00:09 3 1s" {
+		t.Fatalf("ipvlan announcement %q: want it from the parent's MAC", got)
 	}
 }

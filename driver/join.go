@@ -59,9 +59,13 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*JoinRespo
 	if err := d.joinHostRoute(ctx, *n, *ep); err != nil {
 		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", short(ep.ID), err)
 	}
-	d.announce(ctx, *n, *ep) // in the background
+	if ctx.Err() == nil { // Docker still waits for this answer
+		d.announce(ctx, *n, *ep) // in the background
+	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
-	return joinResponse(*n, *ep), nil
+	resp := joinResponse(*n, *ep)
+	resp.InterfaceName.DstName = d.ifnames.get(ep.ID)
+	return resp, nil
 }
 
 // joinHostRoute routes the host to a joining endpoint of a network with a
@@ -173,7 +177,7 @@ type JoinResponse struct {
 // for internal networks.
 func joinResponse(n store.Network, ep store.Endpoint) *JoinResponse {
 	resp := &JoinResponse{
-		InterfaceName:         InterfaceName{SrcName: ep.Link, DstName: ep.IfName, DstPrefix: "eth"},
+		InterfaceName:         InterfaceName{SrcName: ep.Link, DstPrefix: "eth"},
 		DisableGatewayService: true,
 	}
 	if n.Internal {

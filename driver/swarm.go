@@ -63,11 +63,13 @@ type GwAllocCheckResponse struct {
 }
 
 // GwAllocCheck tells Docker not to reserve a gateway address where
-// underlay uses none: internal networks (no gateway, no default route)
-// and ipvlan l3/l3s (connected default routes, the host routes). macvlan
-// and ipvlan l2 use the LAN's router as the gateway: its address stays
-// reserved, so that no container is given it. A gateway the user gives
-// (--gateway) is Docker's to keep whatever the answer.
+// underlay uses none and nothing else can hold it: networks without a
+// parent (a dummy link of their own) and ipvlan l3/l3s (connected default
+// routes, the host routes). macvlan and ipvlan l2 networks use the LAN's
+// router as the gateway, and an --internal network with a parent is on the
+// LAN too: their gateway address stays reserved, so that no container is
+// given a router's address. A gateway the user gives (--gateway) is
+// Docker's to keep whatever the answer.
 func (d *Driver) GwAllocCheck(_ context.Context, req *GwAllocCheckRequest) (*GwAllocCheckResponse, error) {
 	generic, err := genericOptions(req.Options)
 	if err != nil {
@@ -77,10 +79,12 @@ func (d *Driver) GwAllocCheck(_ context.Context, req *GwAllocCheckRequest) (*GwA
 	if err != nil {
 		return nil, err
 	}
-	internal, err := boolOption(req.Options, labelInternal)
-	if err != nil {
+	if _, err := boolOption(req.Options, labelInternal); err != nil {
 		return nil, err
 	}
-	skip := internal || o.Parent == "" || (o.Type == typeIpvlan && o.Mode != netlinkutil.IpvlanL2)
+	// An internal network with a parent is on the LAN all the same: its
+	// subnet's gateway address may be a router there, which no container
+	// must be given.
+	skip := o.Parent == "" || (o.Type == typeIpvlan && o.Mode != netlinkutil.IpvlanL2)
 	return &GwAllocCheckResponse{SkipIPv4: skip, SkipIPv6: skip}, nil
 }

@@ -34,7 +34,6 @@ const (
 	fieldBoot      = 10 // string
 	fieldLeaseJSON = 11 // string: the Lease as JSON (rare, and it changes)
 	fieldBootUUID  = 12 // 16 bytes: a boot ID, a UUID in lowercase
-	fieldIfName    = 13 // string: the container's interface name asked for
 )
 
 // minLinkIDChars is how many characters of the endpoint ID a link name must
@@ -79,9 +78,6 @@ func encodeEndpoint(ep Endpoint) ([]byte, error) {
 		out = append(append(out, fieldBootUUID), u[:]...)
 	} else if ep.Boot != "" {
 		str(fieldBoot, ep.Boot)
-	}
-	if ep.IfName != "" {
-		str(fieldIfName, ep.IfName)
 	}
 	if ep.Lease != nil {
 		raw, err := json.Marshal(ep.Lease)
@@ -204,8 +200,6 @@ func decodeEndpoint(networkID, id string, v []byte) (Endpoint, error) {
 			if b := f.bytes(16); b != nil {
 				ep.Boot = formatUUID(b)
 			}
-		case fieldIfName:
-			ep.IfName = f.str()
 		case fieldLeaseJSON:
 			if s := f.str(); f.err == nil {
 				ep.Lease = new(Lease)

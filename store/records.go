@@ -78,9 +78,6 @@ type Endpoint struct {
 	Boot    string `json:"boot,omitempty"`
 	// Lease is the DHCP lease of an endpoint of a dhcp=true network.
 	Lease *Lease `json:"lease,omitempty"`
-	// IfName is the container's name for the interface the user asked for
-	// (driver-opt com.docker.network.endpoint.ifname); empty: Docker's.
-	IfName string `json:"ifname,omitempty"`
 }
 
 // ParentLink is a parent link underlay created (a VLAN sub-interface or an

@@ -36,7 +36,8 @@ func TestCurrentEngineProtocol(t *testing.T) {
 	}{
 		{map[string]any{"com.docker.network.generic": map[string]any{"parent": "vp0"}}, false},
 		{map[string]any{"com.docker.network.generic": map[string]any{"parent": "vp0", "ipvlan_mode": "l3"}}, true},
-		{map[string]any{"com.docker.network.generic": map[string]any{"parent": "vp0"}, "com.docker.network.internal": true}, true},
+		{map[string]any{"com.docker.network.generic": map[string]any{"parent": "vp0"}, "com.docker.network.internal": true}, false},
+		{map[string]any{"com.docker.network.generic": map[string]any{}, "com.docker.network.internal": true}, true},
 	} {
 		r := post("GwAllocCheck", map[string]any{"Options": tc.opts})
 		if r["SkipIPv4"] != tc.skip || r["SkipIPv6"] != tc.skip {

@@ -12,7 +12,9 @@
 //
 // The last rule is checked here: Acquire returns a context that records the
 // ranks it holds, and an Acquire given such a context refuses (ErrOrder) to
-// wait for a lock that is not of a later rank.
+// wait for a lock that is not of a later rank. The check sees only what
+// such contexts are passed on to; a context must not be used after its
+// locks are released (it would still say they are held).
 //
 // Each key is a weighted semaphore: a writer takes all of it, a reader one
 // unit, and waits respect the request's context.
