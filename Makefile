@@ -7,6 +7,9 @@
 #   make release         release artifacts of VERSION in dist/ (DIST=dir): binaries,
 #                        plugin directories, .debs, SBOMs, SHA256SUMS (release/build.sh)
 #   make plugin-push REGISTRY=host:port   push underlay:VERSION-amd64, -arm64, :latest
+#   make engine-current  build the current Docker engine (engines/current.env) into
+#                        ENGINE_CACHE, reused when present
+#   make test-e2e-current  the Docker e2e suite on that engine (test-e2e: on 20.10)
 
 # `sudo` drops /usr/local/go/bin from PATH on Debian: find go there too.
 GO      ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
@@ -28,7 +31,15 @@ REGISTRY     ?=
 NFPM_VERSION := v2.45.2
 NFPM         := bin/tools/nfpm-$(NFPM_VERSION)
 
+# The current Docker engine (dockerd and runc; MOBY_VERSION and RUNC_VERSION
+# are pinned in engines/current.env), built once per version into a cache
+# outside the repository (make engine-current).
+include engines/current.env
+ENGINE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/underlay-engines
+ENGINE_DIR   := $(ENGINE_CACHE)/moby-$(MOBY_VERSION)_runc-$(RUNC_VERSION)
+
 .PHONY: all build run test test-deps test-go test-vm test-vm-docker test-e2e fuzz bench plugin clean
+.PHONY: engine-current test-e2e-current
 .PHONY: release plugin-push plugin-push-registry test-release test-vm-arm64
 
 all: build
@@ -43,7 +54,7 @@ $(BIN): $(shell find . -name '*.go' -not -path './test/*') go.mod go.sum
 run: build
 	./$(BIN) serve
 
-test: test-deps test-go test-vm test-vm-docker test-vm-arm64 test-release test-e2e fuzz
+test: test-deps test-go test-vm test-vm-docker test-vm-arm64 test-release test-e2e test-e2e-current fuzz
 	@echo "make test: all suites passed"
 
 # Installs the Debian packages the suites need when run as root.
@@ -87,8 +98,22 @@ bin/vm/vmdocker.test: FORCE
 	$(GO) test -c -tags vmdocker -o $@ ./test/vmdocker/
 
 # Docker end to end: a dockerd of the suite's own, the managed plugin, swarm.
+# test-e2e drives Debian's engine 20.10 (dockerd from PATH, docker.io);
+# test-e2e-current the same suite on the current engine (engine-current):
+# E2E_DOCKERD and E2E_RUNC name the engine, E2E_ENGINE is its name in the
+# suite's output and failures. The two share the suite's fixed namespaces
+# and paths: a run waits for another to finish (/run/underlay-e2e.lock).
 test-e2e: build
 	$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
+
+test-e2e-current: build engine-current
+	E2E_ENGINE=current E2E_DOCKERD=$(ENGINE_DIR)/dockerd E2E_RUNC=$(ENGINE_DIR)/runc \
+		$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
+
+# The current engine: engines/build.sh (go install from the Go module proxy;
+# libseccomp-dev with apt-get as root, for runc's seccomp).
+engine-current:
+	GO=$(GO) engines/build.sh $(ENGINE_DIR)
 
 fuzz:
 	GO=$(GO) test/fuzz.sh $(FUZZTIME)

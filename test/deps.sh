@@ -4,7 +4,9 @@
 # suite, docker-registry for `docker plugin install`, qemu-system-x86 for
 # the VM suite (test/vm/run.sh fetches the VM kernel itself), qemu-system-arm
 # for the arm64 VM suite (make test-vm-arm64), systemd's systemd-analyze for
-# make test-release's check of the packaged unit.
+# make test-release's check of the packaged unit, libseccomp-dev, pkg-config
+# and gcc for the current engine's runc (make engine-current builds it with
+# seccomp, cgo).
 set -eu
 missing=
 need() { command -v "$1" >/dev/null 2>&1 || missing="$missing $2"; }
@@ -15,6 +17,9 @@ need qemu-system-x86_64 qemu-system-x86
 need qemu-system-aarch64 qemu-system-arm
 need systemd-analyze systemd
 need dnsmasq dnsmasq-base
+[ -e /usr/include/seccomp.h ] || missing="$missing libseccomp-dev"
+need pkg-config pkg-config
+need gcc gcc
 [ -n "$missing" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
 	echo "test/deps.sh: missing$missing; run as root to install them (the suites that need them will say so)" >&2

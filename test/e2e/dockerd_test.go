@@ -29,8 +29,7 @@ func (e *env) startDockerd() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command("nsenter", "--net="+nsPath, "--",
-		"dockerd",
+	cmd := exec.Command("nsenter", append(append([]string{"--net=" + nsPath, "--"}, engineArgv()...),
 		"--config-file", filepath.Join(dataDir, "daemon.json"),
 		"--data-root", filepath.Join(dataDir, "root"),
 		"--exec-root", execRoot,
@@ -39,7 +38,7 @@ func (e *env) startDockerd() error {
 		"--bridge", "none", "--iptables=false", "--ip-masq=false",
 		"--cgroup-parent", cgroupParent,
 		"--shutdown-timeout", "5",
-	)
+	)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Not in the test's process group: a Ctrl-C reaches the suite, which
 	// then stops dockerd in order.

@@ -334,8 +334,10 @@ func (e *env) wantRefused(t *testing.T, name, parent, holder, reason string, arg
 		t.Fatalf("network %s was created; want it refused naming %s", name, short(holder))
 	}
 	t.Logf("%s refused: %s", name, out)
-	if !strings.Contains(out, "parent "+parent+" is already used by network "+short(holder)) {
-		t.Errorf("refusal of %s does not name the holder %s on %s: %s", name, short(holder), parent, out)
+	// The form users see on every engine (20.10, 28, current): the CLI's
+	// prefix, the remote driver's method, the driver's error.
+	if !strings.Contains(out, "Error response from daemon: NetworkDriver.CreateNetwork: conflict: parent "+parent+" is already used by network "+short(holder)) {
+		t.Errorf("refusal of %s does not read \"Error response from daemon: NetworkDriver.CreateNetwork: conflict: …\" naming the holder %s on %s: %s", name, short(holder), parent, out)
 	}
 	if !strings.Contains(out, reason) {
 		t.Errorf("refusal of %s does not say %q: %s", name, reason, out)

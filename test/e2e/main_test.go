@@ -1,7 +1,8 @@
 //go:build e2e
 
 // Package e2e proves every path a user takes through a real Docker engine
-// (20.10 from Debian's docker.io): the managed plugin built by `make plugin`,
+// (20.10 from Debian's docker.io, and the current engine: engine_test.go
+// says which one runs and how they differ): the managed plugin built by `make plugin`,
 // networks and containers, restarts, the stale-holder check against the real
 // Docker API, swarm on one node and on three (TestMultiNode: two more
 // engines, each in a network namespace of its own), `docker plugin install`
@@ -65,7 +66,7 @@ var dataDir = filepath.Join(os.TempDir(), "underlay-e2e")
 
 // parents are the veth parents in the namespace (each with a peer
 // NAME-p); one per test so a failed test cannot block the next.
-var parents = []string{"vp1", "vp2", "vp3", "vp4", "vp5", "vp6", "vp7", "vp8", "vp9", "vp10", "vp11", "vp12", "vp13"}
+var parents = []string{"vp1", "vp2", "vp3", "vp4", "vp5", "vp6", "vp7", "vp8", "vp9", "vp10", "vp11", "vp12", "vp13", "vp14", "vp15", "vp16", "vp17"}
 
 // pluginSettings are the suite's `docker plugin set` values.
 var pluginSettings = []string{"DOCKER_HOST=" + pluginDockerHost, "LOG_LEVEL=" + pluginLogLevel, "SCOPE=local",
@@ -108,6 +109,12 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", skipWhy)
 		return m.Run()
 	}
+	release, err := lockSuite(15 * time.Minute)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: FAIL:", err)
+		return 1
+	}
+	defer release()
 	start := time.Now()
 	var once sync.Once
 	var cleanupErr error
@@ -137,7 +144,7 @@ func runMain(m *testing.M) int {
 	e, err := setup()
 	suite = e
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: FAIL: setup:", err)
+		fmt.Fprintf(os.Stderr, "e2e: FAIL: setup on %s: %v\n", engine, err)
 		keepLog()
 		cleanup()
 		if cleanupErr != nil {
@@ -157,17 +164,55 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: FAIL: after cleanup:", err)
 		code = 1
 	}
-	fmt.Fprintf(os.Stderr, "e2e: suite wall time %s\n", time.Since(start).Round(time.Second))
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "e2e: FAIL on %s\n", engine)
+	}
+	fmt.Fprintf(os.Stderr, "e2e: suite wall time %s on %s\n", time.Since(start).Round(time.Second), engine)
 	return code
 }
 
 func inCI() bool { return os.Getenv("CI") != "" }
 
+// suiteLock serializes runs of the suite on one machine (`make test` runs
+// it on two engines, one after the other; a developer may start another
+// meanwhile): they share the fixed namespaces and paths above, and one
+// run's setup would tear down the other's engine. The file stays (in
+// /run: gone at reboot); the lock goes with the process.
+const suiteLock = "/run/underlay-e2e.lock"
+
+// lockSuite takes suiteLock, waiting at most wait for a run that holds
+// it.
+func lockSuite(wait time.Duration) (release func(), err error) {
+	f, err := os.OpenFile(suiteLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for said := false; ; time.Sleep(time.Second) {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if err != syscall.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", suiteLock, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("another run of the e2e suite still holds %s after %s", suiteLock, wait)
+		}
+		if !said {
+			fmt.Fprintf(os.Stderr, "e2e: another run of the suite holds %s: waiting (at most %s)\n", suiteLock, wait)
+			said = true
+		}
+	}
+}
+
 // keepLog copies dockerd's log (with the plugin's lines) out of the data
 // dir before cleanup removes it, for a failed run.
 func keepLog() {
 	src := filepath.Join(dataDir, "dockerd.log")
-	dst := filepath.Join(os.TempDir(), "underlay-e2e-dockerd.log")
+	dst := filepath.Join(os.TempDir(), "underlay-e2e-dockerd-"+engineLabel+".log")
 	if b, err := os.ReadFile(src); err == nil && os.WriteFile(dst, b, 0o644) == nil {
 		fmt.Fprintf(os.Stderr, "e2e: dockerd's log (with the plugin's output) is kept in %s\n", dst)
 	}
@@ -186,6 +231,7 @@ func need(t *testing.T) *env {
 		t.Skip(skipWhy)
 	}
 	suite.markLog()
+	logEngineOnFailure(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("dockerd's log during the test (last lines):\n%s", itest.TailLines(suite.logSinceMark(), 80))
@@ -203,6 +249,9 @@ func setup() (*env, error) {
 	}
 	e := &env{root: filepath.Clean(filepath.Join(wd, "..", ".."))}
 	if err := installDeps(e.root); err != nil {
+		return nil, err
+	}
+	if err := checkEngine(); err != nil {
 		return nil, err
 	}
 	if err := teardownAll(nil); err != nil {
@@ -226,6 +275,10 @@ func setup() (*env, error) {
 	if err := e.startDockerd(); err != nil {
 		return nil, err
 	}
+	if err := e.askEngine(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "e2e: the suite runs on %s\n", engine)
 	if err := e.importImage(); err != nil {
 		return nil, err
 	}

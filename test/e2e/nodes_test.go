@@ -156,8 +156,8 @@ func (n *node) start() error {
 	// dockerd); unshare --uts for the hostname; both exec, so the process
 	// is dockerd itself.
 	cmd := exec.Command("nsenter", "--net="+n.nsPath(), "--",
-		"unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, "underlay-e2e-"+n.name,
-		"dockerd",
+		"unshare", "--uts", "--", "sh", "-c", `hostname "$0" && exec "$@"`, "underlay-e2e-"+n.name)
+	cmd.Args = append(append(cmd.Args, engineArgv()...),
 		"--config-file", cfg,
 		"--data-root", n.dataRoot(),
 		"--exec-root", n.execRoot(),

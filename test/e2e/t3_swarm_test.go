@@ -68,7 +68,9 @@ func TestSwarm(t *testing.T) {
 		// which Docker skips only for a built-in driver's internal
 		// "maskable" answer, which a remote driver cannot give.
 		if !e.removeEventually("cfg6", 15*time.Second) {
-			t.Logf("known Docker 20.10 limitation: after a dockerd crash, config network cfg6 stays \"in use\" (reference count of a remote driver's re-created network); the engine's teardown removes it")
+			t.Logf("known Docker 20.10 limitation (%s): after a dockerd crash, config network cfg6 stays \"in use\" (reference count of a remote driver's re-created network); the engine's teardown removes it", engine)
+		} else {
+			t.Logf("%s: config network cfg6 removed after the dockerd crash", engine)
 		}
 	})
 

@@ -1,0 +1,65 @@
+#!/bin/sh
+# Builds the current Docker engine of engines/current.env into DIR:
+# DIR/dockerd (moby's cmd/dockerd, CGO off, reporting its tag as its
+# version) and DIR/runc (with seccomp, CGO on: needs libseccomp-dev,
+# installed with apt-get when run as root). Debian's containerd 1.6.20
+# (docker.io) runs them. A DIR that already holds both, of these versions,
+# is reused as it is; a build goes to DIR.tmp.* and is renamed into place
+# only when both binaries are built and answer --version, so an
+# interrupted build leaves nothing half done behind.
+#
+#   engines/build.sh DIR      (make engine-current gives the cache dir)
+set -eu
+cd "$(dirname "$0")/.."
+. engines/current.env
+[ $# = 1 ] || { echo "usage: engines/build.sh DIR" >&2; exit 2; }
+dir=$1
+GO=${GO:-go}
+
+cached() {
+	[ -x "$1/dockerd" ] && [ -x "$1/runc" ] &&
+		"$1/dockerd" --version 2>/dev/null | grep -q "version $MOBY_VERSION," &&
+		"$1/runc" --version 2>/dev/null | grep -q '^libseccomp:'
+}
+if cached "$dir"; then
+	echo "engine-current: $dir holds dockerd $MOBY_VERSION and runc $RUNC_VERSION (cached)"
+	exit 0
+fi
+
+# runc's seccomp support links libseccomp through cgo (gcc, pkg-config).
+missing=
+command -v gcc >/dev/null 2>&1 || missing="$missing gcc"
+command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
+[ -e /usr/include/seccomp.h ] || missing="$missing libseccomp-dev"
+if [ -n "$missing" ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "engine-current: runc's seccomp build needs$missing: run as root (sudo make engine-current) or apt-get install$missing" >&2
+		exit 1
+	fi
+	echo "engine-current: installing$missing" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -q --no-install-recommends $missing >&2 ||
+		{ apt-get update -q >&2 && apt-get install -y -q --no-install-recommends $missing >&2; }
+fi
+
+mkdir -p "$(dirname "$dir")"
+tmp=$(mktemp -d "$dir.tmp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+start=$(date +%s)
+echo "engine-current: building dockerd $MOBY_VERSION and runc $RUNC_VERSION into $dir (a few minutes cold)" >&2
+GOBIN=$tmp CGO_ENABLED=0 "$GO" install \
+	-ldflags "-X github.com/moby/moby/v2/dockerversion.Version=$MOBY_VERSION" \
+	"github.com/moby/moby/v2/cmd/dockerd@$MOBY_VERSION"
+GOBIN=$tmp CGO_ENABLED=1 "$GO" install -tags seccomp "github.com/opencontainers/runc@$RUNC_VERSION"
+if ! cached "$tmp"; then
+	echo "engine-current: the build does not answer as expected:" >&2
+	"$tmp/dockerd" --version >&2 || true
+	"$tmp/runc" --version >&2 || true
+	exit 1
+fi
+rm -rf "$dir"
+mv "$tmp" "$dir"
+trap - EXIT
+echo "engine-current: built $dir in $(($(date +%s) - start))s:" >&2
+"$dir/dockerd" --version >&2
+"$dir/runc" --version >&2
