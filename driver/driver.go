@@ -198,14 +198,12 @@ func New(c Config) (*Driver, error) {
 		c.Events = noEvents{}
 	}
 	blocker, _ := c.Links.(AddrBlocker)
+	announcer, _ := c.Prober.(AddrAnnouncer)
 	return &Driver{
-		blocker: blocker,
-		prober:  c.Prober,
-		announcer: func() AddrAnnouncer {
-			a, _ := c.Prober.(AddrAnnouncer)
-			return a
-		}(),
-		store: c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		blocker:   blocker,
+		prober:    c.Prober,
+		announcer: announcer,
+		store:     c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),

@@ -224,7 +224,7 @@ func randomMAC() net.HardwareAddr {
 // to the host namespace (DeleteEndpoint deletes it otherwise) and forgets
 // the sandbox.
 func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
-	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
+	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(_ store.Network, ep store.Endpoint) func(*store.Tx) error {
 		d.joins.drop(ep.ID)
 		if ep.Sandbox == "" { // kept in memory, or not joined: no write
 			return nil
@@ -238,12 +238,10 @@ func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
 // endpoint is not an error, so Docker can always clean up.
 func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpointRequest) error {
 	var deleted *store.Endpoint
-	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(ep store.Endpoint) func(*store.Tx) error {
-		deleted = &ep
-		var journal *store.PendingRelease
-		if n, err := d.network(ep.NetworkID); err == nil && n != nil {
-			journal = d.journalDeletion(ctx, *n, ep)
-		}
+	var of store.Network
+	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(n store.Network, ep store.Endpoint) func(*store.Tx) error {
+		deleted, of = &ep, n
+		journal := d.journalDeletion(ctx, n, ep)
 		return func(tx *store.Tx) error {
 			if journal != nil {
 				if err := tx.PutPendingRelease(*journal); err != nil {
@@ -257,15 +255,11 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	}
 	if deleted != nil {
 		d.joins.drop(deleted.ID) // after the commit: a failed one keeps the join
-	}
-	d.ifnames.set(req.EndpointID, "")
-	if deleted != nil && deleted.Lease != nil {
-		if n, err := d.network(deleted.NetworkID); err == nil && n != nil {
-			d.forgetLease(context.WithoutCancel(ctx), *n, *deleted)
-		} else {
-			d.leases.drop(leaseKey{deleted.NetworkID, deleted.ID})
+		if deleted.Lease != nil {
+			d.forgetLease(context.WithoutCancel(ctx), of, *deleted)
 		}
 	}
+	d.ifnames.set(req.EndpointID, "")
 	return nil
 }
 
@@ -273,8 +267,9 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 // the endpoint's link from the host namespace (for an unknown endpoint,
 // only a macvlan/ipvlan of its link name that carries underlay's mark and
 // no known endpoint owns), then commits the change record gives for the
-// endpoint's record, if there is one and it gives one.
-func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record func(store.Endpoint) func(*store.Tx) error) error {
+// endpoint's record (given with its network, read under the same lock),
+// if there is one and it gives one.
+func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record func(store.Network, store.Endpoint) func(*store.Tx) error) error {
 	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, netID, epID)
 	if err != nil {
 		return err
@@ -324,7 +319,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		d.log.Debug(what+" of unknown endpoint: nothing to record", "network", netID, "endpoint", epID)
 		return nil
 	}
-	change := record(*ep)
+	change := record(*n, *ep)
 	if change == nil {
 		return nil
 	}
