@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -19,14 +21,21 @@ import (
 // readShimAddrs reads the kernel's addresses of the host links that exist,
 // for the planners (a link gone meanwhile has none).
 func (d *Driver) readShimAddrs(ctx context.Context, s *snapshot, links []netlinkutil.Link) {
-	s.ShimAddrs = map[string][]netip.Addr{}
-	for name := range s.Shims {
+	s.ShimAddrs = d.hostLinkAddrs(ctx, links, maps.Keys(s.Shims))
+}
+
+// hostLinkAddrs reads the addresses of those of the named links that exist
+// under that very name (not as another link's altname).
+func (d *Driver) hostLinkAddrs(ctx context.Context, links []netlinkutil.Link, names iter.Seq[string]) map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for name := range names {
 		if l, ok := findLink(links, name); ok && l.Name == name {
 			if as, err := d.links.LinkAddrs(ctx, name); err == nil {
-				s.ShimAddrs[name] = as
+				out[name] = as
 			}
 		}
 	}
+	return out
 }
 
 // heal carries out opHeal (an owned parent or a host link) and opFollow,

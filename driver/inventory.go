@@ -3,7 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
-	"net/netip"
+	"maps"
 	"time"
 
 	"github.com/underlay-net/underlay/doctor"
@@ -48,12 +48,7 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 	if inv.Links, err = d.links.List(ctx); err != nil {
 		return Inventory{}, err
 	}
-	inv.HostLinkAddrs = map[string][]netip.Addr{}
-	for _, name := range inv.HostLinks {
-		if as, err := d.links.LinkAddrs(ctx, name); err == nil {
-			inv.HostLinkAddrs[name] = as
-		}
-	}
+	inv.HostLinkAddrs = d.hostLinkAddrs(ctx, inv.Links, maps.Values(inv.HostLinks))
 	return inv, nil
 }
 
