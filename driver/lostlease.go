@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"time"
 
@@ -150,10 +149,4 @@ func (d *Driver) forgetLease(ctx context.Context, n store.Network, ep store.Endp
 			d.log.Warn("could not unblock the address of a lost lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
 		}
 	}
-}
-
-// lostLeaseMessage is the Join-time and doctor-time explanation.
-func lostLeaseMessage(l store.Lease) string {
-	return fmt.Sprintf("DHCP lease of %s lost at %s (%s): the address is blocked until the server gives it back; restart the container to get a new address",
-		l.Addr, l.Lost.Format(time.RFC3339), l.LostWhy)
 }
