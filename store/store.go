@@ -24,6 +24,8 @@
 //	parent-links-by-base  base link name -> {name}
 //	ipam-pools            pool ID -> IPAMPool as JSON
 //	ipam-addresses        pool ID -> {address}
+//	lease-releases        network/endpoint/address -> PendingRelease as JSON (when any)
+//	ipam-names            space|subnet -> {name -> IPAMName, address -> name} (ipamnames.go; when any)
 //
 // Endpoints are nearly all of the records, so their layout is the size of
 // the file: all networks' endpoints share one flat bucket ordered by
