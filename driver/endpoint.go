@@ -79,13 +79,6 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			return nil, invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, short(req.EndpointID))
 		}
 		ep.MAC = mac.String()
-	case n.Type == typeMacvlan:
-		if existing != nil && existing.MAC != "" {
-			ep.MAC = existing.MAC
-		} else {
-			ep.MAC = randomMAC().String()
-		}
-		generated = true
 	}
 	ifname, err := endpointIfName(req.Options)
 	if err != nil {
@@ -96,6 +89,9 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	}
 	if ep.IPv6, err = endpointAddr(iface.AddressIPv6, true); err != nil {
 		return nil, err
+	}
+	if ep.MAC == "" && n.Type == typeMacvlan {
+		ep.MAC, generated = d.endpointMAC(ctx, *n, ep, existing), true
 	}
 	leased := false // whether this request leased the address
 	if !dhcpOf(*n).On && existing == nil {

@@ -49,7 +49,7 @@ const (
 	maxMTU = 65535
 )
 
-var validOptions = []string{OptAdvertiseMs, OptAdvertiseNMsgs, OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacvlanMode, OptMTU, OptParent, OptType}
+var validOptions = []string{OptAdvertiseMs, OptAdvertiseNMsgs, OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacAddressPolicy, OptMacvlanMode, OptMTU, OptParent, OptType}
 
 // The mode and flag names come from the one list in netlinkutil.
 var (
@@ -151,6 +151,9 @@ func parseOptions(given map[string]string) (netOptions, error) {
 	}
 	o.DHCP = dhcp
 	if _, err := parseAnnounce(opts); err != nil {
+		return netOptions{}, err
+	}
+	if _, err := parseMacPolicy(opts, o.Type); err != nil {
 		return netOptions{}, err
 	}
 	budget, probeGiven, err := parseAddressProbe(opts)

@@ -49,6 +49,10 @@ type Link struct {
 	// Flag is the ipvlan flag ("bridge", "private", "vepa").
 	Flag string
 	MAC  string
+	// PermMAC is the link's permanent hardware address (IFLA_PERM_ADDRESS),
+	// which the kernel reports for devices that have one (NICs, not veth,
+	// VLAN or macvlan links); empty otherwise.
+	PermMAC string
 	// Alias is the link's IFLA_IFALIAS: underlay's mark on links it made.
 	Alias string
 	// AltNames are the link's alternative names (`ip link property add`).
@@ -234,6 +238,9 @@ func convert(l netlink.Link) Link {
 		Alias: a.Alias, AltNames: a.AltNames, Encap: a.EncapType, Down: a.Flags&net.FlagUp == 0}
 	if a.HardwareAddr != nil {
 		out.MAC = a.HardwareAddr.String()
+	}
+	if len(a.PermHWAddr) > 0 {
+		out.PermMAC = a.PermHWAddr.String()
 	}
 	switch v := l.(type) {
 	case *netlink.Macvlan:
