@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -12,105 +13,165 @@ import (
 
 // RequestAddress hands out an address of a pool: the gateway (the first
 // usable address, or a parent pool's LAN gateway), the address asked for if
-// it is free, or the lowest free one. Picking and recording it is one
-// transaction, and the first address confirms an auto pool's reservation.
-// The host's own addresses are never handed out.
+// it is free, or one chosen by chooseAddress (the name's sticky address,
+// else a never-used one, else the least recently used remembered one). On
+// a LAN pool the chosen address is probed first (probeaddr.go). Picking
+// and recording it is one transaction, and the first address confirms an
+// auto pool's reservation. The host's own addresses are never handed out.
 func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts map[string]string) (netip.Prefix, error) {
 	if poolID == "" {
 		return netip.Prefix{}, invalidf("RequestAddress without PoolID")
 	}
-	gateway := opts[keyRequestType] == typeGateway
-	var want netip.Addr
+	r := addrRequest{poolID: poolID, gateway: opts[keyRequestType] == typeGateway, name: opts[keyEndpointName]}
+	if r.gateway {
+		r.name = "" // a network's gateway is no endpoint's
+	}
 	if address != "" {
 		a, err := parseAddr(address)
 		if err != nil {
 			return netip.Prefix{}, invalidf("address %q of pool %s is not an IP address: %v", address, poolID, err)
 		}
-		want = a
+		r.want = a
 	}
-	own, err := m.hostAddrs(ctx)
+	addrs, err := m.host.Addrs(ctx)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
+	r.own = make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		r.own[a.Prefix.Addr()] = true
+	}
+	if !r.want.IsValid() && !r.gateway && m.prober != nil {
+		return m.requestProbed(ctx, r, addrs)
+	}
+	return m.commitAddress(r)
+}
+
+// addrRequest is a RequestAddress on its way.
+type addrRequest struct {
+	poolID  string
+	want    netip.Addr // the address asked for (--ip, --gateway)
+	gateway bool
+	name    string              // the endpoint's name, "" when not sent
+	own     map[netip.Addr]bool // the host's addresses
+	// probed is an address chosen and probed: it is handed out if it is
+	// still free, else allocate fails with errRaced.
+	probed netip.Addr
+	// skip, when set, are more addresses not to choose.
+	skip func(netip.Addr) bool
+}
+
+// errRaced: the address chosen and probed was taken meanwhile.
+var errRaced = errors.New("the address was taken while it was probed")
+
+// commitAddress chooses and records an address in one transaction.
+func (m *IPAM) commitAddress(r addrRequest) (netip.Prefix, error) {
 	var got netip.Prefix
-	err = m.store.Batch(func(tx *store.Tx) error {
-		rec, ok, err := tx.IPAMPool(poolID)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: pool %s is unknown to underlay's IPAM (released, or its reservation expired before Docker used it): create the network again", pluginapi.ErrNotFound, poolID)
-		}
-		pool, err := netip.ParsePrefix(rec.Prefix)
-		if err != nil {
-			return fmt.Errorf("%w: pool %s has prefix %q", store.ErrCorrupt, poolID, rec.Prefix)
-		}
-		if rec.Expired(m.now()) {
-			held, err := tx.IPAMPools()
-			if err != nil {
-				return err
-			}
-			others := held[:0:0]
-			for _, h := range held {
-				if h.ID != rec.ID {
-					others = append(others, h)
-				}
-			}
-			if h, clash := overlapping(others, pool, rec.Space, func(p string) bool { return p == rec.Parent }, m.now()); clash {
-				return fmt.Errorf("%w: the reservation of pool %s (%s) expired and pool %s took its place: create the network again", pluginapi.ErrConflict, poolID, rec.Prefix, h.ID)
-			}
-		}
-		used := func(a netip.Addr) bool {
-			return tx.IPAMAddressUsed(poolID, a.String()) || own[a] || a.String() == rec.Gateway
-		}
-		var a netip.Addr
-		switch {
-		case want.IsValid():
-			if !pool.Contains(want) {
-				return invalidf("address %s is not in pool %s: pick an address inside the subnet", want, pool)
-			}
-			if !usable(pool, want) {
-				return invalidf("address %s is reserved in pool %s (its network, broadcast or subnet-router anycast address): pick another address inside the subnet", want, pool)
-			}
-			if used(want) && !(gateway && want.String() == rec.Gateway && !tx.IPAMAddressUsed(poolID, want.String())) {
-				return fmt.Errorf("%w: address %s of pool %s is already in use (handed out, the host's own, or the LAN's gateway): pick another or let underlay choose", pluginapi.ErrConflict, want, pool)
-			}
-			a = want
-		case gateway && rec.Gateway != "":
-			if a, err = netip.ParseAddr(rec.Gateway); err != nil {
-				return fmt.Errorf("%w: pool %s has gateway %q", store.ErrCorrupt, poolID, rec.Gateway)
-			}
-		case gateway:
-			a = firstUsable(pool)
-			if used(a) {
-				return fmt.Errorf("%w: the gateway address %s of pool %s is already in use (the host's own?): pass --gateway", pluginapi.ErrConflict, a, pool)
-			}
-		default:
-			var rng netip.Prefix
-			if rec.Range != "" {
-				rng, _ = netip.ParsePrefix(rec.Range)
-			}
-			if a, err = pickAddress(pool, rng, used); err != nil {
-				return fmt.Errorf("%w: pool %s has no free address left: widen --ip-range or the subnet", pluginapi.ErrConflict, poolID)
-			}
-		}
-		if err := tx.PutIPAMAddress(poolID, a.String()); err != nil {
-			return err
-		}
-		if rec.Pending != nil {
-			rec.Pending = nil // Docker uses it: confirmed
-			if err := tx.PutIPAMPool(rec); err != nil {
-				return err
-			}
-		}
-		got = netip.PrefixFrom(a, pool.Bits())
-		return nil
+	var kind addrKind
+	err := m.store.Batch(func(tx *store.Tx) (err error) {
+		got, kind, err = m.allocate(tx, r, true)
+		return err
 	})
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	m.log.Debug("address handed out", "pool", poolID, "address", got, "gateway", gateway)
+	m.log.Debug("address handed out", "pool", r.poolID, "address", got, "gateway", r.gateway, "name", r.name, "kind", kind)
 	return got, nil
+}
+
+// allocate chooses the request's address in tx, and, with commit,
+// records it (and the name's sticky address).
+func (m *IPAM) allocate(tx *store.Tx, r addrRequest, commit bool) (netip.Prefix, addrKind, error) {
+	poolID, want, gateway := r.poolID, r.want, r.gateway
+	rec, ok, err := tx.IPAMPool(poolID)
+	if err != nil {
+		return netip.Prefix{}, "", err
+	}
+	if !ok {
+		return netip.Prefix{}, "", fmt.Errorf("%w: pool %s is unknown to underlay's IPAM (released, or its reservation expired before Docker used it): create the network again", pluginapi.ErrNotFound, poolID)
+	}
+	pool, err := netip.ParsePrefix(rec.Prefix)
+	if err != nil {
+		return netip.Prefix{}, "", fmt.Errorf("%w: pool %s has prefix %q", store.ErrCorrupt, poolID, rec.Prefix)
+	}
+	now := m.now()
+	if rec.Expired(now) {
+		held, err := tx.IPAMPools()
+		if err != nil {
+			return netip.Prefix{}, "", err
+		}
+		others := held[:0:0]
+		for _, h := range held {
+			if h.ID != rec.ID {
+				others = append(others, h)
+			}
+		}
+		if h, clash := overlapping(others, pool, rec.Space, func(p string) bool { return p == rec.Parent }, now); clash {
+			return netip.Prefix{}, "", fmt.Errorf("%w: the reservation of pool %s (%s) expired and pool %s took its place: create the network again", pluginapi.ErrConflict, poolID, rec.Prefix, h.ID)
+		}
+	}
+	used := func(a netip.Addr) bool {
+		return tx.IPAMAddressUsed(poolID, a.String()) || r.own[a] || a.String() == rec.Gateway
+	}
+	var a netip.Addr
+	kind := addrKind("")
+	switch {
+	case want.IsValid():
+		if !pool.Contains(want) {
+			return netip.Prefix{}, "", invalidf("address %s is not in pool %s: pick an address inside the subnet", want, pool)
+		}
+		if !usable(pool, want) {
+			return netip.Prefix{}, "", invalidf("address %s is reserved in pool %s (its network, broadcast or subnet-router anycast address): pick another address inside the subnet", want, pool)
+		}
+		if used(want) && !(gateway && want.String() == rec.Gateway && !tx.IPAMAddressUsed(poolID, want.String())) {
+			return netip.Prefix{}, "", fmt.Errorf("%w: address %s of pool %s is already in use (handed out, the host's own, or the LAN's gateway): pick another or let underlay choose", pluginapi.ErrConflict, want, pool)
+		}
+		a = want
+	case gateway && rec.Gateway != "":
+		if a, err = netip.ParseAddr(rec.Gateway); err != nil {
+			return netip.Prefix{}, "", fmt.Errorf("%w: pool %s has gateway %q", store.ErrCorrupt, poolID, rec.Gateway)
+		}
+	case gateway:
+		a = firstUsable(pool)
+		if used(a) {
+			return netip.Prefix{}, "", fmt.Errorf("%w: the gateway address %s of pool %s is already in use (the host's own?): pass --gateway", pluginapi.ErrConflict, a, pool)
+		}
+	case r.probed.IsValid():
+		if used(r.probed) {
+			return netip.Prefix{}, "", errRaced
+		}
+		a = r.probed
+	default:
+		in, readErr, err := m.pickInput(tx, rec, pool, r, used, now)
+		if err != nil {
+			return netip.Prefix{}, "", err
+		}
+		a, kind, err = chooseAddress(in)
+		if rerr := readErr(); rerr != nil {
+			return netip.Prefix{}, "", rerr
+		}
+		if err != nil {
+			return netip.Prefix{}, "", fmt.Errorf("%w: pool %s has no free address left: widen --ip-range or the subnet", pluginapi.ErrConflict, poolID)
+		}
+	}
+	if !commit {
+		return netip.PrefixFrom(a, pool.Bits()), kind, nil
+	}
+	if err := tx.PutIPAMAddress(poolID, a.String()); err != nil {
+		return netip.Prefix{}, "", err
+	}
+	if rec.Pending != nil {
+		rec.Pending = nil // Docker uses it: confirmed
+		if err := tx.PutIPAMPool(rec); err != nil {
+			return netip.Prefix{}, "", err
+		}
+	}
+	if !gateway {
+		if err := m.recordName(tx, rec, a, r.name, now); err != nil {
+			return netip.Prefix{}, "", err
+		}
+	}
+	return netip.PrefixFrom(a, pool.Bits()), kind, nil
 }
 
 // ReleaseAddress frees an address; an unknown pool or address is fine.
@@ -122,24 +183,16 @@ func (m *IPAM) ReleaseAddress(_ context.Context, poolID, address string) error {
 	if err != nil {
 		return invalidf("address %q of pool %s is not an IP address: %v", address, poolID, err)
 	}
-	if err := m.store.Batch(func(tx *store.Tx) error { return tx.DeleteIPAMAddress(poolID, a.String()) }); err != nil {
+	if err := m.store.Batch(func(tx *store.Tx) error {
+		if err := m.nameReleased(tx, poolID, a); err != nil {
+			return err
+		}
+		return tx.DeleteIPAMAddress(poolID, a.String())
+	}); err != nil {
 		return fmt.Errorf("release address %s of pool %s: %w", a, poolID, err)
 	}
 	m.log.Debug("address released", "pool", poolID, "address", a)
 	return nil
-}
-
-// hostAddrs is the set of the host's own addresses.
-func (m *IPAM) hostAddrs(ctx context.Context) (map[netip.Addr]bool, error) {
-	addrs, err := m.host.Addrs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[netip.Addr]bool, len(addrs))
-	for _, a := range addrs {
-		out[a.Prefix.Addr()] = true
-	}
-	return out, nil
 }
 
 // parseAddr accepts an address with or without a prefix length.
@@ -163,6 +216,7 @@ type Events interface {
 type noEvents struct{}
 
 func (noEvents) ReservationRolledBack(string) {}
+func (noEvents) AddressInUseOnLAN()           {}
 
 // expired reports n reservations deleted by a committed purge.
 func (m *IPAM) expired(n int) {

@@ -74,12 +74,13 @@ func ParseBases(s string) ([]Base, error) {
 }
 
 // validOptions are the --ipam-opt keys underlay reads.
-var validOptions = []string{OptParent, OptSize, OptSize6}
+var validOptions = []string{OptParent, OptSize, OptSize6, OptAddressProbe}
 
 // parsePoolRequest validates a RequestPool. Docker's own option keys
 // (com.docker.*) are passed through unread.
 func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bool, bases []Base) (poolRequest, error) {
 	r := poolRequest{Space: space, V6: v6}
+	var err error
 	switch space {
 	case LocalSpace, GlobalSpace:
 	case "":
@@ -154,6 +155,9 @@ func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bo
 			return r, invalidf("--ipam-opt %s=%d is larger than every configured %s base (%s): ask for a longer prefix, or widen the bases with --default-address-pool", key, n, family, describeBases(bases, v6))
 		}
 		r.Size = n
+	}
+	if r.Probe, err = parseAddressProbe(opts); err != nil {
+		return r, err
 	}
 	if r.Parent != "" && !r.Pool.IsValid() && v6 {
 		return r, invalidf("--ipam-opt parent=%s learns only an IPv4 LAN: give the IPv6 side --subnet", r.Parent)

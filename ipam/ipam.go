@@ -89,6 +89,12 @@ type Config struct {
 	// Known are subnets in use elsewhere that automatic pools avoid too;
 	// nil: none.
 	Known Known
+	// Prober probes the address a RequestAddress chose on a LAN pool's
+	// link (lan.go); nil: no probes.
+	Prober Prober
+	// ProbeMemo is told of the addresses probed clean, for the driver's
+	// CreateEndpoint to skip; nil: no one.
+	ProbeMemo ProbeMemo
 }
 
 // IPAM implements the remote IpamDriver protocol.
@@ -105,7 +111,14 @@ type IPAM struct {
 	// released are the prefixes of pools released lately, by when: a
 	// listing of Docker's subnets asked for before (or just after) a
 	// release still shows the network that used it.
-	released *releases
+	released    *releases
+	prober      Prober
+	memo        ProbeMemo
+	probeEvents ProbeEvents
+	// skips are the addresses found in use on a LAN; inflight those being
+	// probed (lan.go).
+	skips    *lanSkips
+	inflight *inflight
 }
 
 // New returns an IPAM driver.
@@ -149,10 +162,23 @@ func New(c Config) (*IPAM, error) {
 			c.Known.Wanted()
 		}
 	}
+	pe, ok := c.Events.(ProbeEvents)
+	if !ok {
+		pe = noEvents{}
+	}
+	if c.ProbeMemo == nil {
+		c.ProbeMemo = noMemo{}
+	}
 	return &IPAM{store: c.Store, host: c.Host, bases: c.Bases, reservation: c.Reservation,
 		nameservers: c.Nameservers, now: c.Now, log: c.Logger, events: c.Events, known: c.Known,
-		released: &releases{at: map[netip.Prefix]time.Time{}}}, nil
+		released: &releases{at: map[netip.Prefix]time.Time{}},
+		prober:   c.Prober, memo: c.ProbeMemo, probeEvents: pe,
+		skips: &lanSkips{at: map[skipKey]lanSkip{}}, inflight: &inflight{at: map[inflightKey]bool{}}}, nil
 }
+
+type noMemo struct{}
+
+func (noMemo) Probed(string, netip.Addr) {}
 
 type noKnown struct{}
 
@@ -167,6 +193,8 @@ type poolRequest struct {
 	Parent string
 	Size   int
 	V6     bool
+	// Probe is address_probe in canonical form, "" when not given.
+	Probe string
 }
 
 // RequestPool hands out a pool: the one asked for, the LAN of a parent, or
@@ -181,7 +209,7 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 	if err != nil {
 		return store.IPAMPool{}, err
 	}
-	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: parent.Name(), Created: m.now()}
+	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: parent.Name(), Created: m.now(), Probe: req.Probe}
 	if req.Range.IsValid() {
 		rec.Range = req.Range.String()
 	}
@@ -259,6 +287,13 @@ func (m *IPAM) ReleasePool(_ context.Context, id string) error {
 		prefix = netip.Prefix{}
 		if ok {
 			prefix, _ = netip.ParsePrefix(p.Prefix)
+			for _, a := range tx.IPAMAddresses(id) {
+				if addr, err := netip.ParseAddr(a); err == nil {
+					if err := m.nameReleased(tx, id, addr); err != nil {
+						return err
+					}
+				}
+			}
 		}
 		return tx.DeleteIPAMPool(id)
 	}); err != nil {

@@ -40,6 +40,9 @@ type IPAMPool struct {
 	Pending *Reservation `json:"pending,omitempty"`
 	// Created is when the pool was handed out.
 	Created time.Time `json:"created,omitzero"`
+	// Probe is --ipam-opt address_probe as a Go duration ("0s": off; ""
+	// when not given). A field an older underlay ignores (JSON).
+	Probe string `json:"probe,omitempty"`
 }
 
 // Expired reports whether the pool is an unconfirmed reservation past its

@@ -1,0 +1,136 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/probe"
+	"github.com/underlay-net/underlay/store"
+)
+
+// maxRaces bounds how often a request chooses again because the address
+// it probed was taken meanwhile (a concurrent --ip request).
+const maxRaces = 8
+
+// requestProbed is RequestAddress without an address on a pool that may
+// be a LAN pool (lan.go): choose (outside any write), claim, probe, then
+// record in a transaction that checks the address is still free.
+func (m *IPAM) requestProbed(ctx context.Context, r addrRequest, addrs []netlinkutil.Addr) (netip.Prefix, error) {
+	var rec store.IPAMPool
+	if err := m.store.View(func(tx *store.Tx) (err error) {
+		rec, _, err = tx.IPAMPool(r.poolID)
+		return err
+	}); err != nil {
+		return netip.Prefix{}, err
+	}
+	pool, err := netip.ParsePrefix(rec.Prefix)
+	budget := probeBudget(rec)
+	if err != nil || budget == 0 {
+		return m.commitAddress(r) // an unknown pool is refused there
+	}
+	links, err := m.host.List(ctx)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	link, ok := lanLink(rec, pool, links, addrs)
+	if !ok {
+		return m.commitAddress(r)
+	}
+	mac, _ := net.ParseMAC(link.MAC) // lanLink checked it
+	var conflicts []*probe.ConflictError
+	for races := 0; ; {
+		now := m.now()
+		for k, e := range m.skips.expire(now) {
+			m.log.Info("address no longer remembered as in use on the LAN: it may be handed out again, after a probe", "link", k.link, "address", k.addr, "mac", e.mac)
+		}
+		r.skip = func(a netip.Addr) bool { return m.skips.skipped(link.Name, a, now) || m.inflight.has(r.poolID, a) }
+		var pick netip.Prefix
+		var kind addrKind
+		if err := m.store.View(func(tx *store.Tx) (err error) {
+			pick, kind, err = m.allocate(tx, r, false)
+			return err
+		}); err != nil {
+			if len(conflicts) > 0 && errors.Is(err, pluginapi.ErrConflict) {
+				return netip.Prefix{}, lanRefusal(rec, link.Name, conflicts, err)
+			}
+			return netip.Prefix{}, err
+		}
+		a := pick.Addr()
+		if !m.inflight.claim(r.poolID, a) {
+			continue // chosen by a concurrent request a moment ago
+		}
+		perr := m.probeOne(ctx, link.Name, mac, a, budget)
+		var ce *probe.ConflictError
+		switch {
+		case errors.As(perr, &ce):
+			m.inflight.release(r.poolID, a)
+			if m.skips.add(link.Name, a, ce.MAC.String(), m.now().Add(lanSkipFor)) {
+				m.log.Warn("address in use on the LAN: skipped, not handed out", "pool", r.poolID, "link", link.Name, "address", a,
+					"mac", ce.MAC.String(), "seen", ce.Seen, "for", lanSkipFor)
+			}
+			m.probeEvents.AddressInUseOnLAN()
+			if conflicts = append(conflicts, ce); len(conflicts) == maxLANConflicts {
+				return netip.Prefix{}, lanRefusal(rec, link.Name, conflicts, nil)
+			}
+			continue
+		case perr != nil && ctx.Err() != nil:
+			m.inflight.release(r.poolID, a)
+			return netip.Prefix{}, fmt.Errorf("probe address %s of pool %s on %s: %w", a, r.poolID, link.Name, perr)
+		case perr != nil:
+			m.log.Warn("could not probe an address on the LAN; handing it out unprobed", "pool", r.poolID, "link", link.Name, "address", a, "error", perr)
+		}
+		probed := r
+		probed.probed = a
+		var got netip.Prefix
+		err := m.store.Batch(func(tx *store.Tx) (err error) {
+			got, _, err = m.allocate(tx, probed, true)
+			return err
+		})
+		m.inflight.release(r.poolID, a)
+		if errors.Is(err, errRaced) && races < maxRaces {
+			races++
+			continue
+		}
+		if errors.Is(err, errRaced) {
+			return netip.Prefix{}, fmt.Errorf("%w: pool %s: the addresses chosen were taken by other requests while they were probed, %d times: try again", pluginapi.ErrConflict, r.poolID, races+1)
+		}
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		if perr == nil {
+			m.memo.Probed(link.Name, a)
+		}
+		m.log.Debug("address handed out", "pool", r.poolID, "address", got, "name", r.name, "kind", kind, "probed_on", link.Name)
+		return got, nil
+	}
+}
+
+// probeOne probes a on link from mac for budget.
+func (m *IPAM) probeOne(ctx context.Context, link string, mac net.HardwareAddr, a netip.Addr, budget time.Duration) error {
+	if a.Is4() {
+		return m.prober.Probe(ctx, link, mac, a, budget)
+	}
+	return m.prober.ProbeIPv6(ctx, link, mac, a, budget)
+}
+
+// lanRefusal is the answer of a request whose addresses all answered on
+// the LAN (or, with last, whose pool has none left but those).
+func lanRefusal(rec store.IPAMPool, link string, conflicts []*probe.ConflictError, last error) error {
+	var held []string
+	for _, c := range conflicts {
+		held = append(held, fmt.Sprintf("%s by MAC %s", c.Addr, c.MAC))
+	}
+	why := fmt.Sprintf("the %d addresses it probed are", len(conflicts))
+	if last != nil {
+		why = fmt.Sprintf("no free address is left but the %d it probed, which are", len(conflicts))
+	}
+	return fmt.Errorf("%w: pool %s (%s): %s in use on the LAN of %s (answered for: %s); they are not handed out for %s: keep them out of the pool (--aux-address name=ADDRESS, or an --ip-range without them), give the container --ip, or switch the probe off with --ipam-opt address_probe=0",
+		pluginapi.ErrConflict, rec.ID, rec.Prefix, why, link, strings.Join(held, ", "), lanSkipFor)
+}
