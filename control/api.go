@@ -32,6 +32,8 @@ type State struct {
 	Version string `json:"version"`
 	doctor.Inventory
 	Pools []ipam.PoolState `json:"pools"`
+	// Names are the IPAM's sticky addresses by endpoint name.
+	Names []ipam.NameState `json:"names"`
 }
 
 // RepairRequest asks for one repair: one of doctor's actions, its IDs
@@ -127,7 +129,11 @@ func (s *Server) State(ctx context.Context) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	return State{Version: s.Version, Inventory: inv, Pools: pools}, nil
+	names, err := s.IPAM.Names(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	return State{Version: s.Version, Inventory: inv, Pools: pools, Names: names}, nil
 }
 
 // Repair carries out one of doctor's actions; each checks its finding

@@ -23,6 +23,8 @@ type Listing struct {
 	Networks    []NetworkEntry `json:"networks"`
 	ParentLinks []ParentEntry  `json:"parent_links"`
 	Pools       []PoolEntry    `json:"pools"`
+	// Names are the IPAM's sticky addresses by endpoint name.
+	Names []NameEntry `json:"names"`
 }
 
 // DockerStatus says whether Docker answered.
@@ -87,9 +89,26 @@ type PoolEntry struct {
 	Addresses    []string  `json:"addresses"`
 }
 
+// NameEntry is an endpoint name the IPAM remembers an address for.
+type NameEntry struct {
+	Name    string `json:"name"`
+	Space   string `json:"space"`
+	Subnet  string `json:"subnet"`
+	Address string `json:"address"`
+	// Held says the address is allocated now; else it is kept for the
+	// name until KeptUntil.
+	Held      bool      `json:"held"`
+	LastUsed  time.Time `json:"last_used,omitzero"`
+	KeptUntil time.Time `json:"kept_until,omitzero"`
+}
+
 func listing(st State, dk dockerView) Listing {
 	l := Listing{Version: st.Version, Docker: DockerStatus{Reachable: dk.err == "", Error: dk.err},
-		Networks: []NetworkEntry{}, ParentLinks: []ParentEntry{}, Pools: []PoolEntry{}}
+		Networks: []NetworkEntry{}, ParentLinks: []ParentEntry{}, Pools: []PoolEntry{}, Names: []NameEntry{}}
+	for _, n := range st.Names {
+		l.Names = append(l.Names, NameEntry{Name: n.Name, Space: n.Space, Subnet: n.Subnet, Address: n.Address, Held: n.Held,
+			LastUsed: n.LastUsed(), KeptUntil: n.Until})
+	}
 	eps := map[string][]EndpointEntry{}
 	for _, ep := range st.Endpoints {
 		eps[ep.NetworkID] = append(eps[ep.NetworkID], EndpointEntry{ID: ep.ID, Link: ep.Link, MAC: ep.MAC, IPv4: ep.IPv4, IPv6: ep.IPv6,
@@ -171,6 +190,12 @@ func printListing(w io.Writer, l Listing) {
 	fmt.Fprintln(tw, "POOL\tPREFIX\tRANGE\tPARENT\tAUTO\tRESERVED UNTIL\tADDRESSES")
 	for _, p := range l.Pools {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.ID, p.Prefix, dash(p.Range), dash(p.Parent), yesNo(p.Auto), stamp(p.ReservedTill), len(p.Addresses))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "STICKY NAME\tSUBNET\tADDRESS\tHELD\tLAST USED\tKEPT UNTIL")
+	for _, n := range l.Names {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Subnet, n.Address, yesNo(n.Held), stamp(n.LastUsed), stamp(n.KeptUntil))
 	}
 	tw.Flush()
 }

@@ -30,7 +30,9 @@ func TestListing(t *testing.T) {
 		},
 		Owned: []store.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
 		Links: []netlinkutil.Link{{Name: "eth0"}},
-	}, Pools: []ipam.PoolState{{IPAMPool: store.IPAMPool{ID: "p1", Space: "underlay-local", Prefix: "198.18.1.0/24", Auto: true}, Addresses: []string{"198.18.1.1", "198.18.1.10"}}}}
+	}, Pools: []ipam.PoolState{{IPAMPool: store.IPAMPool{ID: "p1", Space: "underlay-local", Prefix: "198.18.1.0/24", Auto: true}, Addresses: []string{"198.18.1.1", "198.18.1.10"}}},
+		Names: []ipam.NameState{{IPAMName: store.IPAMName{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "web-1", Address: "198.18.1.10", Given: now}, Held: true},
+			{IPAMName: store.IPAMName{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "db-1", Address: "198.18.1.11", Given: now.Add(-time.Hour), Released: now}, Until: now.Add(720 * time.Hour)}}}
 	l := listing(st, dockerView{names: map[string]string{"aaaaaaaaaaaa1": "lan"}})
 	if len(l.Networks) != 2 || l.Networks[0].ID != "aaaaaaaaaaaa1" {
 		t.Fatalf("networks %+v, want both sorted by ID", l.Networks)
@@ -51,12 +53,16 @@ func TestListing(t *testing.T) {
 	if len(l.ParentLinks) != 1 || l.ParentLinks[0].Present || strings.Join(l.ParentLinks[0].Networks, ",") != "bbbbbbbbbbbb1" {
 		t.Errorf("parent links %+v: want eth0.10, absent, used by B", l.ParentLinks)
 	}
+	if len(l.Names) != 2 || l.Names[0].Name != "web-1" || !l.Names[0].Held || !l.Names[1].LastUsed.Equal(now) || !l.Names[1].KeptUntil.Equal(now.Add(720*time.Hour)) {
+		t.Errorf("names %+v", l.Names)
+	}
 	if len(l.Pools) != 1 || len(l.Pools[0].Addresses) != 2 || !l.Docker.Reachable {
 		t.Errorf("pools %+v, docker %+v", l.Pools, l.Docker)
 	}
 	var buf bytes.Buffer
 	printListing(&buf, l)
-	for _, want := range []string{"aaaaaaaaaaaa  lan", "macvlan/bridge", "ipvlan/l2/bridge", "auto.10", "198.18.1.10/24", "eth0.10", "p1", "LEASE", "lost"} {
+	for _, want := range []string{"aaaaaaaaaaaa  lan", "macvlan/bridge", "ipvlan/l2/bridge", "auto.10", "198.18.1.10/24", "eth0.10", "p1", "LEASE", "lost",
+		"STICKY NAME", "web-1        198.18.1.0/24  198.18.1.10  yes", "db-1         198.18.1.0/24  198.18.1.11  no    2026-11-30T12:00:00Z  2026-12-30T12:00:00Z"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}

@@ -48,6 +48,7 @@ type Metrics struct {
 	reconcile  *prometheus.CounterVec
 	repair     *prometheus.CounterVec
 	commit     prometheus.Histogram
+	lanInUse   prometheus.Counter
 }
 
 // New returns the metrics in a registry of their own.
@@ -92,13 +93,17 @@ func New(o Options) *Metrics {
 			Help:    "Time of a committed state file write, from the call to the durable commit (a group commit's wait included).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 0.1 ms to 3.3 s
 		}),
+		lanInUse: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "underlay_ipam_probe_conflicts_total",
+			Help: "Addresses the IPAM chose on a LAN pool, probed, and skipped because another host on the LAN answered for them.",
+		}),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "underlay_build_info",
 		Help: "Always 1; its label is the running underlay's version.",
 	}, []string{"version"})
 	build.WithLabelValues(o.Version).Set(1)
-	m.reg.MustRegister(m.requests, m.duration, m.conflicts, m.stale, m.rolledBack, m.reconcile, m.repair, m.commit, build)
+	m.reg.MustRegister(m.requests, m.duration, m.conflicts, m.stale, m.rolledBack, m.reconcile, m.repair, m.commit, m.lanInUse, build)
 	// Both kinds exist from the start, at 0: a rate over them needs no
 	// first event.
 	m.rolledBack.WithLabelValues("network")
@@ -159,3 +164,7 @@ func (m *Metrics) ReconcileAction(op string) { m.reconcile.WithLabelValues(op).I
 
 // RepairAction counts a step of a live-repair pass (driver.Events).
 func (m *Metrics) RepairAction(op string) { m.repair.WithLabelValues(op).Inc() }
+
+// AddressInUseOnLAN counts an address the IPAM skipped because a LAN host
+// answered its probe (ipam.ProbeEvents).
+func (m *Metrics) AddressInUseOnLAN() { m.lanInUse.Inc() }

@@ -43,6 +43,8 @@ func TestEventsAndRequestsAreCounted(t *testing.T) {
 	m.ReconcileAction("recreate")
 	m.RepairAction("shim")
 	m.ObserveCommit(200 * time.Microsecond)
+	m.AddressInUseOnLAN()
+	m.AddressInUseOnLAN()
 
 	want := `
 # HELP underlay_build_info Always 1; its label is the running underlay's version.
@@ -51,6 +53,9 @@ underlay_build_info{version="v1.2.3"} 1
 # HELP underlay_conflicts_refused_total CreateNetwork requests refused because live networks hold the parent in a conflicting way.
 # TYPE underlay_conflicts_refused_total counter
 underlay_conflicts_refused_total 1
+# HELP underlay_ipam_probe_conflicts_total Addresses the IPAM chose on a LAN pool, probed, and skipped because another host on the LAN answered for them.
+# TYPE underlay_ipam_probe_conflicts_total counter
+underlay_ipam_probe_conflicts_total 2
 # HELP underlay_reconcile_actions_total Steps of the start-up reconcile plan carried out, by op.
 # TYPE underlay_reconcile_actions_total counter
 underlay_reconcile_actions_total{op="recreate"} 2
@@ -72,7 +77,7 @@ underlay_reservations_rolled_back_total{kind="network"} 1
 underlay_stale_holders_removed_total 2
 `
 	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want),
-		"underlay_build_info", "underlay_conflicts_refused_total", "underlay_reconcile_actions_total", "underlay_repair_actions_total",
+		"underlay_build_info", "underlay_conflicts_refused_total", "underlay_ipam_probe_conflicts_total", "underlay_reconcile_actions_total", "underlay_repair_actions_total",
 		"underlay_requests_total", "underlay_reservations_rolled_back_total", "underlay_stale_holders_removed_total"); err != nil {
 		t.Fatal(err)
 	}

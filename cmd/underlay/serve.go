@@ -107,9 +107,13 @@ func serve(c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The IPAM probes the addresses it hands out on LAN pools; the memo
+	// spares the driver's CreateEndpoint a second probe of the same one.
+	prober := probe.New()
+	probed := probe.NewMemo(0, nil)
 	d, err := driver.New(driver.Config{
 		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
-		DHCP: leaseClient{c: dhcp.New(dhcp.WithLogger(log))}, Prober: probe.New(),
+		DHCP: leaseClient{c: dhcp.New(dhcp.WithLogger(log))}, Prober: probed.Wrap(prober),
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log), Events: m,
 	})
@@ -139,6 +143,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 		Store: db, Host: kernel, Bases: c.Bases, Reservation: c.Reservation, Logger: log, Events: m,
 		Nameservers: func() []netip.Addr { return ipam.ReadNameservers(c.ResolvConf) },
 		Known:       startDockerSubnets(ctx, docker.Networks, log),
+		Prober:      prober, ProbeMemo: probed,
 	})
 	if err != nil {
 		return err
