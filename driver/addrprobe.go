@@ -139,7 +139,7 @@ func (d *Driver) probeStatic(ctx context.Context, n store.Network, ep store.Endp
 			continue
 		}
 		if err := d.probeAddr(ctx, n, ep, p.Addr(), budget); err != nil {
-			return fmt.Errorf("%w: endpoint %s: %w; or switch the probe off with -o address_probe=0 (docker network create)", ErrConflict, short(ep.ID), err)
+			return fmt.Errorf("%w: endpoint %s: %w: run the container with another --ip, or keep %s out of Docker's addresses with --aux-address or --ip-range (docker network create); or switch the probe off with -o address_probe=0", ErrConflict, short(ep.ID), err, p.Addr())
 		}
 	}
 	return nil

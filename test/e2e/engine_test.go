@@ -138,6 +138,14 @@ func (g engineInfo) ipv4Optional() bool { return g.apiAtLeast(1, 48) }
 // the one of honoursIfname, the newest fact checked.
 func (g engineInfo) asksGwAlloc() bool { return g.apiAtLeast(1, 52) }
 
+// announces: the engine sends gratuitous ARP requests and unsolicited
+// Neighbour Advertisements for every driver's endpoints (advertise_addr_*,
+// engine 28.0, API 1.48, seen on the current engine) and tells the driver
+// so with com.docker.network.enable_ipv4 in CreateNetwork, which underlay
+// takes as the sign to send none itself; 20.10 sends nothing, underlay
+// does.
+func (g engineInfo) announces() bool { return g.apiAtLeast(1, 48) }
+
 // showsPickedGateway: docker network inspect shows the gateway address
 // Docker picked for a --subnet given without --gateway (the current
 // engine); 20.10 shows the IPAM config as the user gave it, without one,

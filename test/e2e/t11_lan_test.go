@@ -1,0 +1,96 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/underlay-net/underlay/internal/itest"
+)
+
+// A good citizen of the LAN (issue 25), seen from the LAN: a captured peer
+// link (vpN-p, the other end of the parent) sees a container's
+// announcements after `docker run` — sent by the engine where it announces
+// (current engines), by underlay where it does not (20.10), three either
+// way — and a static --ip a LAN host answers for is refused with a message
+// naming the address, the host's MAC and the fix.
+//
+// Parents: vp18 (announcements), vp19 (a LAN host holding an address).
+
+// containerMAC reads a container's MAC on a network from docker inspect.
+func (e *env) containerMAC(t *testing.T, name, netName string) net.HardwareAddr {
+	t.Helper()
+	out := e.must(t, "inspect", "-f", "{{json .NetworkSettings.Networks}}", name)
+	var nets map[string]struct{ MacAddress, IPAddress string }
+	if err := json.Unmarshal([]byte(out), &nets); err != nil {
+		t.Fatalf("docker inspect %s: %v: %s", name, err, out)
+	}
+	mac, err := net.ParseMAC(nets[netName].MacAddress)
+	if err != nil {
+		t.Fatalf("docker inspect %s shows MAC %q on %s", name, nets[netName].MacAddress, netName)
+	}
+	return mac
+}
+
+// TestLANAnnouncements: after docker run, the LAN sees exactly three
+// gratuitous ARP requests for the container's address from its MAC,
+// advertise_addr_ms apart.
+func TestLANAnnouncements(t *testing.T) {
+	e := need(t)
+	e.ensurePlugin(t)
+	lan := itest.AttachNetns(t, nsPath)
+	capt := itest.StartCapture(t, lan, "vp18-p")
+	e.network(t, "n11a", "-d", plugin, "--subnet", "198.18.19.0/24", "--gateway", "198.18.19.1", "-o", "parent=vp18",
+		"-o", "com.docker.network.advertise_addr_ms=200")
+	ip := netip.MustParseAddr("198.18.19.10")
+	e.run(t, ctr{name: "c11a", ip: ip.String()}, "n11a")
+	mac := e.containerMAC(t, "c11a", "n11a")
+	sender := "underlay"
+	if engine.announces() {
+		sender = "the engine"
+	}
+	t.Logf("%s: the announcements come from %s", engine, sender)
+	arps := capt.WantMatches(t, "gratuitous ARP requests for "+ip.String()+" from "+mac.String(), 3, 5*time.Second, func(b []byte) bool {
+		a, ok := itest.ReadARP(b)
+		return ok && a.Op == 1 && bytes.Equal(a.EthSrc, mac) && bytes.Equal(a.SHA, mac) && a.SPA == ip && a.TPA == ip
+	})
+	for i := 1; i < len(arps); i++ {
+		if d := arps[i].At.Sub(arps[i-1].At); d < 100*time.Millisecond || d > 600*time.Millisecond {
+			t.Errorf("%s: announcement %d came %s after the one before; want about 200 ms (advertise_addr_ms=200)", engine, i+1, d)
+		}
+	}
+}
+
+// TestLANStaticAddressHeld: a LAN host (the peer end of vp19) holds
+// 198.18.20.50; docker run --ip 198.18.20.50 is refused naming the address,
+// the host's MAC and the fix, and --ip 198.18.20.51 runs.
+func TestLANStaticAddressHeld(t *testing.T) {
+	e := need(t)
+	e.ensurePlugin(t)
+	held := "198.18.20.50"
+	if out, err := exec.Command("ip", "-n", nsName, "addr", "add", held+"/24", "dev", "vp19-p").CombinedOutput(); err != nil {
+		t.Fatalf("put %s on vp19-p: %v: %s", held, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "-n", nsName, "addr", "del", held+"/24", "dev", "vp19-p").Run() })
+	peer := itest.AttachNetns(t, nsPath).MustLink("vp19-p").Attrs().HardwareAddr
+	e.network(t, "n11b", "-d", plugin, "--subnet", "198.18.20.0/24", "--gateway", "198.18.20.1", "-o", "parent=vp19",
+		"-o", "address_probe=300ms")
+	out, err := e.docker("run", "-d", "--stop-timeout", "1", "--name", "c11b", "--network", "n11b", "--ip", held, imageTag, "sleep", "86400")
+	_, _ = e.docker("rm", "-f", "c11b")
+	if err == nil {
+		t.Fatalf("%s: docker run --ip %s started while a LAN host holds it", engine, held)
+	}
+	for _, want := range []string{held, peer.String(), "another --ip", "--aux-address", "address_probe=0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: docker run --ip %s said %q; want it to name %q", engine, held, out, want)
+		}
+	}
+	e.run(t, ctr{name: "c11c", ip: "198.18.20.51"}, "n11b")
+}
