@@ -107,7 +107,7 @@ func listing(st State, dk dockerView) Listing {
 		Networks: []NetworkEntry{}, ParentLinks: []ParentEntry{}, Pools: []PoolEntry{}, Names: []NameEntry{}}
 	for _, n := range st.Names {
 		l.Names = append(l.Names, NameEntry{Name: n.Name, Space: n.Space, Subnet: n.Subnet, Address: n.Address, Held: n.Held,
-			LastUsed: n.LastUsed(), KeptUntil: n.Until})
+			LastUsed: n.LastUsed, KeptUntil: n.Until})
 	}
 	eps := map[string][]EndpointEntry{}
 	for _, ep := range st.Endpoints {

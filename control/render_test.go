@@ -31,8 +31,8 @@ func TestListing(t *testing.T) {
 		Owned: []store.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
 		Links: []netlinkutil.Link{{Name: "eth0"}},
 	}, Pools: []ipam.PoolState{{IPAMPool: store.IPAMPool{ID: "p1", Space: "underlay-local", Prefix: "198.18.1.0/24", Auto: true}, Addresses: []string{"198.18.1.1", "198.18.1.10"}}},
-		Names: []ipam.NameState{{IPAMName: store.IPAMName{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "web-1", Address: "198.18.1.10", Given: now}, Held: true},
-			{IPAMName: store.IPAMName{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "db-1", Address: "198.18.1.11", Given: now.Add(-time.Hour), Released: now}, Until: now.Add(720 * time.Hour)}}}
+		Names: []ipam.NameState{{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "web-1", Address: "198.18.1.10", LastUsed: now, Held: true},
+			{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "db-1", Address: "198.18.1.11", LastUsed: now, Until: now.Add(720 * time.Hour)}}}
 	l := listing(st, dockerView{names: map[string]string{"aaaaaaaaaaaa1": "lan"}})
 	if len(l.Networks) != 2 || l.Networks[0].ID != "aaaaaaaaaaaa1" {
 		t.Fatalf("networks %+v, want both sorted by ID", l.Networks)

@@ -154,9 +154,14 @@ func (m *IPAM) nameReleased(tx *store.Tx, poolID string, a netip.Addr) error {
 	return tx.PutIPAMName(n)
 }
 
-// NameState is a remembered name, for underlay ls.
+// NameState is a remembered name, for underlay ls (the control API's
+// JSON: store.IPAMName keeps its key out of its JSON).
 type NameState struct {
-	store.IPAMName
+	Space    string    `json:"space"`
+	Subnet   string    `json:"subnet"`
+	Name     string    `json:"name"`
+	Address  string    `json:"address"`
+	LastUsed time.Time `json:"last_used"`
 	// Held says the address is allocated now; else it is kept for the
 	// name until Until.
 	Held  bool      `json:"held"`
@@ -185,7 +190,7 @@ func (m *IPAM) Names(context.Context) ([]NameState, error) {
 			if !nameLive(n, held, now, nameTTL) {
 				continue
 			}
-			s := NameState{IPAMName: n, Held: held}
+			s := NameState{Space: n.Space, Subnet: n.Subnet, Name: n.Name, Address: n.Address, LastUsed: n.LastUsed(), Held: held}
 			if !held {
 				s.Until = n.LastUsed().Add(nameTTL)
 			}
