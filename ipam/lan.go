@@ -161,6 +161,19 @@ func (s *lanSkips) skipped(link string, addr netip.Addr, now time.Time) bool {
 	return ok && e.live(now)
 }
 
+// count is how many addresses of pool on link are skipped at now.
+func (s *lanSkips) count(link string, pool netip.Prefix, now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, e := range s.at {
+		if k.link == link && pool.Contains(k.addr) && e.live(now) {
+			n++
+		}
+	}
+	return n
+}
+
 // expire forgets the skips over at now and returns them.
 func (s *lanSkips) expire(now time.Time) map[skipKey]lanSkip {
 	s.mu.Lock()

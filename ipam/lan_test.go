@@ -301,3 +301,29 @@ func TestStickyAddressesByName(t *testing.T) {
 		}
 	}
 }
+
+// A pool whose only free addresses are skipped says so.
+func TestRequestAddressFullButForSkips(t *testing.T) {
+	p := &fakeProber{held: map[netip.Addr]net.HardwareAddr{}}
+	for _, a := range []string{"198.18.9.1", "198.18.9.3"} {
+		p.held[netip.MustParseAddr(a)] = lanMAC
+	}
+	e, _, _ := lanEnv(t, p)
+	pool := e.pool(t, "", "198.18.9.0/29", "", nil, false) // .1-.6; .2 is the host's
+	for _, want := range []string{"198.18.9.4/29", "198.18.9.5/29", "198.18.9.6/29"} {
+		if got := e.address(t, pool.ID, "", nil); got.String() != want {
+			t.Fatalf("got %s, want %s", got, want)
+		}
+	}
+	_, err := e.m.RequestAddress(ctx, pool.ID, "", nil)
+	if !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "2 of its addresses are skipped as in use on the LAN of eth0") {
+		t.Fatalf("full but for skips: %v", err)
+	}
+	// Within one request: the refusal names what it probed.
+	e2, _, _ := lanEnv(t, &fakeProber{held: map[netip.Addr]net.HardwareAddr{netip.MustParseAddr("198.18.9.1"): lanMAC}})
+	small := e2.pool(t, "", "198.18.9.0/30", "", nil, false) // .1 and .2 (the host's)
+	_, err = e2.m.RequestAddress(ctx, small.ID, "", nil)
+	if !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "no free address is left but the 1 it probed") || !strings.Contains(err.Error(), "198.18.9.1 by MAC "+lanMAC.String()) {
+		t.Fatalf("full after a conflict: %v", err)
+	}
+}

@@ -65,7 +65,7 @@ func (m *IPAM) recordName(tx *store.Tx, rec store.IPAMPool, a netip.Addr, name s
 			return err
 		}
 		if nameLive(other, false, now, nameTTL) {
-			m.log.Info("remembered address given to another endpoint: no never-used address was left", "pool", rec.ID, "address", a,
+			m.log.Info("address remembered for an endpoint name given to another endpoint: the name is forgotten", "pool", rec.ID, "address", a,
 				"forgotten_name", other.Name, "to", name)
 		}
 	}

@@ -60,6 +60,9 @@ func (m *IPAM) requestProbed(ctx context.Context, r addrRequest, addrs []netlink
 			if len(conflicts) > 0 && errors.Is(err, pluginapi.ErrConflict) {
 				return netip.Prefix{}, lanRefusal(rec, link.Name, conflicts, err)
 			}
+			if n := m.skips.count(link.Name, pool, now); n > 0 && errors.Is(err, pluginapi.ErrConflict) {
+				return netip.Prefix{}, fmt.Errorf("%w; %d of its addresses are skipped as in use on the LAN of %s (for up to %s after a host answered for them): keep them out of the pool, or switch the probe off with --ipam-opt address_probe=0", err, n, link.Name, lanSkipFor)
+			}
 			return netip.Prefix{}, err
 		}
 		a := pick.Addr()
