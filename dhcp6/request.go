@@ -93,4 +93,6 @@ func (r *Request) source() netip.Addr {
 }
 
 // who names the client in errors and logs.
-func (r *Request) who() string { return fmt.Sprintf("MAC %s (IAID %x, DUID %x)", r.MAC, r.IAID, r.DUID) }
+func (r *Request) who() string {
+	return fmt.Sprintf("MAC %s (IAID %x, DUID %x)", r.MAC, r.IAID, r.DUID)
+}

@@ -32,6 +32,7 @@ type fakeServer struct {
 	declined         []netip.Addr
 	edit             func(in, out *dhcpv6.Message)
 	script           func(in *dhcpv6.Message) []*dhcpv6.Message // nil answers: the normal one
+	misdirected      map[*dhcpv6.Message]bool                   // framed to another MAC
 	releaseStatus    iana.StatusCode
 	renewStatus      *dhcpv6.OptStatusCode // in the IA_NA of Renew/Rebind Replies
 }
@@ -77,13 +78,18 @@ func (s *fakeServer) handle(in *dhcpv6.Message) []*dhcpv6.Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got = append(s.got, in)
-	if sid := in.Options.ServerID(); sid != nil && !sid.Equal(s.duid) {
-		return nil
-	}
 	if s.script != nil {
 		if out := s.script(in); out != nil {
 			return out
 		}
+	}
+	return s.answer(in)
+}
+
+// answer is the normal answer to in, edited; s.mu is held.
+func (s *fakeServer) answer(in *dhcpv6.Message) []*dhcpv6.Message {
+	if sid := in.Options.ServerID(); sid != nil && !sid.Equal(s.duid) {
+		return nil
 	}
 	cid := in.Options.ClientID()
 	ia := in.Options.OneIANA()
@@ -153,4 +159,10 @@ func (s *fakeServer) handle(in *dhcpv6.Message) []*dhcpv6.Message {
 		s.edit(in, out)
 	}
 	return []*dhcpv6.Message{out}
+}
+
+func (s *fakeServer) isMisdirected(m *dhcpv6.Message) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.misdirected[m]
 }

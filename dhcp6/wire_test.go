@@ -82,7 +82,7 @@ type wireEnd struct {
 func (e *wireEnd) ReadFrom(b []byte) (int, net.Addr, error) {
 	select {
 	case f := <-e.in:
-		return copy(b, f), &packet.Addr{HardwareAddr: net.HardwareAddr(f[6:12])}, nil
+		return copy(b, f), &packet.Addr{}, nil
 	case <-e.closed:
 		return 0, nil, net.ErrClosed
 	}
@@ -106,7 +106,11 @@ func (e *wireEnd) WriteTo(b []byte, _ net.Addr) (int, error) {
 	e.w.mu.Unlock()
 	for _, s := range servers {
 		for _, out := range s.handle(m) {
-			f := udpFrame(s.mac, net.HardwareAddr(b[6:12]), s.ll, src, serverPort, clientPort, out.ToBytes())
+			to := net.HardwareAddr(b[6:12])
+			if s.isMisdirected(out) {
+				to = net.HardwareAddr{0x02, 0, 0, 0, 0xdd, 0xdd}
+			}
+			f := udpFrame(s.mac, to, s.ll, src, serverPort, clientPort, out.ToBytes())
 			select {
 			case e.in <- f:
 			default:
