@@ -36,13 +36,13 @@ func TestAnnouncementsThroughTheBinary(t *testing.T) {
 		t.Errorf("Join took %s: announcements must not delay it", took)
 	}
 	arps := capt.wantMatches(t, "gratuitous ARP requests", 3, func(b []byte) bool {
-		a, ok := readARP(b)
-		return ok && bytes.Equal(a.ethSrc, mac) && a.op == 1 && a.spa == v4 && a.tpa == v4 && bytes.Equal(a.sha, mac)
+		a, ok := itest.ReadARP(b)
+		return ok && bytes.Equal(a.EthSrc, mac) && a.Op == 1 && a.SPA == v4 && a.TPA == v4 && bytes.Equal(a.SHA, mac)
 	})
 	wantSpacing(t, "announcement", arps, 125*time.Millisecond, 750*time.Millisecond)
 	capt.wantMatches(t, "unsolicited Neighbour Advertisements", 3, func(b []byte) bool {
-		n, ok := readNDP(b)
-		return ok && n.typ == 136 && n.flags&0x20 != 0 && n.flags&0x40 == 0 && n.target == v6 && bytes.Equal(n.optMAC, mac) && n.hopLimit == 255
+		n, ok := itest.ReadNDP(b)
+		return ok && n.Type == 136 && n.Flags&0x20 != 0 && n.Flags&0x40 == 0 && n.Target == v6 && bytes.Equal(n.OptMAC, mac) && n.HopLimit == 255
 	})
 
 	// The engine announces: underlay sends nothing.
@@ -55,7 +55,7 @@ func TestAnnouncementsThroughTheBinary(t *testing.T) {
 	d.MustCall("Join", network.JoinRequest{NetworkID: netB, EndpointID: epB, SandboxKey: "/var/run/docker/netns/y"}, nil)
 	mac2, _ := net.ParseMAC(ce2.Interface.MacAddress)
 	time.Sleep(1500 * time.Millisecond)
-	if n := len(capt.match(func(b []byte) bool { a, ok := readARP(b); return ok && bytes.Equal(a.ethSrc, mac2) })); n != 0 {
+	if n := len(capt.match(func(b []byte) bool { a, ok := itest.ReadARP(b); return ok && bytes.Equal(a.EthSrc, mac2) })); n != 0 {
 		t.Fatalf("underlay sent %d ARP frames for an endpoint of a network whose engine announces", n)
 	}
 }

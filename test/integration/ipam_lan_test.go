@@ -20,8 +20,8 @@ import (
 // arpProbesFor keeps the ARP probes (sender IP 0.0.0.0) for addr.
 func arpProbesFor(addr netip.Addr) func([]byte) bool {
 	return func(b []byte) bool {
-		a, ok := readARP(b)
-		return ok && a.op == 1 && a.spa.IsUnspecified() && a.tpa == addr
+		a, ok := itest.ReadARP(b)
+		return ok && a.Op == 1 && a.SPA.IsUnspecified() && a.TPA == addr
 	}
 }
 
@@ -43,8 +43,8 @@ func TestIPAMLANProbeSkipsAddressesTheLANHolds(t *testing.T) {
 	// the parent's MAC.
 	probes := capt.wantMatches(t, "ARP probes for the handed out 198.18.7.3", 3, arpProbesFor(free))
 	for _, f := range probes {
-		if a, _ := readARP(f.b); !bytes.Equal(a.sha, parentMAC) {
-			t.Errorf("probe from %s, want the parent's MAC %s", a.sha, parentMAC)
+		if a, _ := itest.ReadARP(f.B); !bytes.Equal(a.SHA, parentMAC) {
+			t.Errorf("probe from %s, want the parent's MAC %s", a.SHA, parentMAC)
 		}
 	}
 	if n := len(capt.match(arpProbesFor(held))); n < 1 || n > 3 {

@@ -38,8 +38,8 @@ func TestStableMACThroughTheBinary(t *testing.T) {
 	capt := l.capture()
 	first := endpoint(netA, epA, "198.18.9.10/24")
 	capt.wantMatches(t, "announcements from the stable MAC", 3, func(b []byte) bool {
-		a, ok := readARP(b)
-		return ok && bytes.Equal(a.ethSrc, first) && bytes.Equal(a.sha, first)
+		a, ok := itest.ReadARP(b)
+		return ok && bytes.Equal(a.EthSrc, first) && bytes.Equal(a.SHA, first)
 	})
 	if other := endpoint(netA, epB, "198.18.9.11/24"); bytes.Equal(other, first) {
 		t.Fatalf("198.18.9.10 and 198.18.9.11 got one MAC %s", first)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mdlayher/packet"
+	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -92,15 +93,15 @@ func TestProbeNoAnswer(t *testing.T) {
 	}
 
 	probes := capt.wantMatches(t, "ARP probes", 3, func(b []byte) bool {
-		a, ok := readARP(b)
-		return ok && bytes.Equal(a.ethSrc, probeMAC)
+		a, ok := itest.ReadARP(b)
+		return ok && bytes.Equal(a.EthSrc, probeMAC)
 	})
 	for i, f := range probes {
-		a, _ := readARP(f.b)
-		if a.op != 1 || !bytes.Equal(a.sha, probeMAC) || !a.spa.IsUnspecified() || a.tpa != addr ||
-			!bytes.Equal(a.ethDst, broadcast) || !bytes.Equal(a.tha, make([]byte, 6)) {
+		a, _ := itest.ReadARP(f.B)
+		if a.Op != 1 || !bytes.Equal(a.SHA, probeMAC) || !a.SPA.IsUnspecified() || a.TPA != addr ||
+			!bytes.Equal(a.EthDst, broadcast) || !bytes.Equal(a.THA, make([]byte, 6)) {
 			t.Errorf("probe %d: op %d from %s %s for %s (%s) to %s, want a request from %s 0.0.0.0 for %s (00:00:00:00:00:00) to broadcast",
-				i+1, a.op, a.sha, a.spa, a.tpa, a.tha, a.ethDst, probeMAC, addr)
+				i+1, a.Op, a.SHA, a.SPA, a.TPA, a.THA, a.EthDst, probeMAC, addr)
 		}
 	}
 	wantSpacing(t, "probe", probes, budget/6, budget/3+500*time.Millisecond)
@@ -170,14 +171,14 @@ func TestAnnounceGratuitousARP(t *testing.T) {
 		t.Errorf("3 announcements %s apart took %s, want about %s", interval, took, 2*interval)
 	}
 	got := capt.wantMatches(t, "announcements", 3, func(b []byte) bool {
-		a, ok := readARP(b)
-		return ok && bytes.Equal(a.ethSrc, probeMAC)
+		a, ok := itest.ReadARP(b)
+		return ok && bytes.Equal(a.EthSrc, probeMAC)
 	})
 	for i, f := range got {
-		a, _ := readARP(f.b)
-		if a.op != 1 || !bytes.Equal(a.sha, probeMAC) || a.spa != addr || a.tpa != addr || !bytes.Equal(a.ethDst, broadcast) {
+		a, _ := itest.ReadARP(f.B)
+		if a.Op != 1 || !bytes.Equal(a.SHA, probeMAC) || a.SPA != addr || a.TPA != addr || !bytes.Equal(a.EthDst, broadcast) {
 			t.Errorf("announcement %d: op %d from %s %s for %s to %s, want a request from %s %s for itself to broadcast",
-				i+1, a.op, a.sha, a.spa, a.tpa, a.ethDst, probeMAC, addr)
+				i+1, a.Op, a.SHA, a.SPA, a.TPA, a.EthDst, probeMAC, addr)
 		}
 	}
 	wantSpacing(t, "announcement", got, interval/2, interval+500*time.Millisecond)

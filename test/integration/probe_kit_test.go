@@ -8,15 +8,12 @@ package integration
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/mdlayher/packet"
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/vishvananda/netlink"
@@ -57,128 +54,31 @@ func newProbeLAN(t *testing.T) *probeLAN {
 		prober: probe.New(probe.WithNetns(host.Handle()))}
 }
 
-// captured is a frame the capture saw and when.
-type captured struct {
-	at time.Time
-	b  []byte
-}
+// capture records lan0's frames (what the LAN sees) until the test ends.
+type capture struct{ *itest.Capture }
 
-// capture records the frames of a link in a namespace.
-type capture struct {
-	conn *packet.Conn
-	done chan struct{}
-
-	mu     sync.Mutex
-	frames []captured
-}
-
-// capture starts recording lan0's frames until the test ends.
-func (l *probeLAN) capture() *capture {
+func (l *probeLAN) capture() capture {
 	l.t.Helper()
-	c := &capture{done: make(chan struct{})}
-	err := l.lan.Do(func() error {
-		ifi, err := net.InterfaceByName(probeLANEnd)
-		if err != nil {
-			return err
-		}
-		c.conn, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, nil)
-		return err
-	})
-	if err != nil {
-		l.t.Fatalf("capture on %s in the LAN's namespace: %v", probeLANEnd, err)
-	}
-	go func() {
-		defer close(c.done)
-		buf := make([]byte, 9216)
-		for {
-			n, _, err := c.conn.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			c.mu.Lock()
-			c.frames = append(c.frames, captured{time.Now(), append([]byte(nil), buf[:n]...)})
-			c.mu.Unlock()
-		}
-	}()
-	l.t.Cleanup(func() { c.conn.Close(); <-c.done })
-	return c
+	return capture{itest.StartCapture(l.t, l.lan, probeLANEnd)}
 }
 
-// match returns the frames seen so far that keep says to keep.
-func (c *capture) match(keep func([]byte) bool) []captured {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []captured
-	for _, f := range c.frames {
-		if keep(f.b) {
-			out = append(out, f)
-		}
-	}
-	return out
-}
+func (c capture) match(keep func([]byte) bool) []itest.Frame { return c.Match(keep) }
 
 // wantMatches waits up to 3 s for n frames keep keeps, then 300 ms more
 // for any extra one, and returns them; it fails unless there are exactly n.
-func (c *capture) wantMatches(t *testing.T, what string, n int, keep func([]byte) bool) []captured {
+func (c capture) wantMatches(t *testing.T, what string, n int, keep func([]byte) bool) []itest.Frame {
 	t.Helper()
-	itest.WaitFor(3*time.Second, func() bool { return len(c.match(keep)) >= n })
-	time.Sleep(300 * time.Millisecond)
-	got := c.match(keep)
-	if len(got) != n {
-		t.Fatalf("the LAN saw %d %s, want %d", len(got), what, n)
-	}
-	return got
+	return c.WantMatches(t, what, n, 3*time.Second, keep)
 }
 
 // wantSpacing fails unless consecutive frames are between lo and hi apart.
-func wantSpacing(t *testing.T, what string, fs []captured, lo, hi time.Duration) {
+func wantSpacing(t *testing.T, what string, fs []itest.Frame, lo, hi time.Duration) {
 	t.Helper()
 	for i := 1; i < len(fs); i++ {
-		if d := fs[i].at.Sub(fs[i-1].at); d < lo || d > hi {
+		if d := fs[i].At.Sub(fs[i-1].At); d < lo || d > hi {
 			t.Errorf("%s %d came %s after the one before, want %s to %s", what, i+1, d, lo, hi)
 		}
 	}
-}
-
-// arpFields are the ARP fields of an Ethernet frame (ok false if not
-// Ethernet/IPv4 ARP), read here independently of package probe.
-type arpFields struct {
-	ethDst, ethSrc, sha, tha net.HardwareAddr
-	op                       uint16
-	spa, tpa                 netip.Addr
-}
-
-func readARP(b []byte) (arpFields, bool) {
-	if len(b) < 42 || binary.BigEndian.Uint16(b[12:14]) != 0x0806 || b[18] != 6 || b[19] != 4 {
-		return arpFields{}, false
-	}
-	return arpFields{ethDst: b[0:6], ethSrc: b[6:12], op: binary.BigEndian.Uint16(b[20:22]),
-		sha: b[22:28], spa: netip.AddrFrom4([4]byte(b[28:32])), tha: b[32:38], tpa: netip.AddrFrom4([4]byte(b[38:42]))}, true
-}
-
-// ndpFields are the fields of an Ethernet/IPv6/ICMPv6 NS or NA with at
-// most one link-layer address option (ok false otherwise).
-type ndpFields struct {
-	ethDst, ethSrc net.HardwareAddr
-	hopLimit       byte
-	src, dst       netip.Addr
-	typ, flags     byte
-	target         netip.Addr
-	optType        byte
-	optMAC         net.HardwareAddr
-}
-
-func readNDP(b []byte) (ndpFields, bool) {
-	if len(b) < 78 || binary.BigEndian.Uint16(b[12:14]) != 0x86dd || b[20] != 58 || (b[54] != 135 && b[54] != 136) {
-		return ndpFields{}, false
-	}
-	f := ndpFields{ethDst: b[0:6], ethSrc: b[6:12], hopLimit: b[21],
-		src: netip.AddrFrom16([16]byte(b[22:38])), dst: netip.AddrFrom16([16]byte(b[38:54])),
-		typ: b[54], flags: b[58], target: netip.AddrFrom16([16]byte(b[62:78]))}
-	if len(b) >= 86 && b[79] == 1 {
-		f.optType, f.optMAC = b[78], b[80:86]
-	}
-	return f, true
 }
 
 // wantConflict fails unless err is a *probe.ConflictError for addr naming mac.

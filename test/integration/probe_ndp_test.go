@@ -43,18 +43,18 @@ func TestAnnounceIPv6UnsolicitedNA(t *testing.T) {
 		t.Fatalf("announce: %v", err)
 	}
 	got := capt.wantMatches(t, "Neighbour Advertisements", 2, func(b []byte) bool {
-		f, ok := readNDP(b)
-		return ok && f.typ == 136 && bytes.Equal(f.ethSrc, probeMAC)
+		f, ok := itest.ReadNDP(b)
+		return ok && f.Type == 136 && bytes.Equal(f.EthSrc, probeMAC)
 	})
 	for i, c := range got {
-		f, _ := readNDP(c.b)
-		if !bytes.Equal(f.ethDst, allNodesMAC) || f.src != addr || f.dst != netip.MustParseAddr("ff02::1") || f.hopLimit != 255 {
+		f, _ := itest.ReadNDP(c.B)
+		if !bytes.Equal(f.EthDst, allNodesMAC) || f.Src != addr || f.Dst != netip.MustParseAddr("ff02::1") || f.HopLimit != 255 {
 			t.Errorf("NA %d: %s -> %s, %s -> %s, hop limit %d; want %s -> %s, %s -> ff02::1, 255",
-				i+1, f.ethSrc, f.ethDst, f.src, f.dst, f.hopLimit, probeMAC, allNodesMAC, addr)
+				i+1, f.EthSrc, f.EthDst, f.Src, f.Dst, f.HopLimit, probeMAC, allNodesMAC, addr)
 		}
-		if f.flags&0xe0 != 0x20 || f.target != addr || f.optType != 2 || !bytes.Equal(f.optMAC, probeMAC) {
+		if f.Flags&0xe0 != 0x20 || f.Target != addr || f.OptType != 2 || !bytes.Equal(f.OptMAC, probeMAC) {
 			t.Errorf("NA %d: flags %#02x target %s option %d %s; want override only (0x20), %s, target link-layer address %s",
-				i+1, f.flags, f.target, f.optType, f.optMAC, addr, probeMAC)
+				i+1, f.Flags, f.Target, f.OptType, f.OptMAC, addr, probeMAC)
 		}
 	}
 	wantSpacing(t, "NA", got, interval/2, interval+500*time.Millisecond)
@@ -101,16 +101,16 @@ func TestProbeIPv6NoAnswer(t *testing.T) {
 		t.Errorf("took %s, want its budget %s (less than 1 s more)", took, budget)
 	}
 	got := capt.wantMatches(t, "duplicate address detection NSs", 3, func(b []byte) bool {
-		f, ok := readNDP(b)
-		return ok && f.typ == 135 && bytes.Equal(f.ethSrc, probeMAC)
+		f, ok := itest.ReadNDP(b)
+		return ok && f.Type == 135 && bytes.Equal(f.EthSrc, probeMAC)
 	})
 	group := netip.MustParseAddr("ff02::1:ff00:5")
 	for i, c := range got {
-		f, _ := readNDP(c.b)
-		if !f.src.IsUnspecified() || f.dst != group || f.target != addr || f.hopLimit != 255 || len(c.b) != 78 ||
-			!bytes.Equal(f.ethDst, net.HardwareAddr{0x33, 0x33, 0xff, 0, 0, 5}) {
+		f, _ := itest.ReadNDP(c.B)
+		if !f.Src.IsUnspecified() || f.Dst != group || f.Target != addr || f.HopLimit != 255 || len(c.B) != 78 ||
+			!bytes.Equal(f.EthDst, net.HardwareAddr{0x33, 0x33, 0xff, 0, 0, 5}) {
 			t.Errorf("NS %d: %s -> %s (%s) target %s hop limit %d, %d bytes; want :: -> %s (33:33:ff:00:00:05) target %s, 255, 78 bytes",
-				i+1, f.src, f.dst, f.ethDst, f.target, f.hopLimit, len(c.b), group, addr)
+				i+1, f.Src, f.Dst, f.EthDst, f.Target, f.HopLimit, len(c.B), group, addr)
 		}
 	}
 	wantSpacing(t, "NS", got, budget/6, budget/3+500*time.Millisecond)
