@@ -26,8 +26,11 @@ import (
 // Parents: vp14 (ifname), vp15 and vp17 (gateway), vp16 (IPv6 only). This
 // host's kernel has neither the ipvlan nor the dummy module: ipvlan l3 and
 // internal networks without a parent (a dummy link of their own) cannot
-// run here; the VM suites run those links, and the driver's own tests its
-// GwAllocCheck answers for them.
+// run here, nor ipvlan IPv6-only networks. The VM's Docker suite runs them
+// through a real engine, 20.10 and the current one alike
+// (test/vmdocker/engines_test.go, TestDockerEngine: `make test-vm-docker`,
+// `make test-vm-docker-current`); the driver's own tests check its
+// GwAllocCheck answers at the protocol level.
 
 // ifnameOpt is the endpoint driver option naming the container's
 // interface.
@@ -116,9 +119,11 @@ func (e *env) gatewayOf(t *testing.T, name string) string {
 // docker network inspect shows no gateway and a container may have the
 // first address; engines that do not ask reserve it there too. Those
 // networks need the kernel's dummy and ipvlan links: on a kernel without
-// them (this CI host has neither) the test says so and the driver's own
-// tests cover the answers at the protocol level (test/integration,
-// engines_test.go).
+// them (this CI host has neither) the test says so and names where they
+// are proven: the VM's Docker suite on both engines
+// (test/vmdocker/engines_test.go, TestDockerEngine/GatewayNotReserved:
+// no parent, ipvlan l3 and l3s), and the driver's own tests at the
+// protocol level (driver/engines_test.go).
 func TestGatewayNotReserved(t *testing.T) {
 	e := need(t)
 	e.ensurePlugin(t)
@@ -180,7 +185,9 @@ func TestGatewayNotReserved(t *testing.T) {
 		{"n10l3", "ipvlan", "198.18.18.0/24", "198.18.18.1", []string{"-o", "parent=vp17", "-o", "ipvlan_mode=l3"}},
 	} {
 		if err := kernelMakes(c.kind); err != nil {
-			t.Logf("not run on this host: %s (%s links: %v); the driver's own tests cover its GwAllocCheck answer", c.name, c.kind, err)
+			t.Logf("not run on this host: %s (%s links: %v); proven through Docker in the VM on both engines "+
+				"(test/vmdocker TestDockerEngine/GatewayNotReserved: make test-vm-docker, make test-vm-docker-current), "+
+				"and at the protocol level by the driver's own tests", c.name, c.kind, err)
 			continue
 		}
 		e.markLog()

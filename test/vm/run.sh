@@ -35,6 +35,13 @@
 #                        links /var/run to /run and exports DOCKER_RAMDISK=1 (the root is the
 #                        initramfs: runc cannot pivot_root out of it). About 200 MB more initramfs:
 #                        give it VM_MEM=2048.
+#      VM_DOCKERD        with VM_DOCKER=1: the dockerd to bundle instead of Debian's (e.g. the current
+#                        engine of `make engine-current`), copied to /bin/dockerd
+#      VM_RUNC           with VM_DOCKER=1: the runc to bundle instead of Debian's (/bin/runc; the
+#                        current engine needs runc >= 1.2). Both may be dynamically linked (runc's
+#                        seccomp: libseccomp): their libraries are bundled as Debian's. Containerd,
+#                        its shim and the docker CLI (20.10: API 1.41, which current engines accept)
+#                        stay Debian's.
 # The first run needs root: it installs qemu-system-x86 and fetches (apt-get download, never
 # installs) the kernel package and busybox-static, unpacked into VM_CACHE.
 set -euo pipefail
@@ -50,6 +57,7 @@ case $ARCH in
          [ "${VM_DOCKER:-0}" != 1 ] || die 2 "VM_DOCKER=1 is amd64 only" ;;
   *) die 2 "VM_ARCH=$ARCH: want amd64 or arm64" ;;
 esac
+[ "${VM_DOCKER:-0}" = 1 ] || [ -z "${VM_DOCKERD:-}${VM_RUNC:-}" ] || die 2 "VM_DOCKERD and VM_RUNC need VM_DOCKER=1"
 for b in "$1" ${UNDERLAY_BIN:+"$UNDERLAY_BIN"}; do
   [ -f "$b" ] || die 2 "$b: no such file"
   ! ldd "$b" >/dev/null 2>&1 || die 2 "$b is dynamically linked; build it with CGO_ENABLED=0"
@@ -112,9 +120,18 @@ SETUP=
 if [ "${VM_DOCKER:-0}" = 1 ]; then
   libs=()
   for n in dockerd containerd containerd-shim-runc-v2 runc docker; do
-    p=$(PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v "$n") || die 2 "VM_DOCKER=1: $n not found (apt-get install docker.io)"
+    p=
+    case $n in
+      dockerd) p=${VM_DOCKERD:-} ;;
+      runc) p=${VM_RUNC:-} ;;
+    esac
+    if [ -n "$p" ]; then
+      [ -f "$p" ] && [ -x "$p" ] || die 2 "VM_DOCKER=1: $p (VM_${n^^}): no such executable"
+    else
+      p=$(PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v "$n") || die 2 "VM_DOCKER=1: $n not found (apt-get install docker.io)"
+    fi
     cp "$p" "$R/bin/$n"
-    mapfile -t -O "${#libs[@]}" libs < <(ldd "$p" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
+    mapfile -t -O "${#libs[@]}" libs < <(ldd "$p" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
   done
   for l in $(printf '%s\n' "${libs[@]}" | sort -u); do
     mkdir -p "$R${l%/*}"; cp -L "$l" "$R$l"
