@@ -146,6 +146,12 @@ func (g engineInfo) asksGwAlloc() bool { return g.apiAtLeast(1, 52) }
 // does.
 func (g engineInfo) announces() bool { return g.apiAtLeast(1, 48) }
 
+// sendsEndpointName: the engine sends the endpoint's name with its
+// IpamDriver.RequestAddress (com.docker.network.endpoint.name), which
+// underlay's IPAM keeps addresses by; seen on the current engine, not
+// sent by 20.10. Same threshold as honoursIfname.
+func (g engineInfo) sendsEndpointName() bool { return g.apiAtLeast(1, 52) }
+
 // showsPickedGateway: docker network inspect shows the gateway address
 // Docker picked for a --subnet given without --gateway (the current
 // engine); 20.10 shows the IPAM config as the user gave it, without one,

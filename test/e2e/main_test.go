@@ -66,7 +66,7 @@ var dataDir = filepath.Join(os.TempDir(), "underlay-e2e")
 
 // parents are the veth parents in the namespace (each with a peer
 // NAME-p); one per test so a failed test cannot block the next.
-var parents = []string{"vp1", "vp2", "vp3", "vp4", "vp5", "vp6", "vp7", "vp8", "vp9", "vp10", "vp11", "vp12", "vp13", "vp14", "vp15", "vp16", "vp17", "vp18", "vp19"}
+var parents = []string{"vp1", "vp2", "vp3", "vp4", "vp5", "vp6", "vp7", "vp8", "vp9", "vp10", "vp11", "vp12", "vp13", "vp14", "vp15", "vp16", "vp17", "vp18", "vp19", "vp20"}
 
 // pluginSettings are the suite's `docker plugin set` values.
 var pluginSettings = []string{"DOCKER_HOST=" + pluginDockerHost, "LOG_LEVEL=" + pluginLogLevel, "SCOPE=local",

@@ -22,10 +22,19 @@ import (
 // way — and a static --ip a LAN host answers for is refused with a message
 // naming the address, the host's MAC and the fix.
 //
-// Parents: vp18 (announcements), vp19 (a LAN host holding an address).
+// Parents: vp18 (announcements), vp19 (a LAN host holding an address),
+// vp20 (containers that come back).
 
 // containerMAC reads a container's MAC on a network from docker inspect.
 func (e *env) containerMAC(t *testing.T, name, netName string) net.HardwareAddr {
+	t.Helper()
+	_, mac := e.containerOn(t, name, netName)
+	return mac
+}
+
+// containerOn reads a container's address and MAC on a network from
+// docker inspect.
+func (e *env) containerOn(t *testing.T, name, netName string) (netip.Addr, net.HardwareAddr) {
 	t.Helper()
 	out := e.must(t, "inspect", "-f", "{{json .NetworkSettings.Networks}}", name)
 	var nets map[string]struct{ MacAddress, IPAddress string }
@@ -36,7 +45,11 @@ func (e *env) containerMAC(t *testing.T, name, netName string) net.HardwareAddr 
 	if err != nil {
 		t.Fatalf("docker inspect %s shows MAC %q on %s", name, nets[netName].MacAddress, netName)
 	}
-	return mac
+	addr, err := netip.ParseAddr(nets[netName].IPAddress)
+	if err != nil {
+		t.Fatalf("docker inspect %s shows address %q on %s", name, nets[netName].IPAddress, netName)
+	}
+	return addr, mac
 }
 
 // TestLANAnnouncements: after docker run, the LAN sees exactly three
@@ -93,4 +106,62 @@ func TestLANStaticAddressHeld(t *testing.T) {
 		}
 	}
 	e.run(t, ctr{name: "c11c", ip: "198.18.20.51"}, "n11b")
+}
+
+// TestLANComesBack: with --ipam-driver underlay and no --ip, a container
+// re-created under its name (docker rm -f c && docker run --name c …) and
+// after its network was re-created gets its address back on engines that
+// send the endpoint's name in RequestAddress (the current one), while
+// other containers get never-used addresses first; the address brings its
+// stable MAC with it on every engine. On 20.10 (no names) addresses are
+// handed out lowest-first: the re-created container gets the lowest free
+// one.
+func TestLANComesBack(t *testing.T) {
+	e := need(t)
+	e.ensurePlugin(t)
+	const netName = "n11c"
+	create := func() {
+		e.network(t, netName, "-d", plugin, "--ipam-driver", plugin, "--subnet", "198.18.21.0/24", "-o", "parent=vp20")
+	}
+	create()
+	e.run(t, ctr{name: "c11d"}, netName)
+	addr, mac := e.containerOn(t, "c11d", netName)
+	e.run(t, ctr{name: "c11e"}, netName)
+	e.must(t, "rm", "-f", "c11d")
+	e.run(t, ctr{name: "c11f"}, netName)
+	other, _ := e.containerOn(t, "c11f", netName)
+	names := engine.sendsEndpointName()
+	t.Logf("%s sends endpoint names: %v; c11d had %s (%s), c11f got %s", engine, names, addr, mac, other)
+	if names && other == addr {
+		t.Errorf("%s: c11f got %s, c11d's address, while never-used ones are left", engine, other)
+	}
+	if !names && other != addr {
+		t.Errorf("%s: c11f got %s; want %s, the lowest free address (no names on this engine)", engine, other, addr)
+	}
+	e.run(t, ctr{name: "c11d"}, netName)
+	again, againMAC := e.containerOn(t, "c11d", netName)
+	if names && (again != addr || !bytes.Equal(againMAC, mac)) {
+		t.Errorf("%s: re-created c11d has %s (%s); want its address and MAC back: %s (%s)", engine, again, againMAC, addr, mac)
+	}
+	if !names && again == addr {
+		t.Errorf("%s: re-created c11d has %s, c11f's address", engine, again)
+	}
+	// The same address means the same MAC, whoever has it.
+	if _, m := e.containerOn(t, "c11f", netName); !names && !bytes.Equal(m, mac) {
+		t.Errorf("%s: c11f has %s with MAC %s; c11d had it with %s (stable MAC)", engine, other, m, mac)
+	}
+	if !names {
+		return
+	}
+	// compose down / up: the network is re-created.
+	for _, c := range []string{"c11d", "c11e", "c11f"} {
+		e.must(t, "rm", "-f", c)
+	}
+	e.must(t, "network", "rm", netName)
+	create()
+	e.run(t, ctr{name: "c11e"}, netName)
+	e.run(t, ctr{name: "c11d"}, netName)
+	if a, m := e.containerOn(t, "c11d", netName); a != addr || !bytes.Equal(m, mac) {
+		t.Errorf("%s: c11d on the re-created network has %s (%s); want %s (%s)", engine, a, m, addr, mac)
+	}
 }
