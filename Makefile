@@ -88,7 +88,7 @@ bin/vm/integration.test: FORCE
 # VM, underlay as its legacy plugin (test/vmdocker): ipvlan DHCP containers,
 # and issue 24's checks on links this host's kernel cannot make (no gateway
 # reserved for parentless and ipvlan l3/l3s networks where the engine asks
-# GwAllocCheck, ipvlan IPv6-only networks). 6-7 minutes under emulation
+# GwAllocCheck, ipvlan IPv6-only networks). 5-8 minutes under emulation
 # on a busy 2-core machine; the timeouts leave room for twice that. Root,
 # or CI, as test-vm.
 test-vm-docker: bin/vm/underlay bin/vm/vmdocker.test
