@@ -178,7 +178,7 @@ func New(c Config) (*IPAM, error) {
 
 type noMemo struct{}
 
-func (noMemo) Probed(string, netip.Addr) {}
+func (noMemo) Probed(string, netip.Addr, time.Duration) {}
 
 type noKnown struct{}
 

@@ -49,7 +49,7 @@ type Prober interface {
 
 // ProbeMemo is told of addresses probed clean (probe.Memo).
 type ProbeMemo interface {
-	Probed(parent string, addr netip.Addr)
+	Probed(parent string, addr netip.Addr, budget time.Duration)
 }
 
 // ProbeEvents, when Config.Events implements it, is told of every address

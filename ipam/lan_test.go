@@ -52,7 +52,7 @@ type memoLog struct {
 	got []string
 }
 
-func (m *memoLog) Probed(link string, a netip.Addr) {
+func (m *memoLog) Probed(link string, a netip.Addr, _ time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.got = append(m.got, link+" "+a.String())

@@ -108,7 +108,7 @@ func (m *IPAM) requestProbed(ctx context.Context, r addrRequest, addrs []netlink
 			return netip.Prefix{}, err
 		}
 		if perr == nil {
-			m.memo.Probed(link.Name, a)
+			m.memo.Probed(link.Name, a, budget)
 		}
 		m.log.Debug("address handed out", "pool", r.poolID, "address", got, "name", r.name, "kind", kind, "probed_on", link.Name)
 		return got, nil

@@ -18,28 +18,31 @@ func TestMemo(t *testing.T) {
 		record bool
 		parent string
 		after  time.Duration
+		budget time.Duration // the one asked; the clean probe's is 300 ms
 		want   bool
 	}{
-		{"never probed", false, "eth0", 0, false},
-		{"just probed", true, "eth0", 0, true},
-		{"within the window", true, "eth0", 1999 * time.Millisecond, true},
-		{"at the window's end", true, "eth0", 2 * time.Second, false},
-		{"another parent", true, "eth1", 0, false},
+		{"never probed", false, "eth0", 0, 300 * time.Millisecond, false},
+		{"just probed", true, "eth0", 0, 300 * time.Millisecond, true},
+		{"a shorter budget asked", true, "eth0", 0, 100 * time.Millisecond, true},
+		{"a longer budget asked", true, "eth0", 0, 2 * time.Second, false},
+		{"within the window", true, "eth0", 1999 * time.Millisecond, 300 * time.Millisecond, true},
+		{"at the window's end", true, "eth0", 2 * time.Second, 300 * time.Millisecond, false},
+		{"another parent", true, "eth1", 0, 300 * time.Millisecond, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := now
 			defer func() { now = start }()
 			if c.record {
-				m.Probed(c.parent, a)
+				m.Probed(c.parent, a, 300*time.Millisecond)
 			}
 			now = now.Add(c.after)
-			if got := m.Take("eth0", a); got != c.want {
+			if got := m.Take("eth0", a, c.budget); got != c.want {
 				t.Errorf("Take: %v, want %v", got, c.want)
 			}
-			if m.Take("eth0", a) {
+			if m.Take("eth0", a, 0) {
 				t.Errorf("a second Take found the entry the first one took")
 			}
-			m.Take("eth1", a)
+			m.Take("eth1", a, 0)
 		})
 	}
 }
@@ -50,8 +53,8 @@ func TestMemoizedProber(t *testing.T) {
 	m := NewMemo(0, nil)
 	p := m.Wrap(New())
 	ctx := context.Background()
-	m.Probed("no-such-link0", testAddr4)
-	m.Probed("no-such-link0", testAddr6)
+	m.Probed("no-such-link0", testAddr4, time.Second)
+	m.Probed("no-such-link0", testAddr6, time.Second)
 	if err := p.Probe(ctx, "no-such-link0", testMAC, testAddr4, time.Second); err != nil {
 		t.Errorf("probe of an address the memo has: %v, want nil without a probe", err)
 	}
