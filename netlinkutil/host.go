@@ -8,41 +8,21 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 // The host's addresses and routes, as the IPAM driver needs them to know
 // which prefixes are in use on this host.
 
-// Addr is an address on a link, with its prefix length.
-type Addr struct {
-	Prefix    netip.Prefix
-	LinkIndex int
-}
+// Addr is an address on a link, with its prefix length (package vocab).
+type Addr = vocab.Addr
 
-// Route is a route of any of the host's routing tables.
-type Route struct {
-	// Dst is the destination; 0.0.0.0/0 or ::/0 for a default route.
-	Dst netip.Prefix
-	// Gateway is the next hop, if the route has one.
-	Gateway   netip.Addr
-	LinkIndex int
-	Table     int
-	// Priority is the route's metric; the lowest wins.
-	Priority int
-}
+// Route is a route of any of the host's routing tables (package vocab).
+type Route = vocab.Route
 
 // MainTable is the routing table ordinary routes live in (RT_TABLE_MAIN).
-const MainTable = unix.RT_TABLE_MAIN
-
-// Default reports whether the route is a default route.
-func (r Route) Default() bool { return r.Dst.Bits() == 0 }
-
-// Connected reports whether the route is a main-table route straight onto
-// its link (no gateway) to a prefix other than the default: the route of
-// a LAN the link is on.
-func (r Route) Connected() bool {
-	return r.Table == MainTable && !r.Gateway.IsValid() && !r.Default() && r.LinkIndex > 0
-}
+const MainTable = vocab.MainTable
 
 // Addrs returns every address of every link, both families.
 func (k *Kernel) Addrs(ctx context.Context) ([]Addr, error) {

@@ -1,67 +1,54 @@
 package netlinkutil
 
-// The kernel vocabulary of underlay, in one place: link kinds as rtnetlink
-// names them, and the mode and flag names of macvlan and ipvlan links (the
-// names Docker's built-in drivers and iproute2 use). The driver validates
-// options against these lists; this package maps them to netlink values.
+import "github.com/underlay-net/underlay/netlinkutil/vocab"
+
+// The kernel vocabulary lives in package vocab (a leaf pure code may
+// import); these are its names as this package has always spelled them.
 
 // Link kinds.
 const (
-	KindMacvlan = "macvlan"
-	KindIpvlan  = "ipvlan"
-	KindVLAN    = "vlan"
-	KindDummy   = "dummy"
-	KindBridge  = "bridge"
+	KindMacvlan = vocab.KindMacvlan
+	KindIpvlan  = vocab.KindIpvlan
+	KindVLAN    = vocab.KindVLAN
+	KindDummy   = vocab.KindDummy
+	KindBridge  = vocab.KindBridge
 )
 
 // Mode and flag names.
 const (
-	MacvlanBridge   = "bridge"
-	MacvlanPrivate  = "private"
-	MacvlanVEPA     = "vepa"
-	MacvlanPassthru = "passthru"
+	MacvlanBridge   = vocab.MacvlanBridge
+	MacvlanPrivate  = vocab.MacvlanPrivate
+	MacvlanVEPA     = vocab.MacvlanVEPA
+	MacvlanPassthru = vocab.MacvlanPassthru
 
-	IpvlanL2  = "l2"
-	IpvlanL3  = "l3"
-	IpvlanL3S = "l3s"
+	IpvlanL2  = vocab.IpvlanL2
+	IpvlanL3  = vocab.IpvlanL3
+	IpvlanL3S = vocab.IpvlanL3S
 
-	IpvlanFlagBridge  = "bridge"
-	IpvlanFlagPrivate = "private"
-	IpvlanFlagVEPA    = "vepa"
+	IpvlanFlagBridge  = vocab.IpvlanFlagBridge
+	IpvlanFlagPrivate = vocab.IpvlanFlagPrivate
+	IpvlanFlagVEPA    = vocab.IpvlanFlagVEPA
 )
 
 // MacvlanModes, IpvlanModes and IpvlanFlags list the valid names, the
 // default first.
 var (
-	MacvlanModes = []string{MacvlanBridge, MacvlanPrivate, MacvlanVEPA, MacvlanPassthru}
-	IpvlanModes  = []string{IpvlanL2, IpvlanL3, IpvlanL3S}
-	IpvlanFlags  = []string{IpvlanFlagBridge, IpvlanFlagPrivate, IpvlanFlagVEPA}
+	MacvlanModes = vocab.MacvlanModes
+	IpvlanModes  = vocab.IpvlanModes
+	IpvlanFlags  = vocab.IpvlanFlags
 )
 
 // IsEndpointKind reports whether a link kind is one underlay gives
 // containers (macvlan or ipvlan).
-func IsEndpointKind(kind string) bool { return kind == KindMacvlan || kind == KindIpvlan }
+func IsEndpointKind(kind string) bool { return vocab.IsEndpointKind(kind) }
 
 // MarkPrefix starts the IFLA_IFALIAS underlay writes on every link it
 // creates: MarkPrefix + the instance ID of the state file that owns it.
-const MarkPrefix = "underlay:"
+const MarkPrefix = vocab.MarkPrefix
 
 // Mark returns the alias that marks a link as owned by the state file with
 // the given instance ID.
-func Mark(instance string) string { return MarkPrefix + instance }
+func Mark(instance string) string { return vocab.Mark(instance) }
 
-// FindLink finds a link of a list by its kernel name, then by an altname
-// (the kernel's own lookup order: a name is never another link's altname).
-func FindLink(links []Link, name string) (Link, bool) {
-	for _, l := range links {
-		if l.Name == name {
-			return l, true
-		}
-	}
-	for _, l := range links {
-		if l.HasName(name) {
-			return l, true
-		}
-	}
-	return Link{}, false
-}
+// FindLink finds a link of a list by its kernel name, then by an altname.
+func FindLink(links []Link, name string) (Link, bool) { return vocab.FindLink(links, name) }

@@ -24,80 +24,21 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 // ErrNotFound is wrapped by Get when no link has the name.
 var ErrNotFound = errors.New("link not found")
 
 // MaxNameLen is the longest interface name the kernel accepts (IFNAMSIZ-1).
-const MaxNameLen = 15
+const MaxNameLen = vocab.MaxNameLen
 
-// Link is what underlay needs to know about a kernel link.
-type Link struct {
-	Name  string
-	Index int
-	// Kind is the rtnetlink kind: "macvlan", "ipvlan", "vlan", "dummy",
-	// "veth", "bridge", "device" (a physical NIC or loopback), ...
-	Kind string
-	// ParentIndex is the index of the lower link (macvlan, ipvlan, vlan).
-	ParentIndex int
-	MTU         int
-	// VLAN is the 802.1Q ID of a vlan link.
-	VLAN int
-	// Mode is the macvlan or ipvlan mode ("bridge", "l2", ...).
-	Mode string
-	// Flag is the ipvlan flag ("bridge", "private", "vepa").
-	Flag string
-	MAC  string
-	// PermMAC is the link's permanent hardware address (IFLA_PERM_ADDRESS),
-	// which the kernel reports for devices that have one (NICs, not veth,
-	// VLAN or macvlan links); empty otherwise.
-	PermMAC string
-	// Alias is the link's IFLA_IFALIAS: underlay's mark on links it made.
-	Alias string
-	// AltNames are the link's alternative names (`ip link property add`).
-	AltNames []string
-	// Encap is the link's hardware type as the kernel names it: "ether"
-	// for Ethernet, "none" (WireGuard, tun), "ppp", "ipip", "loopback"...
-	// Empty when unknown.
-	Encap string
-	// Down is set when the link is administratively down (IFF_UP clear).
-	Down bool
-}
+// Link is what underlay needs to know about a kernel link (package vocab).
+type Link = vocab.Link
 
-// Ethernet reports whether the link carries Ethernet frames, which
-// macvlan and ipvlan links need below them. An unknown type counts.
-func (l Link) Ethernet() bool { return l.Encap == "" || l.Encap == "ether" }
-
-// HasName reports whether name is the link's name or one of its altnames.
-func (l Link) HasName(name string) bool {
-	if l.Name == name {
-		return true
-	}
-	for _, a := range l.AltNames {
-		if a == name {
-			return true
-		}
-	}
-	return false
-}
-
-// Endpoint describes a macvlan or ipvlan link to create.
-type Endpoint struct {
-	Name string
-	// Parent is the name of the lower link.
-	Parent string
-	// Type is "macvlan" or "ipvlan".
-	Type string
-	// Mode is the macvlan mode or the ipvlan mode, Flag the ipvlan flag.
-	Mode, Flag string
-	// MTU is set at creation when non-zero.
-	MTU int
-	// MAC is set at creation when non-empty (macvlan only).
-	MAC string
-	// Mark is written as the link's alias right after creation.
-	Mark string
-}
+// Endpoint describes a macvlan or ipvlan link to create (package vocab).
+type Endpoint = vocab.Endpoint
 
 // Links is the kernel as the driver uses it. Every method acts on the
 // namespace the process runs in.

@@ -3,7 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
-	"time"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Leases to give back: a DHCP lease is written here before the daemon may
@@ -15,18 +15,8 @@ import (
 var bucketReleases = []byte("lease-releases")
 
 // PendingRelease is a lease the daemon must give back unless an
-// endpoint's record holds it.
-type PendingRelease struct {
-	NetworkID  string `json:"network"`
-	EndpointID string `json:"endpoint"`
-	// Parent, MAC and ClientID (hex) are what the RELEASE is sent with.
-	Parent   string `json:"parent"`
-	MAC      string `json:"mac"`
-	ClientID string `json:"client_id,omitempty"`
-	Lease    Lease  `json:"lease"`
-	// Since is when it was written.
-	Since time.Time `json:"since"`
-}
+// endpoint's record holds it (package record).
+type PendingRelease = record.PendingRelease
 
 func releaseKey(networkID, endpointID, addr string) []byte {
 	return []byte(networkID + "/" + endpointID + "/" + addr)

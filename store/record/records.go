@@ -1,0 +1,116 @@
+// Package record holds the plain records of underlay's state file: a
+// network, its pools and reservation, an endpoint, its lease, a parent link
+// underlay created and a lease to give back. They are values with JSON
+// tags and no database: package store keeps them in bbolt and aliases these
+// names, and pure code (driver/internal/rules) decides over them without
+// linking the database.
+package record
+
+import "time"
+
+// Network is the stored form of one network: its effective configuration
+// and, while it is being created, the reservation that claims its parent.
+type Network struct {
+	// ID is Docker's network ID.
+	ID string `json:"id"`
+	// Type is "macvlan" or "ipvlan".
+	Type string `json:"type"`
+	// Parent is the host link the endpoints hang off, by its kernel name:
+	// what the requested parent (Options["parent"], kept as the user gave
+	// it) resolved to on this host, a VLAN sub-interface, or the dummy link
+	// of an internal network. Locks and conflicts go by this name.
+	Parent string `json:"parent"`
+	// Mode is the macvlan mode or the ipvlan mode.
+	Mode string `json:"mode"`
+	// Flag is the ipvlan flag; empty for macvlan.
+	Flag string `json:"flag,omitempty"`
+	// MTU is the endpoint MTU; 0 means the parent's.
+	MTU int `json:"mtu,omitempty"`
+	// Internal networks get no gateway and no default route.
+	Internal bool `json:"internal,omitempty"`
+	// IPv4 and IPv6 are the address pools Docker's IPAM gave the network.
+	IPv4 []Pool `json:"ipv4,omitempty"`
+	IPv6 []Pool `json:"ipv6,omitempty"`
+	// HostAddress is the host's own IPv4 address on the network: underlay
+	// keeps a shim link with it on the parent and a /32 route to every
+	// joined endpoint through it. Empty without host_address.
+	HostAddress string `json:"host_address,omitempty"`
+	// Options are the validated driver options as the user gave them.
+	Options map[string]string `json:"options,omitempty"`
+	// Pending is set from the reservation until the network is complete.
+	Pending *Reservation `json:"pending,omitempty"`
+	// Created is when this record was first written; zero for records of
+	// underlay versions before it was kept (treated as old).
+	Created time.Time `json:"created,omitzero"`
+	// EngineAnnounces is set when the engine that created the network
+	// announces its endpoints' addresses itself (engines 28 and later,
+	// which send com.docker.network.enable_ipv4): underlay then sends no
+	// announcements of its own.
+	EngineAnnounces bool `json:"engine_announces,omitempty"`
+}
+
+// Pool is one IPAM pool of a network.
+type Pool struct {
+	// Subnet in CIDR form.
+	Subnet string `json:"subnet"`
+	// Gateway address without prefix length; empty when the pool has none.
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// Reservation marks a network whose creation has not finished. Whoever
+// finds it after its Deadline, or at start, rolls the network back.
+type Reservation struct {
+	// Token identifies the request that made the reservation.
+	Token string `json:"token"`
+	// Deadline is when the reservation expires.
+	Deadline time.Time `json:"deadline"`
+}
+
+// Endpoint is the stored form of one endpoint.
+type Endpoint struct {
+	NetworkID string `json:"network"`
+	ID        string `json:"id"`
+	// Link is the name of the endpoint's link in the host namespace.
+	Link string `json:"link"`
+	// MAC is the endpoint's MAC address; empty for ipvlan.
+	MAC string `json:"mac,omitempty"`
+	// IPv4 and IPv6 are the endpoint's addresses in CIDR form.
+	IPv4 string `json:"ipv4,omitempty"`
+	IPv6 string `json:"ipv6,omitempty"`
+	// Sandbox is set while the endpoint is joined: the sandbox key of the
+	// Join whose link libnetwork moved into a container, in the host boot
+	// Boot (a reboot ends every sandbox).
+	Sandbox string `json:"sandbox,omitempty"`
+	Boot    string `json:"boot,omitempty"`
+	// Lease is the DHCP lease of an endpoint of a dhcp=true network.
+	Lease *Lease `json:"lease,omitempty"`
+}
+
+// ParentLink is a parent link underlay created (a VLAN sub-interface or an
+// internal network's dummy link) and so owns: it is deleted with the last
+// network on it and re-created at start if it vanished.
+type ParentLink struct {
+	Name string `json:"name"`
+	// Kind is "vlan" or "dummy".
+	Kind string `json:"kind"`
+	// Base is the VLAN's underlying link.
+	Base string `json:"base,omitempty"`
+	// VLAN is the 802.1Q VLAN ID.
+	VLAN int `json:"vlan,omitempty"`
+	// MTU is set on creation when non-zero.
+	MTU int `json:"mtu,omitempty"`
+}
+
+// PendingRelease is a lease the daemon must give back unless an
+// endpoint's record holds it.
+type PendingRelease struct {
+	NetworkID  string `json:"network"`
+	EndpointID string `json:"endpoint"`
+	// Parent, MAC and ClientID (hex) are what the RELEASE is sent with.
+	Parent   string `json:"parent"`
+	MAC      string `json:"mac"`
+	ClientID string `json:"client_id,omitempty"`
+	Lease    Lease  `json:"lease"`
+	// Since is when it was written.
+	Since time.Time `json:"since"`
+}
