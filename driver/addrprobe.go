@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store"
 )
@@ -21,20 +22,6 @@ import (
 // is declined (DHCPDECLINE) and another one asked for; a static address is
 // refused naming the MAC that answered.
 
-// OptAddressProbe is how long the probe of an endpoint's addresses may
-// take ("0" switches it off).
-const OptAddressProbe = "address_probe"
-
-const (
-	// defaultProbe is the probe's budget where it is on by default:
-	// three probes within it, well under RFC 5227's 3 to 5 s (PROBE_WAIT
-	// and 1-2 s between probes), which a container's start cannot wait.
-	defaultProbe = 300 * time.Millisecond
-	maxProbe     = 5 * time.Second
-	// maxDeclines bounds the offers a CreateEndpoint declines.
-	maxDeclines = 3
-)
-
 // AddrProber probes addresses on a parent link (probe.Prober). A conflict
 // is an error wrapping probe.ErrConflict.
 type AddrProber interface {
@@ -42,33 +29,16 @@ type AddrProber interface {
 	ProbeIPv6(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, budget time.Duration) error
 }
 
-// parseAddressProbe validates address_probe: a duration from 0 to 5 s;
-// given reports whether it was.
-func parseAddressProbe(opts map[string]string) (budget time.Duration, given bool, err error) {
-	v, ok := opts[OptAddressProbe]
-	if !ok {
-		return 0, false, nil
-	}
-	d, err := time.ParseDuration(v)
-	if v == "0" {
-		d, err = 0, nil
-	}
-	if err != nil || d < 0 || d > maxProbe {
-		return 0, true, invalidf("address_probe %q is not a duration from 0 (off) to %s: use for example -o address_probe=300ms", v, maxProbe)
-	}
-	return d, true, nil
-}
-
 // probeBudget is a network's probe budget: address_probe when given; else
 // on (defaultProbe) for DHCP networks and for networks whose subnet is the
 // LAN the host itself is on (a connected route of the parent holds it),
 // where a host that is not Docker's may hold an address; off otherwise.
 func (d *Driver) probeBudget(ctx context.Context, n store.Network) time.Duration {
-	if b, given, err := parseAddressProbe(n.Options); given && err == nil {
+	if b, given, err := rules.ParseAddressProbe(n.Options); given && err == nil {
 		return b
 	}
-	if dhcpOf(n).On {
-		return defaultProbe
+	if rules.DHCPOf(n).On {
+		return rules.DefaultProbe
 	}
 	if d.routes == nil || len(n.IPv4)+len(n.IPv6) == 0 || n.Internal {
 		return 0
@@ -87,7 +57,7 @@ func (d *Driver) probeBudget(ctx context.Context, n store.Network) time.Duration
 		}
 		for _, pool := range append(append([]store.Pool{}, n.IPv4...), n.IPv6...) {
 			if sub, err := netip.ParsePrefix(pool.Subnet); err == nil && sub.Overlaps(r.Dst) {
-				return defaultProbe
+				return rules.DefaultProbe
 			}
 		}
 	}
@@ -98,7 +68,7 @@ func (d *Driver) probeBudget(ctx context.Context, n store.Network) time.Duration
 // (macvlan), the parent's (ipvlan endpoints share it).
 func (d *Driver) probeMAC(ctx context.Context, n store.Network, ep store.Endpoint) (net.HardwareAddr, error) {
 	mac := ep.MAC
-	if n.Type == typeIpvlan {
+	if n.Type == rules.TypeIpvlan {
 		p, err := d.links.Get(ctx, n.Parent)
 		if err != nil {
 			return nil, err
@@ -139,7 +109,7 @@ func (d *Driver) probeStatic(ctx context.Context, n store.Network, ep store.Endp
 			continue
 		}
 		if err := d.probeAddr(ctx, n, ep, p.Addr(), budget); err != nil {
-			return fmt.Errorf("%w: endpoint %s: %w: run the container with another --ip, or keep %s out of Docker's addresses with --aux-address or --ip-range (docker network create); or switch the probe off with -o address_probe=0", ErrConflict, short(ep.ID), err, p.Addr())
+			return fmt.Errorf("%w: endpoint %s: %w: run the container with another --ip, or keep %s out of Docker's addresses with --aux-address or --ip-range (docker network create); or switch the probe off with -o address_probe=0", ErrConflict, rules.Short(ep.ID), err, p.Addr())
 		}
 	}
 	return nil
@@ -197,8 +167,8 @@ func (d *Driver) heldElsewhere(n store.Network, ep store.Endpoint, addr netip.Ad
 				return err
 			}
 			for _, e := range eps {
-				if a, ok := endpointV4(e); ok && a == addr && e.ID != ep.ID {
-					other = fmt.Sprintf("endpoint %s of network %s holds it", short(e.ID), short(on.ID))
+				if a, ok := rules.EndpointV4(e); ok && a == addr && e.ID != ep.ID {
+					other = fmt.Sprintf("endpoint %s of network %s holds it", rules.Short(e.ID), rules.Short(on.ID))
 					return nil
 				}
 			}

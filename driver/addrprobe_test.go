@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/probe"
 )
 
@@ -75,9 +76,9 @@ func TestDHCPDeclinesOffersThatAreNotFree(t *testing.T) {
 	fl.same, fl.declined = "198.18.180.100/24", nil
 	fl.mu.Unlock()
 	_, err = f.endpoint(netA, epC, "", "")
-	wantErr(t, err, ErrConflict, "198.18.180.100", "endpoint "+short(epA), "declined")
-	if len(fl.declined) != maxDeclines {
-		t.Fatalf("declined %v, want %d DECLINEs", fl.declined, maxDeclines)
+	wantErr(t, err, ErrConflict, "198.18.180.100", "endpoint "+rules.Short(epA), "declined")
+	if len(fl.declined) != rules.MaxDeclines {
+		t.Fatalf("declined %v, want %d DECLINEs", fl.declined, rules.MaxDeclines)
 	}
 	// Concurrent creates offered one address: exactly one takes it.
 	fl.mu.Lock()
@@ -104,7 +105,7 @@ func TestStaticAddressProbe(t *testing.T) {
 	f := newFixture(t)
 	pr := &fakeProber{holders: map[netip.Addr]string{netip.MustParseAddr("198.18.1.10"): "02:99:00:00:00:01"}}
 	f.d.prober = pr
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", OptAddressProbe: "200ms"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", rules.OptAddressProbe: "200ms"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	_, err := f.endpoint(netA, epA, "198.18.1.10/24", "")
 	wantErr(t, err, ErrConflict, "198.18.1.10", "02:99:00:00:00:01", "another address", "another --ip", "--aux-address", "--ip-range", "address_probe=0")
 	if _, err := f.endpoint(netA, epB, "198.18.1.11/24", ""); err != nil {
@@ -113,14 +114,14 @@ func TestStaticAddressProbe(t *testing.T) {
 	if !strings.HasSuffix(pr.probed[len(pr.probed)-1], " 200ms") {
 		t.Fatalf("probes %q: want the network's 200ms", pr.probed)
 	}
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth1", OptAddressProbe: "0"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1", rules.OptAddressProbe: "0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	n := len(pr.probed)
 	if _, err := f.endpoint(netB, epC, "198.18.1.10/24", ""); err != nil || len(pr.probed) != n {
 		t.Fatalf("address_probe=0: %v, probes %q", err, pr.probed[n:])
 	}
 	// Without the option, a subnet that is no LAN of the host's is not
 	// probed (no connected route: the fixture has no route lister).
-	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.3.0/24,198.18.3.1/24"}})
+	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
 	if _, err := f.endpoint(netC, epD, "198.18.3.10/24", ""); err != nil || len(pr.probed) != n {
 		t.Fatalf("default off: %v, probes %q", err, pr.probed[n:])
 	}
@@ -134,9 +135,9 @@ func TestAddressProbeOption(t *testing.T) {
 		{"-1s", "", `address_probe "-1s"`},
 		{"3s", "2s", "does not fit in dhcp_timeout 2s"},
 	} {
-		o := []string{OptAddressProbe, tc.v}
+		o := []string{rules.OptAddressProbe, tc.v}
 		if tc.timeout != "" {
-			o = append(o, OptDHCPTimeout, tc.timeout)
+			o = append(o, rules.OptDHCPTimeout, tc.timeout)
 		}
 		err := f.d.CreateNetwork(context.Background(), dhcpNet(netA, o...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -177,7 +178,7 @@ func TestAnnouncementsAfterJoin(t *testing.T) {
 	f := newFixture(t)
 	an := &fakeAnnouncer{}
 	f.d.announcer = an
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", OptAdvertiseMs: "200"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, v6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", rules.OptAdvertiseMs: "200"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
 	ctx := context.Background()
 	r, err := f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA,
 		Interface: &network.EndpointInterface{Address: "198.18.1.10/24", AddressIPv6: "2001:db8:1::10/64"}})
@@ -192,23 +193,23 @@ func TestAnnouncementsAfterJoin(t *testing.T) {
 	waitFor(t, "the announcements", func() bool { return fmt.Sprint(an.got()) == fmt.Sprint(want) })
 
 	// The engine announces: nothing more from underlay.
-	req := createReq(netReq{id: netB, opts: map[string]string{"parent": "eth1"}, v4: []string{"198.18.2.0/24,198.18.2.1/24"}})
-	req.Options[labelEnableIPv4] = true
+	req := createReq(netReq{ID: netB, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	req.Options[rules.LabelEnableIPv4] = true
 	if err := f.d.CreateNetwork(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	f.mustEndpoint(netB, epB, "198.18.2.10/24")
-	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth1", "type": "ipvlan", "ipvlan_mode": "l3"}, v4: []string{"198.18.3.0/24"}})
+	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth1", "type": "ipvlan", "ipvlan_mode": "l3"}, V4: []string{"198.18.3.0/24"}})
 	f.mustEndpoint(netC, epC, "198.18.3.10/24")
 	time.Sleep(2 * announceDelay)
 	if got := an.got(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("announcements %v: want none for the engine's or ipvlan l3 networks", got)
 	}
 	for _, tc := range []struct{ k, v, want string }{
-		{OptAdvertiseNMsgs, "4", "from 0 (no announcements) to 3"}, {OptAdvertiseNMsgs, "x", OptAdvertiseNMsgs},
-		{OptAdvertiseMs, "99", "from 100 to 2000"}, {OptAdvertiseMs, "2001", OptAdvertiseMs},
+		{rules.OptAdvertiseNMsgs, "4", "from 0 (no announcements) to 3"}, {rules.OptAdvertiseNMsgs, "x", rules.OptAdvertiseNMsgs},
+		{rules.OptAdvertiseMs, "99", "from 100 to 2000"}, {rules.OptAdvertiseMs, "2001", rules.OptAdvertiseMs},
 	} {
-		err := f.create(netReq{id: "dddddddddddd0000000000000000000000000000000000000000000000000009", opts: map[string]string{"parent": "eth0", tc.k: tc.v}, v4: []string{"198.18.9.0/24"}})
-		wantErr(t, err, ErrInvalid, tc.want)
+		err := f.create(netReq{ID: "dddddddddddd0000000000000000000000000000000000000000000000000009", Opts: map[string]string{"parent": "eth0", tc.k: tc.v}, V4: []string{"198.18.9.0/24"}})
+		wantErr(t, err, rules.ErrInvalid, tc.want)
 	}
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -23,13 +22,6 @@ import (
 // on their networks underlay adds nothing. ipvlan l3/l3s endpoints are
 // routed by the host: no L2 neighbour on the LAN to tell.
 
-// Docker's own option names and ranges for announcements.
-const (
-	OptAdvertiseNMsgs = "com.docker.network.advertise_addr_nmsgs"
-	OptAdvertiseMs    = "com.docker.network.advertise_addr_ms"
-	labelEnableIPv4   = "com.docker.network.enable_ipv4"
-)
-
 // announceDelay is how long after Join the first announcement goes: the
 // engine moves the link into the container and sets its address within
 // that (about 200 ms on engine 20.10).
@@ -39,33 +31,6 @@ const announceDelay = 300 * time.Millisecond
 type AddrAnnouncer interface {
 	Announce(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error
 	AnnounceIPv6(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error
-}
-
-// announceConfig is how many announcements, how far apart.
-type announceConfig struct {
-	Count    int
-	Interval time.Duration
-}
-
-// parseAnnounce validates Docker's announcement options: 0 to 3 messages
-// (0: none; default 3), 100 to 2000 ms apart (default 1000).
-func parseAnnounce(opts map[string]string) (announceConfig, error) {
-	c := announceConfig{Count: 3, Interval: time.Second}
-	if v, ok := opts[OptAdvertiseNMsgs]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 3 {
-			return c, invalidf("%s %q is not a number from 0 (no announcements) to 3: use for example -o %s=3", OptAdvertiseNMsgs, v, OptAdvertiseNMsgs)
-		}
-		c.Count = n
-	}
-	if v, ok := opts[OptAdvertiseMs]; ok {
-		ms, err := strconv.Atoi(v)
-		if err != nil || ms < 100 || ms > 2000 {
-			return c, invalidf("%s %q is not a number of milliseconds from 100 to 2000: use for example -o %s=1000", OptAdvertiseMs, v, OptAdvertiseMs)
-		}
-		c.Interval = time.Duration(ms) * time.Millisecond
-	}
-	return c, nil
 }
 
 // announcements are the announcement runs under way, by endpoint, so
@@ -120,20 +85,9 @@ func (a *announcements) stopAll() {
 	a.running.Wait()
 }
 
-// announceOf says whether and how a joined endpoint is announced by
-// underlay: not where the engine does, not on internal networks nor
-// ipvlan l3/l3s, not when the network asks for none.
-func announceOf(n store.Network) (announceConfig, bool) {
-	c, _ := parseAnnounce(n.Options) // validated at CreateNetwork
-	if n.EngineAnnounces || n.Internal || c.Count == 0 || (n.Type == typeIpvlan && n.Mode != netlinkutil.IpvlanL2) {
-		return c, false
-	}
-	return c, true
-}
-
 // announce starts the background announcements of a joined endpoint.
 func (d *Driver) announce(ctx context.Context, n store.Network, ep store.Endpoint) {
-	c, on := announceOf(n)
+	c, on := rules.AnnounceOf(n)
 	if !on || d.announcer == nil {
 		return
 	}

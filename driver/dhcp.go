@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
-	"time"
 
-	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -20,21 +18,6 @@ import (
 // releases it, and leases.go renews it for as long as the endpoint exists.
 // The lease client (LeaseClient) works from the host namespace on the
 // parent link; the lease is part of the endpoint's record.
-
-// Driver options of DHCP networks.
-const (
-	OptDHCP        = "dhcp"
-	OptDHCPTimeout = "dhcp_timeout"
-)
-
-// defaultDHCPTimeout is how long CreateEndpoint waits for a lease;
-// maxDHCPTimeout stays under the 30 s dockerd waits for a plugin's answer
-// (the managed plugin's default `docker plugin enable --timeout`).
-const (
-	defaultDHCPTimeout = 10 * time.Second
-	minDHCPTimeout     = time.Second
-	maxDHCPTimeout     = 25 * time.Second
-)
 
 // LeaseRequest says for whom a lease is.
 type LeaseRequest struct {
@@ -70,77 +53,13 @@ type LeaseClient interface {
 // ErrLeaseNAK is wrapped by LeaseClient errors for a server's DHCPNAK.
 var ErrLeaseNAK = errors.New("the DHCP server refused the lease (DHCPNAK)")
 
-// dhcpConfig is a network's DHCP configuration.
-type dhcpConfig struct {
-	On      bool
-	Timeout time.Duration
-}
-
-// parseDHCP validates the DHCP options (syntax only).
-func parseDHCP(opts map[string]string) (dhcpConfig, error) {
-	c := dhcpConfig{Timeout: defaultDHCPTimeout}
-	if v, ok := opts[OptDHCP]; ok {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return c, invalidf("dhcp %q is not a boolean: use -o dhcp=true", v)
-		}
-		c.On = on
-	}
-	if v, ok := opts[OptDHCPTimeout]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minDHCPTimeout || d > maxDHCPTimeout {
-			return c, invalidf("dhcp_timeout %q is not a duration from %s to %s (a DHCP exchange takes a round trip or more; Docker gives up on a plugin's answer after 30 s by default: docker plugin enable --timeout): use for example -o dhcp_timeout=10s", v, minDHCPTimeout, maxDHCPTimeout)
-		}
-		if !c.On {
-			return c, invalidf("dhcp_timeout=%s applies only with -o dhcp=true: drop it, or add dhcp=true", v)
-		}
-		c.Timeout = d
-	}
-	return c, nil
-}
-
-// dhcpOf is a stored network's DHCP configuration.
-func dhcpOf(n store.Network) dhcpConfig {
-	c, _ := parseDHCP(n.Options) // validated at CreateNetwork
-	return c
-}
-
-// nullPool reports whether IPv4 data is Docker's null IPAM's: one pool
-// 0.0.0.0/0 in the address space "null".
-func nullPool(data []*network.IPAMData) bool {
-	return len(data) == 1 && data[0] != nil && data[0].AddressSpace == "null" && data[0].Pool == "0.0.0.0/0"
-}
-
-// checkDHCPNetwork refuses what a DHCP network cannot be.
-func checkDHCPNetwork(c dhcpConfig, req *network.CreateNetworkRequest, o netOptions, internal bool) error {
-	switch {
-	case !c.On:
-		return nil
-	case !nullPool(req.IPv4Data):
-		pool := "none"
-		if len(req.IPv4Data) > 0 && req.IPv4Data[0] != nil {
-			pool = req.IPv4Data[0].Pool
-		}
-		return invalidf("dhcp=true takes the addresses from the LAN's DHCP server, but Docker's IPAM gave the network pool %s: create it with --ipam-driver null (and no --subnet)", pool)
-	case len(req.IPv6Data) > 0:
-		return invalidf("dhcp=true leases IPv4 addresses only: drop --ipv6")
-	case o.Type == typeIpvlan && o.Mode != "l2":
-		return invalidf("dhcp=true needs ipvlan_mode=l2: in %s mode the host routes for the containers, and the LAN's DHCP server and router do not see them", o.Mode)
-	case internal || o.Parent == "":
-		return invalidf("dhcp=true needs a parent on the LAN with the DHCP server: give -o parent=IFACE, and do not make the network --internal")
-	case o.Given[OptHostAddress] != "":
-		return invalidf("host_address needs the network's subnet, which a dhcp=true network learns only per lease: drop host_address")
-	}
-	return nil
-}
-
 // leaseRequest is the request for an endpoint's lease.
 func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.Endpoint) (LeaseRequest, error) {
 	r := LeaseRequest{Parent: n.Parent}
-	if n.Type == typeIpvlan {
+	if n.Type == rules.TypeIpvlan {
 		l, err := d.links.Get(ctx, n.Parent)
 		if err != nil {
-			return r, fmt.Errorf("parent %s of DHCP network %s: %w", n.Parent, short(n.ID), err)
+			return r, fmt.Errorf("parent %s of DHCP network %s: %w", n.Parent, rules.Short(n.ID), err)
 		}
 		if r.MAC, err = net.ParseMAC(l.MAC); err != nil {
 			return r, fmt.Errorf("parent %s has no usable MAC %q for DHCP: %w", n.Parent, l.MAC, err)
@@ -151,7 +70,7 @@ func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.End
 	} else {
 		var err error
 		if r.MAC, err = net.ParseMAC(ep.MAC); err != nil {
-			return r, fmt.Errorf("endpoint %s has no usable MAC %q for DHCP: %w", short(ep.ID), ep.MAC, err)
+			return r, fmt.Errorf("endpoint %s has no usable MAC %q for DHCP: %w", rules.Short(ep.ID), ep.MAC, err)
 		}
 	}
 	if ep.Lease != nil {
@@ -172,13 +91,13 @@ func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.End
 func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.Endpoint) (l store.Lease, unclaim func(), err error) {
 	unclaim = func() {}
 	if d.dhcp == nil {
-		return store.Lease{}, unclaim, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", short(n.ID))
+		return store.Lease{}, unclaim, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", rules.Short(n.ID))
 	}
 	r, err := d.leaseRequest(ctx, n, ep)
 	if err != nil {
 		return store.Lease{}, unclaim, err
 	}
-	c := dhcpOf(n)
+	c := rules.DHCPOf(n)
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	budget := d.probeBudget(ctx, n)
@@ -189,7 +108,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 			if len(declined) > 0 {
 				err = fmt.Errorf("%w (after declining %s)", err, strings.Join(declined, "; "))
 			}
-			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", short(ep.ID), short(n.ID), n.Parent, c.Timeout, err)
+			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", rules.Short(ep.ID), rules.Short(n.ID), n.Parent, c.Timeout, err)
 		}
 		addr := leaseAddr(l)
 		why := ""
@@ -216,9 +135,9 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 		if derr := d.dhcp.Decline(context.WithoutCancel(ctx), r, l); derr != nil {
 			d.log.Warn("could not send DHCPDECLINE", "address", addr, "error", derr)
 		}
-		if len(declined) >= maxDeclines {
+		if len(declined) >= rules.MaxDeclines {
 			return store.Lease{}, unclaim, fmt.Errorf("%w: endpoint %s of network %s: the DHCP server on %s offered only addresses that are not free, each declined: %s; free them on the LAN or on the server (its lease table), or widen its pool",
-				ErrConflict, short(ep.ID), short(n.ID), n.Parent, strings.Join(declined, "; "))
+				ErrConflict, rules.Short(ep.ID), rules.Short(n.ID), n.Parent, strings.Join(declined, "; "))
 		}
 	}
 }
@@ -231,7 +150,7 @@ func (d *Driver) releaseLease(ctx context.Context, n store.Network, ep store.End
 	}
 	r, err := d.leaseRequest(ctx, n, ep)
 	if err == nil {
-		ctx, cancel := context.WithTimeout(ctx, dhcpOf(n).Timeout)
+		ctx, cancel := context.WithTimeout(ctx, rules.DHCPOf(n).Timeout)
 		err = d.dhcp.Release(ctx, r, *ep.Lease)
 		cancel()
 	}
@@ -241,48 +160,4 @@ func (d *Driver) releaseLease(ctx context.Context, n store.Network, ep store.End
 	}
 	d.log.Info("released DHCP lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr)
 	return true
-}
-
-// leaseJoin fills a Join answer from the lease: the router as gateway
-// (only inside the leased subnet: a gateway the container cannot reach
-// fails its start) and the classless static routes.
-func leaseJoin(resp *JoinResponse, l *store.Lease) {
-	if l == nil {
-		return
-	}
-	p, err := netip.ParsePrefix(l.Addr)
-	if err != nil {
-		return
-	}
-	router := l.Router
-	for _, r := range l.Routes {
-		// RFC 3442: with classless routes, the router option is ignored;
-		// their default route, if any, is the gateway.
-		router = ""
-		if r.Dst == "0.0.0.0/0" {
-			router = r.Gateway
-			break
-		}
-	}
-	if gw, err := netip.ParseAddr(router); err == nil && p.Masked().Contains(gw) {
-		resp.Gateway = gw.String()
-	}
-	for _, r := range l.Routes {
-		onLink := r.Gateway == "" || r.Gateway == "0.0.0.0"
-		gw, gerr := netip.ParseAddr(r.Gateway)
-		switch {
-		case r.Dst == "0.0.0.0/0" && onLink && resp.Gateway == "":
-			// An on-link default route: the container's default route is
-			// its link.
-			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 1})
-		case r.Dst == "0.0.0.0/0":
-			continue // the gateway above
-		case onLink:
-			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 1})
-		case gerr != nil || !p.Masked().Contains(gw):
-			continue // a next hop off the leased subnet: the container could not start with it
-		default:
-			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 0, NextHop: r.Gateway})
-		}
-	}
 }

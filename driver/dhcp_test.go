@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -158,7 +159,7 @@ func dhcpNet(id string, opts ...string) *network.CreateNetworkRequest {
 	for i := 0; i+1 < len(opts); i += 2 {
 		generic[opts[i]] = opts[i+1]
 	}
-	return &network.CreateNetworkRequest{NetworkID: id, Options: map[string]any{labelGeneric: generic},
+	return &network.CreateNetworkRequest{NetworkID: id, Options: map[string]any{rules.LabelGeneric: generic},
 		IPv4Data: []*network.IPAMData{{AddressSpace: "null", Pool: "0.0.0.0/0"}}}
 }
 
@@ -191,7 +192,7 @@ func TestDHCPNetworkOptions(t *testing.T) {
 		{"host address", dhcpNet(netA, "host_address", "198.18.180.5"), "drop host_address"},
 	} {
 		err := f.d.CreateNetwork(ctx, tc.req)
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a refusal saying %q", tc.name, err, tc.want)
 		}
 	}
@@ -319,26 +320,6 @@ func TestDHCPExpiredLeaseAndNetworkDelete(t *testing.T) {
 	f.d.leases.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d leases still scheduled after the network went", n)
-	}
-}
-
-func TestLeaseJoinAnswer(t *testing.T) {
-	l := &store.Lease{Addr: "198.18.180.100/24", Router: "198.18.180.1",
-		Routes: []store.LeaseRoute{{Dst: "198.18.190.0/24", Gateway: "198.18.180.254"}, {Dst: "0.0.0.0/0", Gateway: "198.18.180.2"}, {Dst: "198.18.181.0/24", Gateway: "0.0.0.0"}}}
-	resp := &JoinResponse{}
-	leaseJoin(resp, l)
-	if resp.Gateway != "198.18.180.2" || len(resp.StaticRoutes) != 2 || resp.StaticRoutes[0].NextHop != "198.18.180.254" || resp.StaticRoutes[1].RouteType != 1 {
-		t.Errorf("Join from a lease with classless routes: %+v %+v %+v", resp, resp.StaticRoutes[0], resp.StaticRoutes[1])
-	}
-	resp = &JoinResponse{}
-	leaseJoin(resp, &store.Lease{Addr: "198.18.180.100/24", Router: "198.18.9.1"})
-	if resp.Gateway != "" {
-		t.Errorf("a router outside the leased subnet became the gateway %s", resp.Gateway)
-	}
-	resp = &JoinResponse{}
-	leaseJoin(resp, &store.Lease{Addr: "198.18.180.100/24", Routes: []store.LeaseRoute{{Dst: "0.0.0.0/0", Gateway: "0.0.0.0"}, {Dst: "198.18.190.0/24", Gateway: "198.18.9.1"}}})
-	if resp.Gateway != "" || len(resp.StaticRoutes) != 1 || resp.StaticRoutes[0].Destination != "0.0.0.0/0" || resp.StaticRoutes[0].RouteType != 1 {
-		t.Errorf("an on-link default route and an off-link next hop: gateway %q routes %+v; want the connected default route only", resp.Gateway, resp.StaticRoutes)
 	}
 }
 

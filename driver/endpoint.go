@@ -6,13 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -25,7 +22,7 @@ import (
 // be of a later rank, keylock).
 func (d *Driver) lockEndpoint(ctx context.Context, netID, epID string) (locked context.Context, unlock func(), n *store.Network, ep *store.Endpoint, err error) {
 	if netID == "" || epID == "" {
-		return ctx, nil, nil, nil, invalidf("request without NetworkID or EndpointID")
+		return ctx, nil, nil, nil, rules.Invalidf("request without NetworkID or EndpointID")
 	}
 	locked, unlock, err = d.locks.Acquire(ctx, keylock.Shared(keylock.NetworkKey(netID)), keylock.Exclusive(keylock.EndpointKey(epID)))
 	if err != nil {
@@ -68,41 +65,41 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	ep := store.Endpoint{NetworkID: n.ID, ID: req.EndpointID}
 	generated := false
 	switch {
-	case iface.MacAddress != "" && n.Type == typeIpvlan:
-		return nil, invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", short(req.EndpointID), iface.MacAddress, n.Parent)
+	case iface.MacAddress != "" && n.Type == rules.TypeIpvlan:
+		return nil, rules.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", rules.Short(req.EndpointID), iface.MacAddress, n.Parent)
 	case iface.MacAddress != "":
 		mac, err := net.ParseMAC(iface.MacAddress)
 		if err != nil || len(mac) != 6 {
-			return nil, invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, short(req.EndpointID))
+			return nil, rules.Invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, rules.Short(req.EndpointID))
 		}
 		if mac[0]&1 == 1 {
-			return nil, invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, short(req.EndpointID))
+			return nil, rules.Invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, rules.Short(req.EndpointID))
 		}
 		ep.MAC = mac.String()
 	}
-	ifname, err := endpointIfName(req.Options)
+	ifname, err := rules.EndpointIfName(req.Options)
 	if err != nil {
 		return nil, err
 	}
-	if ep.IPv4, err = endpointAddr(iface.Address, false); err != nil {
+	if ep.IPv4, err = rules.EndpointAddr(iface.Address, false); err != nil {
 		return nil, err
 	}
-	if ep.IPv6, err = endpointAddr(iface.AddressIPv6, true); err != nil {
+	if ep.IPv6, err = rules.EndpointAddr(iface.AddressIPv6, true); err != nil {
 		return nil, err
 	}
-	if ep.MAC == "" && n.Type == typeMacvlan {
+	if ep.MAC == "" && n.Type == rules.TypeMacvlan {
 		ep.MAC, generated = d.endpointMAC(ctx, *n, ep, existing), true
 	}
 	leased := false // whether this request leased the address
-	if !dhcpOf(*n).On && existing == nil {
+	if !rules.DHCPOf(*n).On && existing == nil {
 		if err := d.probeStatic(ctx, *n, ep); err != nil {
 			return nil, err
 		}
 	}
-	if dhcpOf(*n).On {
+	if rules.DHCPOf(*n).On {
 		switch {
 		case ep.IPv4 != "":
-			return nil, invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", short(ep.ID), short(n.ID), ep.IPv4)
+			return nil, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", rules.Short(ep.ID), rules.Short(n.ID), ep.IPv4)
 		case existing != nil && existing.Lease != nil && existing.MAC == ep.MAC:
 			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
 		default:
@@ -117,17 +114,17 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			ep.Lease, ep.IPv4, leased = &l, l.Addr, true
 			if err := d.journalLease(ctx, *n, ep); err != nil {
 				_ = d.releaseLease(context.WithoutCancel(ctx), *n, ep)
-				return nil, fmt.Errorf("record the lease of endpoint %s: %w", short(ep.ID), err)
+				return nil, fmt.Errorf("record the lease of endpoint %s: %w", rules.Short(ep.ID), err)
 			}
 		}
 	}
 	d.point("create-endpoint/before-commit")
 	if err := d.store.Batch(func(tx *store.Tx) error {
-		ep.Link = endpointLinkName(ep.ID)
+		ep.Link = rules.EndpointLinkName(ep.ID)
 		if other, ok, err := tx.EndpointByLink(ep.Link); err != nil {
 			return err
 		} else if ok && other.ID != ep.ID {
-			ep.Link = altEndpointLinkName(ep.ID)
+			ep.Link = rules.AltEndpointLinkName(ep.ID)
 		}
 		if err := hostRouteFree(tx, *n, ep); err != nil {
 			return err
@@ -148,7 +145,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		if errors.Is(err, ErrConflict) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("record endpoint %s: %w", short(ep.ID), err)
+		return nil, fmt.Errorf("record endpoint %s: %w", rules.Short(ep.ID), err)
 	}
 	d.point("create-endpoint/after-commit")
 	if existing != nil {
@@ -169,43 +166,6 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		return &network.CreateEndpointResponse{}, nil
 	}
 	return &network.CreateEndpointResponse{Interface: answer}, nil
-}
-
-func endpointAddr(s string, want6 bool) (string, error) {
-	if s == "" {
-		return "", nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil || p.Addr().Is6() != want6 {
-		family := map[bool]string{false: "IPv4", true: "IPv6"}[want6]
-		return "", invalidf("endpoint address %q is not an %s address in CIDR form (such as %s)", s, family, map[bool]string{false: "198.18.1.10/24", true: "2001:db8::10/64"}[want6])
-	}
-	return p.String(), nil
-}
-
-// OptEndpointIfName is the endpoint driver option naming the container's
-// interface (`docker run --network name=N,driver-opt=...=IF`, compose's
-// interface_name).
-const OptEndpointIfName = "com.docker.network.endpoint.ifname"
-
-// endpointIfName validates the interface name asked for: "" when none.
-func endpointIfName(opts map[string]any) (string, error) {
-	v, ok := opts[OptEndpointIfName]
-	if !ok {
-		return "", nil
-	}
-	name, _ := v.(string)
-	switch {
-	case name == "":
-		return "", invalidf("%s is given without a name: give the container's interface name, such as lan0", OptEndpointIfName)
-	case len(name) > netlinkutil.MaxNameLen:
-		return "", invalidf("interface name %q (%s) is %d bytes long; Linux interface names are at most %d bytes: use a shorter name", name, OptEndpointIfName, len(name), netlinkutil.MaxNameLen)
-	case name == "lo" || name == "." || name == "..":
-		return "", invalidf("interface name %q (%s) is reserved in every container: use another name, such as lan0", name, OptEndpointIfName)
-	case strings.ContainsAny(name, "/: \t\n\r") || !utf8.ValidString(name):
-		return "", invalidf("interface name %q (%s) is not a valid Linux interface name (no /, :, or white space): use letters, digits, - or _", name, OptEndpointIfName)
-	}
-	return name, nil
 }
 
 // randomMAC returns a locally administered unicast MAC.
@@ -284,10 +244,10 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 	}
 	if ep != nil {
 		if err := d.routeToEndpoint(ctx, n, *ep, true); err != nil {
-			return fmt.Errorf("remove the host's route to endpoint %s: %w", short(epID), err)
+			return fmt.Errorf("remove the host's route to endpoint %s: %w", rules.Short(epID), err)
 		}
 	}
-	link := endpointLinkName(epID)
+	link := rules.EndpointLinkName(epID)
 	known := ep != nil
 	if known {
 		link = ep.Link
@@ -307,7 +267,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 	d.point(before)
 	if link != "" {
 		if err := d.deleteOwnedLink(ctx, link, ep != nil); err != nil {
-			return fmt.Errorf("%s %s: %w", what, short(epID), err)
+			return fmt.Errorf("%s %s: %w", what, rules.Short(epID), err)
 		}
 	}
 	d.point(after)
@@ -323,7 +283,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		d.point("delete-endpoint/before-commit")
 	}
 	if err := d.store.Batch(change); err != nil {
-		return fmt.Errorf("%s %s: %w", what, short(ep.ID), err)
+		return fmt.Errorf("%s %s: %w", what, rules.Short(ep.ID), err)
 	}
 	if phase == "delete-endpoint" {
 		d.point("delete-endpoint/after-commit")
@@ -346,7 +306,7 @@ func (d *Driver) EndpointInfo(ctx context.Context, req *network.InfoRequest) (*n
 		return nil, notFound("endpoint", req.EndpointID)
 	}
 	v := map[string]string{"link": ep.Link, "parent": n.Parent, "type": n.Type, "mode": n.Mode}
-	if asked := requestedParent(*n); asked != "" && asked != n.Parent {
+	if asked := rules.RequestedParent(*n); asked != "" && asked != n.Parent {
 		v["parent_option"] = asked // the parent as asked; "parent" is the link this host chose
 	}
 	if ep.MAC != "" {

@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 )
 
 func TestCreateEndpointAnswersOnlyWhatDockerLeftEmpty(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	resp, err := f.endpoint(netA, epA, "198.18.1.10/24", "")
 	if err != nil {
 		t.Fatal(err)
@@ -45,16 +46,16 @@ func TestCreateEndpointAnswersOnlyWhatDockerLeftEmpty(t *testing.T) {
 
 func TestCreateEndpointRefusals(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", "type": "ipvlan"}})
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth1"}, v4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "type": "ipvlan"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.2.0/24"}})
 	_, err := f.endpoint(netA, epA, "198.18.1.10/24", "02:42:c6:12:01:0a")
-	wantErr(t, err, ErrInvalid, "02:42:c6:12:01:0a", "ipvlan", "--mac-address")
+	wantErr(t, err, rules.ErrInvalid, "02:42:c6:12:01:0a", "ipvlan", "--mac-address")
 	_, err = f.endpoint(netB, epA, "", "01:00:5e:00:00:01")
-	wantErr(t, err, ErrInvalid, "multicast")
+	wantErr(t, err, rules.ErrInvalid, "multicast")
 	_, err = f.endpoint(netB, epA, "", "zz")
-	wantErr(t, err, ErrInvalid, `"zz"`)
+	wantErr(t, err, rules.ErrInvalid, `"zz"`)
 	_, err = f.endpoint(netB, epA, "198.18.2.300/24", "")
-	wantErr(t, err, ErrInvalid, "198.18.2.300/24")
+	wantErr(t, err, rules.ErrInvalid, "198.18.2.300/24")
 	_, err = f.endpoint(netC, epA, "", "")
 	wantErr(t, err, ErrNotFound, "cccccccccccc")
 	_, err = f.join(netB, epB)
@@ -79,7 +80,7 @@ func TestJoinCreatesLinkAndAnswersRoutes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.mustCreate(netReq{id: netA, opts: tc.opts, internal: tc.internal, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, v6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
+			f.mustCreate(netReq{ID: netA, Opts: tc.opts, Internal: tc.internal, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
 			if _, err := f.d.CreateEndpoint(context.Background(), &network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA,
 				Interface: &network.EndpointInterface{Address: "198.18.1.10/24", AddressIPv6: "2001:db8:1::10/64"}}); err != nil {
 				t.Fatal(err)
@@ -135,7 +136,7 @@ func TestJoinCreatesLinkAndAnswersRoutes(t *testing.T) {
 
 func TestJoinRestoresVanishedOwnedParent(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
 	if _, err := f.endpoint(netA, epA, "198.18.1.10/24", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -151,15 +152,15 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 	ctx := context.Background()
 	// A link with epB's name and underlay's mark but no record (the record
 	// was lost).
-	stray := endpointLinkName(epB)
+	stray := rules.EndpointLinkName(epB)
 	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}); err != nil {
 		t.Fatal(err)
 	}
 	// A host link that merely has the name form is never touched, nor is a
 	// macvlan of the name form without underlay's mark, or with another
 	// instance's.
-	f.k.AddHostLink(endpointLinkName(epA), "veth", 1500)
-	unmarked, foreign := endpointLinkName(epC), endpointLinkName(netC)
+	f.k.AddHostLink(rules.EndpointLinkName(epA), "veth", 1500)
+	unmarked, foreign := rules.EndpointLinkName(epC), rules.EndpointLinkName(netC)
 	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: unmarked, Parent: "eth1", Type: "macvlan", Mode: "bridge"}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.wantLinks(endpointLinkName(epA), unmarked, foreign)
+	f.wantLinks(rules.EndpointLinkName(epA), unmarked, foreign)
 }
 
 // libnetwork moves a joined endpoint's link into the container. A second
@@ -179,7 +180,7 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 func TestSecondJoinWhileTheLinkIsInASandboxIsRefused(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.Remove(link) // moved into the sandbox: gone from the host namespace
 	_, err := f.join(netA, epA)
@@ -210,13 +211,19 @@ func TestSecondJoinWhileTheLinkIsInASandboxIsRefused(t *testing.T) {
 // Every link underlay creates carries its mark.
 func TestCreatedLinksCarryTheMark(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
-	f.mustCreate(netReq{id: netB, v4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netB, V4: []string{"198.18.2.0/24"}})
 	a := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	b := f.mustEndpoint(netB, epB, "198.18.2.10/24")
-	for _, name := range []string{"eth0.10", dummyName(netB), a, b} {
+	for _, name := range []string{"eth0.10", rules.DummyName(netB), a, b} {
 		if l, _ := f.k.Link(name); l.Alias != f.d.mark || !strings.HasPrefix(l.Alias, "underlay:") || len(l.Alias) < len("underlay:")+8 {
 			t.Errorf("link %s carries alias %q, want the mark %q", name, l.Alias, f.d.mark)
 		}
+	}
+}
+
+func TestRandomMAC(t *testing.T) {
+	if !strings.HasPrefix(randomMAC().String(), "") || randomMAC()[0]&3 != 2 {
+		t.Fatal("random MAC is not locally administered unicast")
 	}
 }

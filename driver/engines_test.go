@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 )
 
@@ -24,14 +25,14 @@ func TestGwAllocCheck(t *testing.T) {
 		skip     bool
 		errorHas string
 	}{
-		{"macvlan uses the LAN's router", map[string]any{labelGeneric: map[string]any{"parent": "eth0"}}, false, ""},
-		{"ipvlan l2 uses the LAN's router", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "type": "ipvlan"}}, false, ""},
-		{"ipvlan l3: connected routes", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3"}}, true, ""},
-		{"ipvlan l3s", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3s"}}, true, ""},
-		{"internal with a parent: still on the LAN, whose router may hold the address", map[string]any{labelGeneric: map[string]any{"parent": "eth0"}, labelInternal: true}, false, ""},
-		{"no parent: internal on a dummy", map[string]any{labelGeneric: map[string]any{}}, true, ""},
+		{"macvlan uses the LAN's router", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0"}}, false, ""},
+		{"ipvlan l2 uses the LAN's router", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "type": "ipvlan"}}, false, ""},
+		{"ipvlan l3: connected routes", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3"}}, true, ""},
+		{"ipvlan l3s", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3s"}}, true, ""},
+		{"internal with a parent: still on the LAN, whose router may hold the address", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0"}, rules.LabelInternal: true}, false, ""},
+		{"no parent: internal on a dummy", map[string]any{rules.LabelGeneric: map[string]any{}}, true, ""},
 		{"no options at all", nil, true, ""},
-		{"a bad option is refused as CreateNetwork would", map[string]any{labelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l9"}}, false, "ipvlan_mode"},
+		{"a bad option is refused as CreateNetwork would", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l9"}}, false, "ipvlan_mode"},
 	} {
 		r, err := f.d.GwAllocCheck(context.Background(), &GwAllocCheckRequest{Options: tc.opts})
 		switch {
@@ -49,7 +50,7 @@ func TestGwAllocCheck(t *testing.T) {
 
 func TestEndpointInterfaceName(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	ctx := context.Background()
 	create := func(ep string, opts map[string]any) error {
 		_, err := f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: ep,
@@ -59,10 +60,10 @@ func TestEndpointInterfaceName(t *testing.T) {
 	for _, bad := range []struct{ name, want string }{
 		{"", "without a name"}, {"lo", "reserved"}, {"averyverylongname", "at most 15"}, {"a/b", "not a valid"}, {"a b", "not a valid"}, {"x:1", "not a valid"},
 	} {
-		err := create(epB, map[string]any{OptEndpointIfName: bad.name})
-		wantErr(t, err, ErrInvalid, bad.want, OptEndpointIfName)
+		err := create(epB, map[string]any{rules.OptEndpointIfName: bad.name})
+		wantErr(t, err, rules.ErrInvalid, bad.want, rules.OptEndpointIfName)
 	}
-	if err := create(epA, map[string]any{OptEndpointIfName: "lan7"}); err != nil {
+	if err := create(epA, map[string]any{rules.OptEndpointIfName: "lan7"}); err != nil {
 		t.Fatal(err)
 	}
 	j, err := f.join(netA, epA)
@@ -85,7 +86,7 @@ func TestEndpointInterfaceName(t *testing.T) {
 // created, their endpoints join with the IPv6 gateway only.
 func TestIPv6OnlyNetwork(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
 	if _, err := f.d.CreateEndpoint(context.Background(), &network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA,
 		Interface: &network.EndpointInterface{AddressIPv6: "2001:db8:1::10/64"}}); err != nil {
 		t.Fatal(err)
@@ -103,21 +104,21 @@ func TestAnnouncementsEndAndSkip(t *testing.T) {
 	f := newFixture(t)
 	an := &fakeAnnouncer{}
 	f.d.announcer = an
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	if err := f.d.Leave(context.Background(), &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
 		t.Fatal(err)
 	}
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth1", OptAdvertiseNMsgs: "0"}, v4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1", rules.OptAdvertiseNMsgs: "0"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
 	f.mustEndpoint(netB, epB, "198.18.2.10/24")
-	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth1"}, v4: []string{"198.18.3.0/24"}, internal: true})
+	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.3.0/24"}, Internal: true})
 	f.mustEndpoint(netC, epC, "198.18.3.10/24")
 	time.Sleep(2 * announceDelay)
 	if got := an.got(); len(got) != 0 {
 		t.Fatalf("announced %v: want nothing after Leave, with nmsgs=0, or on an internal network", got)
 	}
 	f.k.AddLink(netlinkutil.Link{Name: "lan9", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:09"})
-	f.mustCreate(netReq{id: "dddddddddddd0000000000000000000000000000000000000000000000000004", opts: map[string]string{"parent": "lan9", "type": "ipvlan"}, v4: []string{"198.18.4.0/24,198.18.4.1/24"}})
+	f.mustCreate(netReq{ID: "dddddddddddd0000000000000000000000000000000000000000000000000004", Opts: map[string]string{"parent": "lan9", "type": "ipvlan"}, V4: []string{"198.18.4.0/24,198.18.4.1/24"}})
 	f.mustEndpoint("dddddddddddd0000000000000000000000000000000000000000000000000004", epD, "198.18.4.10/24")
 	waitFor(t, "the ipvlan announcement", func() bool { return len(an.got()) == 1 })
 	if got := an.got()[0]; got != "lan9 198.18.4.10 02:00:00:00:00:09 3 1s" {

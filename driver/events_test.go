@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -44,17 +46,17 @@ func TestEventsConflictAndStaleHolder(t *testing.T) {
 	f := newFixture(t)
 	ev := &eventLog{}
 	f.d.events = ev
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	f.docker.setLive(netA)
-	wantErr(t, f.create(netReq{id: netB, opts: map[string]string{"parent": "eth0"}}), ErrConflict)
+	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}}), ErrConflict)
 	ev.want(t, map[string]int{"conflict": 1})
 	// Docker forgot netA: it is removed as a stale holder, nothing refused.
 	f.docker.setLive()
 	f.clock.Advance(time.Minute)
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}})
 	ev.want(t, map[string]int{"conflict": 1, "stale": 1})
 	// Another create's refusal (bad input) is no conflict of holders.
-	wantErr(t, f.create(netReq{id: netC, opts: map[string]string{"parent": "eth0", "mtu": "1"}}), ErrInvalid)
+	wantErr(t, f.create(netReq{ID: netC, Opts: map[string]string{"parent": "eth0", "mtu": "1"}}), rules.ErrInvalid)
 	ev.want(t, map[string]int{"conflict": 1, "stale": 1})
 }
 
@@ -71,7 +73,7 @@ func TestEventsJanitorRollback(t *testing.T) {
 		return nil
 	})
 	done := make(chan error, 1)
-	go func() { done <- f.create(netReq{id: netA, opts: map[string]string{"parent": "eth0.60"}}) }()
+	go func() { done <- f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.60"}}) }()
 	<-entered
 	f.d.janitorTick(context.Background())
 	ev.want(t, map[string]int{})
@@ -86,9 +88,9 @@ func TestEventsJanitorRollback(t *testing.T) {
 
 func TestEventsRestoreAndRepair(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.10"}, v4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.2.0/24"}})
 	if err := f.db.Update(func(tx *store.Tx) error {
-		n := mv(netA, "eth0.20", "bridge", "198.18.1.0/24")
+		n := drivertest.Macvlan(netA, "eth0.20", "bridge", "198.18.1.0/24")
 		n.Pending = &store.Reservation{Token: "dead", Deadline: time.Now().Add(time.Hour)}
 		if err := tx.PutParentLink(store.ParentLink{Name: "eth0.20", Kind: "vlan", Base: "eth0", VLAN: 20}); err != nil {
 			return err

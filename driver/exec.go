@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -18,8 +19,8 @@ import (
 // carrying this instance's mark are endpoint links on record, and the
 // networks with a host address: nothing it reads grows with the number of
 // endpoints.
-func (d *Driver) readSnapshot(withEndpoints bool, links ...netlinkutil.Link) (snapshot, error) {
-	s := snapshot{Owned: map[string]store.ParentLink{}}
+func (d *Driver) readSnapshot(withEndpoints bool, links ...netlinkutil.Link) (rules.Snapshot, error) {
+	s := rules.Snapshot{Owned: map[string]store.ParentLink{}}
 	err := d.store.View(func(tx *store.Tx) error {
 		var err error
 		if s.Pending, err = tx.Pending(); err != nil {
@@ -53,14 +54,14 @@ func (d *Driver) readSnapshot(withEndpoints bool, links ...netlinkutil.Link) (sn
 }
 
 // readShims lists the networks with a host address and their routes.
-func (d *Driver) readShims(tx *store.Tx) (map[string]shimState, error) {
-	out := map[string]shimState{}
+func (d *Driver) readShims(tx *store.Tx) (map[string]rules.ShimState, error) {
+	out := map[string]rules.ShimState{}
 	err := tx.ForEachNetworkWithHostAddress(func(n store.Network) error {
 		if n.HostAddress == "" || n.Pending != nil {
 			return nil
 		}
 		routes, err := d.joinedRoutes(tx, n.ID)
-		out[shimName(n.ID)] = shimState{Network: n, Routes: routes}
+		out[rules.ShimName(n.ID)] = rules.ShimState{Network: n, Routes: routes}
 		return err
 	})
 	return out, err
@@ -81,14 +82,14 @@ type outcome struct{ busy, failed bool }
 // Every such step re-checks the store under the lock, since the plan was
 // made from a snapshot. Failed steps are logged (store errors joined); the
 // others still run.
-func (d *Driver) execute(ctx context.Context, plan []step, held string) (outcome, error) {
+func (d *Driver) execute(ctx context.Context, plan []rules.Step, held string) (outcome, error) {
 	return d.executeCounted(ctx, plan, held, nil)
 }
 
 // executeCounted is execute telling done (when not nil) the op of every
 // step it carried out: not skipped or busy behind a request's lock, not
 // failed.
-func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, done func(op string)) (outcome, error) {
+func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held string, done func(op string)) (outcome, error) {
 	var errs []error
 	var out outcome
 	busy := false
@@ -96,15 +97,15 @@ func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, d
 		log := d.log.With("step", s.Op.String(), "link", s.Name, "why", s.Why)
 		var err error // the step's failure; errBusy when it waits for a lock
 		switch s.Op {
-		case opRollback:
+		case rules.OpRollback:
 			log.Warn("rolling back network left half-created by a previous run", "network", s.Name)
 			var parent string
 			if parent, err = d.dropPending(s.Name, ""); err != nil {
-				errs = append(errs, fmt.Errorf("roll back network %s: %w", short(s.Name), err))
+				errs = append(errs, fmt.Errorf("roll back network %s: %w", rules.Short(s.Name), err))
 			} else if parent != "" {
 				d.events.ReservationRolledBack("network")
 			}
-		case opRecreate, opShim, opRoutes, opHeal, opFollow:
+		case rules.OpRecreate, rules.OpShim, rules.OpRoutes, rules.OpHeal, rules.OpFollow:
 			// Steps that make or heal a link under its parent's lock: a
 			// failure waits for the watcher (the base may be gone; the
 			// networks stay, and the next request on them reports it).
@@ -113,9 +114,9 @@ func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, d
 			}
 			run, failure := d.recreate, "could not re-create a parent link underlay created"
 			switch s.Op {
-			case opShim, opRoutes:
+			case rules.OpShim, rules.OpRoutes:
 				run, failure = d.repairShim, "could not make the host link of a network"
-			case opHeal, opFollow:
+			case rules.OpHeal, rules.OpFollow:
 				run, failure = d.heal, "could not put an owned link back in order"
 			}
 			if err = run(ctx, s, held); errors.Is(err, errBusy) {
@@ -125,13 +126,13 @@ func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, d
 				out.failed = true
 			} else {
 				d.failures.clear(s.Name)
-				if s.Op == opShim {
+				if s.Op == rules.OpShim {
 					log.Warn("made the missing host link of a network, with its routes")
 				}
 			}
-		case opKeep:
+		case rules.OpKeep:
 			log.Warn("keeping a link underlay created that no network needs")
-		case opForget, opRelease:
+		case rules.OpForget, rules.OpRelease:
 			if busy {
 				continue
 			}
@@ -140,12 +141,12 @@ func (d *Driver) executeCounted(ctx context.Context, plan []step, held string, d
 			} else if err != nil {
 				errs = append(errs, err)
 			}
-		case opRepoint:
+		case rules.OpRepoint:
 			log.Warn("moving networks recorded on an altname to the link's kernel name", "to", s.To)
 			if err = d.repoint(s.Name, s.To); err != nil {
 				errs = append(errs, fmt.Errorf("move the networks on %s to %s: %w", s.Name, s.To, err))
 			}
-		case opDeleteStray:
+		case rules.OpDeleteStray:
 			log.Warn("deleting link no record owns")
 			if err = d.deleteOwnedLink(ctx, s.Name, false); err != nil {
 				errs = append(errs, err)
@@ -174,7 +175,7 @@ func (d *Driver) tryParent(name, held string) (func(), error) {
 
 // recreate makes a missing parent link underlay owns, under its lock
 // (tried unless held), if a network still needs it.
-func (d *Driver) recreate(ctx context.Context, s step, held string) error {
+func (d *Driver) recreate(ctx context.Context, s rules.Step, held string) error {
 	unlock, err := d.tryParent(s.Name, held)
 	if err != nil {
 		return err
@@ -194,7 +195,7 @@ func (d *Driver) recreate(ctx context.Context, s step, held string) error {
 
 // release deletes (opRelease) or only forgets (opForget) an owned parent
 // link, under its lock, if the store still says nothing needs it.
-func (d *Driver) release(ctx context.Context, s step, held string) error {
+func (d *Driver) release(ctx context.Context, s rules.Step, held string) error {
 	unlock, err := d.tryParent(s.Name, held)
 	if err != nil {
 		return err
@@ -208,7 +209,7 @@ func (d *Driver) release(ctx context.Context, s step, held string) error {
 	}); err != nil || !still {
 		return err
 	}
-	if s.Op == opRelease {
+	if s.Op == rules.OpRelease {
 		if err := d.deleteOwnedLink(ctx, s.Name, true); err != nil {
 			return fmt.Errorf("delete parent link %s: %w", s.Name, err)
 		}
@@ -252,7 +253,7 @@ func (d *Driver) releaseParent(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.execute(ctx, planRelease(s, links, d.mark, []string{name}), name)
+	_, err = d.execute(ctx, rules.PlanRelease(s, links, d.mark, []string{name}), name)
 	return err
 }
 
@@ -268,7 +269,7 @@ func (d *Driver) deleteOwnedLink(ctx context.Context, name string, recorded bool
 	if err != nil {
 		return err
 	}
-	if !ownsLink(l, d.mark, recorded) {
+	if !rules.OwnsLink(l, d.mark, recorded) {
 		d.log.Warn("not deleting a link underlay did not create here", "link", name, "mark", l.Alias, "own_mark", d.mark)
 		return nil
 	}
@@ -289,12 +290,12 @@ func repointTx(tx *store.Tx, from, to string) error {
 		return err
 	}
 	for _, n := range ns {
-		asked := requestedParent(n)
+		asked := rules.RequestedParent(n)
 		opts := make(map[string]string, len(n.Options)+1)
 		for k, v := range n.Options {
 			opts[k] = v
 		}
-		opts[OptParent] = asked
+		opts[rules.OptParent] = asked
 		n.Options, n.Parent = opts, to
 		if err := tx.PutNetwork(n); err != nil {
 			return err

@@ -3,55 +3,18 @@ package driver
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 )
 
 // Fuzz targets: option parsing, CreateNetwork decoding and validation, and
 // every route of the HTTP handler. Seeds live in testdata/fuzz; `make
 // test` runs each target for a bounded time (test/fuzz.sh).
-
-func FuzzParseOptions(f *testing.F) {
-	f.Add("parent", "eth0.10", "type", "ipvlan", "mtu", "1400")
-	f.Add("macvlan_mode", "passthru", "ipvlan_flag", "vepa", "", "")
-	f.Add("ipvlan_mode", "l3s", "parent", "", "mtu", "-1")
-	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
-		opts := map[string]string{k1: v1, k2: v2, k3: v3}
-		o, err := parseOptions(opts)
-		if err != nil {
-			if !strings.Contains(err.Error(), "invalid request") {
-				t.Fatalf("error %q does not wrap ErrInvalid", err)
-			}
-			return
-		}
-		if o.Type != typeMacvlan && o.Type != typeIpvlan {
-			t.Fatalf("accepted type %q", o.Type)
-		}
-		if o.MTU != 0 && (o.MTU < minMTU || o.MTU > maxMTU) {
-			t.Fatalf("accepted mtu %d", o.MTU)
-		}
-		// Every name in the parent option (one, or each candidate of a
-		// list) fits the kernel's 15 bytes, unless it is IFACE.VID with a
-		// base that does (the resolver explains the VLAN's name), and none
-		// is lo.
-		spec, err := parseParent(o.Parent)
-		if err != nil {
-			t.Fatalf("parseOptions accepted parent %q that parseParent refuses: %v", o.Parent, err)
-		}
-		for _, c := range spec.Candidates {
-			if (len(c) > 15 && !longVLAN(c)) || c == "lo" {
-				t.Fatalf("accepted parent %q (candidate %q)", o.Parent, c)
-			}
-		}
-	})
-}
 
 func FuzzCreateNetworkRequest(f *testing.F) {
 	f.Add([]byte(`{"NetworkID":"n","Options":{"com.docker.network.generic":{"parent":"eth0"}},"IPv4Data":[{"Pool":"198.18.1.0/24","Gateway":"198.18.1.1/24"}]}`))
@@ -62,7 +25,7 @@ func FuzzCreateNetworkRequest(f *testing.F) {
 		if json.Unmarshal(body, &req) != nil {
 			return
 		}
-		n, err := parseNetwork(&req)
+		n, err := rules.ParseNetwork(&req)
 		if err != nil {
 			return
 		}
@@ -70,7 +33,7 @@ func FuzzCreateNetworkRequest(f *testing.F) {
 			t.Fatalf("accepted an incomplete network %+v", n)
 		}
 		// Whatever was accepted round-trips to the same decision.
-		if d := decide(n, &n, nil); d.Verdict != reuse {
+		if d := rules.Decide(n, &n, nil); d.Verdict != rules.VerdictReuse {
 			t.Fatalf("a network is not reused against itself: %+v", d)
 		}
 	})
@@ -112,29 +75,6 @@ func FuzzRoutes(f *testing.F) {
 			if strings.Contains(msg, "internal error") {
 				t.Fatalf("%s panicked on %q: %s", path, body, msg)
 			}
-		}
-	})
-}
-
-// FuzzParseParent: any parent option is parsed without panicking, and
-// whatever parses resolves over a node's links and routes to a link or a
-// refusal of the request (ErrInvalid).
-func FuzzParseParent(f *testing.F) {
-	for _, seed := range []string{"eth0", "eth0.10", "ens3,ens4", "auto", "auto.10", "auto.x", ",", "a,,b", "auto,eth0", "lo.1", "ens3.20,eth0.010"} {
-		f.Add(seed, "198.18.40.0/24")
-	}
-	routes := []netlinkutil.Route{rt("198.18.40.0/24", 2, 0, ""), rt("0.0.0.0/0", 3, 0, "198.18.60.1")}
-	f.Fuzz(func(t *testing.T, parent, subnet string) {
-		if _, err := parseParent(parent); err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("parseParent(%q) = %v, not ErrInvalid", parent, err)
-			}
-			return
-		}
-		n := asking(parent)
-		n.IPv4 = []store.Pool{{Subnet: subnet}}
-		if _, err := resolveParent(n, nodeLinks(), routes); err != nil && !errors.Is(err, ErrInvalid) {
-			t.Fatalf("resolveParent(%q, %q) = %v, not ErrInvalid", parent, subnet, err)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -20,7 +21,7 @@ import (
 
 // readShimAddrs reads the kernel's addresses of the host links that exist,
 // for the planners (a link gone meanwhile has none).
-func (d *Driver) readShimAddrs(ctx context.Context, s *snapshot, links []netlinkutil.Link) {
+func (d *Driver) readShimAddrs(ctx context.Context, s *rules.Snapshot, links []netlinkutil.Link) {
 	s.ShimAddrs = d.hostLinkAddrs(ctx, links, maps.Keys(s.Shims))
 }
 
@@ -29,7 +30,7 @@ func (d *Driver) readShimAddrs(ctx context.Context, s *snapshot, links []netlink
 func (d *Driver) hostLinkAddrs(ctx context.Context, links []netlinkutil.Link, names iter.Seq[string]) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for name := range names {
-		if l, ok := findLink(links, name); ok && l.Name == name {
+		if l, ok := rules.FindLink(links, name); ok && l.Name == name {
 			if as, err := d.links.LinkAddrs(ctx, name); err == nil {
 				out[name] = as
 			}
@@ -40,9 +41,9 @@ func (d *Driver) hostLinkAddrs(ctx context.Context, links []netlinkutil.Link, na
 
 // heal carries out opHeal (an owned parent or a host link) and opFollow,
 // under the locks of the links involved (tried unless held).
-func (d *Driver) heal(ctx context.Context, s step, held string) error {
+func (d *Driver) heal(ctx context.Context, s rules.Step, held string) error {
 	switch {
-	case s.Op == opFollow:
+	case s.Op == rules.OpFollow:
 		return d.follow(ctx, s.Name, s.To, held)
 	case s.Shim.Network.ID != "":
 		return d.repairShim(ctx, s, held) // ensureShim logs what it healed
@@ -89,7 +90,7 @@ func (d *Driver) follow(ctx context.Context, from, to, held string) error {
 	}
 	err = d.store.Update(func(tx *store.Tx) error {
 		p, ok, err := tx.ParentLink(from)
-		if err != nil || !ok || p.Kind != kindVLAN || p.VLAN != l.VLAN {
+		if err != nil || !ok || p.Kind != rules.KindVLAN || p.VLAN != l.VLAN {
 			return err
 		}
 		if _, taken, err := tx.ParentLink(to); err != nil || taken {

@@ -4,101 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 	"golang.org/x/sys/unix"
 )
-
-const epD = "edededededed0000000000000000000000000000000000000000000000000004"
-
-// hostNet is a network with a host address, as the planners see it.
-func hostNet(id, parent, addr string, mtu int) shimState {
-	return shimState{Network: store.Network{ID: id, Parent: parent, HostAddress: addr, MTU: mtu}}
-}
-
-func TestPlanHealth(t *testing.T) {
-	vlan := func(name string, vid int, alias string, down bool, mtu int) netlinkutil.Link {
-		return netlinkutil.Link{Name: name, Index: 10 + vid, Kind: kindVLAN, ParentIndex: 2, VLAN: vid, Alias: alias, Down: down, MTU: mtu}
-	}
-	shimL := func(id, alias string, down bool, mtu int) netlinkutil.Link {
-		return netlinkutil.Link{Name: shimName(id), Index: 99, Kind: "macvlan", ParentIndex: 2, Alias: alias, Down: down, MTU: mtu}
-	}
-	base := kernel()
-	with := func(ls ...netlinkutil.Link) []netlinkutil.Link {
-		return append(append([]netlinkutil.Link(nil), base...), ls...)
-	}
-	used := map[string]int{"eth0.10": 1}
-	rec := owned(vlanRec("eth0.10", "eth0", 10))
-	sh := shimName(netA)
-	addr := map[string][]netip.Addr{sh: {netip.MustParseAddr("198.18.1.5")}}
-	for _, tc := range []struct {
-		name  string
-		snap  snapshot
-		links []netlinkutil.Link
-		want  string
-	}{
-		{name: "a needed owned VLAN set down is healed",
-			snap: snapshot{Use: used, Owned: rec}, links: with(vlan("eth0.10", 10, testMark, true, 1500)), want: "[heal eth0.10]"},
-		{name: "an owned VLAN with another MTU than recorded is healed",
-			snap:  snapshot{Use: used, Owned: owned(store.ParentLink{Name: "eth0.10", Kind: kindVLAN, Base: "eth0", VLAN: 10, MTU: 1400})},
-			links: with(vlan("eth0.10", 10, testMark, false, 1500)), want: "[heal eth0.10]"},
-		{name: "an owned VLAN nothing needs is released, not healed",
-			snap: snapshot{Use: map[string]int{}, Owned: rec}, links: with(vlan("eth0.10", 10, testMark, true, 1500)), want: "[release eth0.10]"},
-		{name: "a down VLAN of another instance is not touched",
-			snap: snapshot{Use: used, Owned: rec}, links: with(vlan("eth0.10", 10, "underlay:other", true, 1500)), want: "[]"},
-		{name: "an owned VLAN renamed: the record follows, nothing is made or deleted",
-			snap: snapshot{Use: used, Owned: rec}, links: with(vlan("mine", 10, testMark, false, 1500)), want: "[follow eth0.10->mine]"},
-		{name: "renamed and set down: followed, then healed under its new name",
-			snap: snapshot{Use: used, Owned: rec}, links: with(vlan("mine", 10, testMark, true, 1500)), want: "[follow eth0.10->mine heal mine]"},
-		{name: "a VLAN of the same ID with another mark is not ours to follow",
-			snap: snapshot{Use: used, Owned: rec}, links: with(vlan("mine", 10, "underlay:other", false, 1500)), want: "[recreate eth0.10]"},
-		{name: "a marked unrecorded link others stand on is kept, not deleted",
-			snap:  snapshot{Use: map[string]int{}, Owned: owned()},
-			links: with(vlan("v7", 7, testMark, false, 1500), netlinkutil.Link{Name: "user7", Index: 50, Kind: "macvlan", ParentIndex: 17}),
-			want:  "[keep v7]"},
-		{name: "a healthy host link: its routes",
-			snap:  snapshot{Use: map[string]int{"eth0": 1}, Owned: owned(), Shims: map[string]shimState{sh: hostNet(netA, "eth0", "198.18.1.5", 0)}, ShimAddrs: addr},
-			links: with(shimL(netA, testMark, false, 1500)), want: "[routes " + sh + "]"},
-		{name: "a host link set down is healed",
-			snap:  snapshot{Use: map[string]int{"eth0": 1}, Owned: owned(), Shims: map[string]shimState{sh: hostNet(netA, "eth0", "198.18.1.5", 0)}, ShimAddrs: addr},
-			links: with(shimL(netA, testMark, true, 1500)), want: "[heal " + sh + "]"},
-		{name: "a host link without its address is healed",
-			snap:  snapshot{Use: map[string]int{"eth0": 1}, Owned: owned(), Shims: map[string]shimState{sh: hostNet(netA, "eth0", "198.18.1.5", 0)}},
-			links: with(shimL(netA, testMark, false, 1500)), want: "[heal " + sh + "]"},
-		{name: "a host link with another MTU than the network's is healed",
-			snap:  snapshot{Use: map[string]int{"eth0": 1}, Owned: owned(), Shims: map[string]shimState{sh: hostNet(netA, "eth0", "198.18.1.5", 1400)}, ShimAddrs: addr},
-			links: with(shimL(netA, testMark, false, 1500)), want: "[heal " + sh + "]"},
-		{name: "an unmarked link of the host link's name (a crash while making it) is made again",
-			snap:  snapshot{Use: map[string]int{"eth0": 1}, Owned: owned(), Shims: map[string]shimState{sh: hostNet(netA, "eth0", "198.18.1.5", 0)}, ShimAddrs: addr},
-			links: with(shimL(netA, "", false, 1500)), want: "[shim " + sh + "]"},
-		{name: "a link of the host link's name with another instance's mark is left alone",
-			snap:  snapshot{Use: map[string]int{"eth0": 1}, Owned: owned(), Shims: map[string]shimState{sh: hostNet(netA, "eth0", "198.18.1.5", 0)}, ShimAddrs: addr},
-			links: with(shimL(netA, "underlay:other", false, 1500)), want: "[]"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			plan := planRestore(tc.snap, tc.links, testMark)
-			if got := fmt.Sprint(plan); got != tc.want {
-				t.Fatalf("plan %s, want %s", got, tc.want)
-			}
-			// A repair pass takes the same steps, less the routes.
-			var repair []string
-			for _, st := range planRepair(tc.snap, tc.links, testMark) {
-				if st.Op != opRoutes {
-					repair = append(repair, st.String())
-				}
-			}
-			for _, st := range repair {
-				if !strings.Contains(tc.want, st) {
-					t.Fatalf("repair step %s not in the restore plan %s", st, tc.want)
-				}
-			}
-		})
-	}
-}
 
 // The watcher's filter: a repair pass for changes of owned links and for
 // deletions underlay did not make, none for endpoint links or underlay's
@@ -106,9 +19,9 @@ func TestPlanHealth(t *testing.T) {
 func TestRelevantLinkEvents(t *testing.T) {
 	f := newFixture(t)
 	mark := f.d.mark
-	vlan := netlinkutil.Link{Name: "eth0.10", Index: 40, Kind: kindVLAN, Alias: mark}
-	ep := netlinkutil.Link{Name: endpointLinkName(epA), Index: 41, Kind: "macvlan", Alias: mark}
-	shim := netlinkutil.Link{Name: shimName(netA), Index: 42, Kind: "macvlan", Alias: mark}
+	vlan := netlinkutil.Link{Name: "eth0.10", Index: 40, Kind: rules.KindVLAN, Alias: mark}
+	ep := netlinkutil.Link{Name: rules.EndpointLinkName(epA), Index: 41, Kind: "macvlan", Alias: mark}
+	shim := netlinkutil.Link{Name: rules.ShimName(netA), Index: 42, Kind: "macvlan", Alias: mark}
 	user := netlinkutil.Link{Name: "user0", Index: 43, Kind: "device"}
 	f.d.deleting.add(44, time.Now())
 	for _, tc := range []struct {
@@ -118,7 +31,7 @@ func TestRelevantLinkEvents(t *testing.T) {
 		want    bool
 	}{
 		{"an owned VLAN deleted by someone", netlinkutil.LinkEvent{Deleted: true, Link: vlan}, false, true},
-		{"an owned link underlay deleted itself", netlinkutil.LinkEvent{Deleted: true, Link: netlinkutil.Link{Name: "eth0.11", Index: 44, Kind: kindVLAN, Alias: mark}}, false, false},
+		{"an owned link underlay deleted itself", netlinkutil.LinkEvent{Deleted: true, Link: netlinkutil.Link{Name: "eth0.11", Index: 44, Kind: rules.KindVLAN, Alias: mark}}, false, false},
 		{"an endpoint link deleted", netlinkutil.LinkEvent{Deleted: true, Link: ep}, false, false},
 		{"an owned VLAN set down or renamed", netlinkutil.LinkEvent{Link: func() netlinkutil.Link { l := vlan; l.Down = true; return l }()}, false, true},
 		{"a host link's address removed", netlinkutil.LinkEvent{AddrRemoved: true, Link: shim}, false, true},
@@ -133,7 +46,7 @@ func TestRelevantLinkEvents(t *testing.T) {
 		}
 	}
 	// The index is claimed once: a second deletion of that index is news.
-	if !f.d.relevant(netlinkutil.LinkEvent{Deleted: true, Link: netlinkutil.Link{Name: "eth0.11", Index: 44, Kind: kindVLAN, Alias: mark}}, false) {
+	if !f.d.relevant(netlinkutil.LinkEvent{Deleted: true, Link: netlinkutil.Link{Name: "eth0.11", Index: 44, Kind: rules.KindVLAN, Alias: mark}}, false) {
 		t.Error("a claimed self-deletion hid a later one")
 	}
 }
@@ -142,7 +55,7 @@ func TestRelevantLinkEvents(t *testing.T) {
 // for the watcher; an operator's is not.
 func TestOwnDeletionsAreRemembered(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	l, _ := f.k.Link("eth0.10")
 	f.del(netA)
 	if !f.d.deleting.claim(l.Index) {
@@ -152,14 +65,14 @@ func TestOwnDeletionsAreRemembered(t *testing.T) {
 
 func TestWatcherHealsBrokenOwnedLinks(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10", OptHostAddress: "198.18.1.5"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, aux: []string{"198.18.1.5"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10", rules.OptHostAddress: "198.18.1.5"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, Aux: []string{"198.18.1.5"}})
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := f.d.Watch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	shim := shimName(netA)
+	shim := rules.ShimName(netA)
 	up := func(name string) func() bool {
 		return func() bool { l, ok := f.k.Link(name); return ok && !l.Down }
 	}
@@ -196,7 +109,7 @@ func TestWatcherHealsBrokenOwnedLinks(t *testing.T) {
 	if _, ok := f.k.Link("mine"); !ok {
 		t.Fatal("the renamed VLAN was deleted at restart")
 	}
-	if _, ok := f.k.Link(endpointLinkName(epA)); !ok {
+	if _, ok := f.k.Link(rules.EndpointLinkName(epA)); !ok {
 		t.Fatal("the endpoint's link on the renamed VLAN went")
 	}
 }
@@ -206,7 +119,7 @@ func TestWatcherHealsBrokenOwnedLinks(t *testing.T) {
 func TestJoinHealsABrokenHostLink(t *testing.T) {
 	f := newFixture(t)
 	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
-	shim := shimName(netA)
+	shim := rules.ShimName(netA)
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.SetDown(shim, true)
 	f.k.FlushAddrs(shim)
@@ -238,14 +151,14 @@ func TestSameAddressOnTwoHostAddressNetworksRefused(t *testing.T) {
 	f.mustCreate(withHost(netB, "eth1", "198.18.1.6"))
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	_, err := f.endpoint(netB, epB, "198.18.1.10/24", "")
-	wantErr(t, err, ErrConflict, "198.18.1.10", short(netA), "--ip")
+	wantErr(t, err, ErrConflict, "198.18.1.10", rules.Short(netA), "--ip")
 	f.mustEndpoint(netB, epC, "198.18.1.11/24")
-	f.wantRoutes(map[string]string{"198.18.1.10": shimName(netA), "198.18.1.11": shimName(netB)})
+	f.wantRoutes(map[string]string{"198.18.1.10": rules.ShimName(netA), "198.18.1.11": rules.ShimName(netB)})
 }
 
 func TestJoinNamesALoweredParentMTU(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth1", "mtu": "9000"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth1", "mtu": "9000"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	f.k.SetMTU("eth1", 1500)
 	if _, err := f.endpoint(netA, epA, "198.18.1.10/24", ""); err != nil {
 		t.Fatal(err)
@@ -264,7 +177,7 @@ func TestVLANMovedAwaySaysSo(t *testing.T) {
 		}
 		return nil
 	})
-	err := f.create(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	err := f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	wantErr(t, err, ErrConflict, "moved into another network namespace", "VLAN 10")
 }
 
@@ -275,7 +188,7 @@ func TestReuseHealsABrokenHostLink(t *testing.T) {
 	f := newFixture(t)
 	r := withHost(netA, "eth0", "198.18.1.5")
 	f.mustCreate(r)
-	shim := shimName(netA)
+	shim := rules.ShimName(netA)
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.SetDown(shim, true)
 	f.k.FlushAddrs(shim)

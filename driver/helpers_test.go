@@ -2,16 +2,15 @@ package driver
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/store"
 )
@@ -132,48 +131,9 @@ func (f *fixture) restart() {
 	}
 }
 
-type netReq struct {
-	id       string
-	opts     map[string]string
-	v4, v6   []string // "subnet[,gateway]"
-	internal bool
-	aux      []string // aux addresses of the first IPv4 pool
-}
-
-func createReq(r netReq) *network.CreateNetworkRequest {
-	generic := map[string]any{}
-	for k, v := range r.opts {
-		generic[k] = v
-	}
-	req := &network.CreateNetworkRequest{NetworkID: r.id, Options: map[string]any{labelGeneric: generic}}
-	if r.internal {
-		req.Options[labelInternal] = true
-	}
-	pools := func(specs []string) []*network.IPAMData {
-		var out []*network.IPAMData
-		for _, s := range specs {
-			sub, gw, _ := strings.Cut(s, ",")
-			out = append(out, &network.IPAMData{AddressSpace: "LocalDefault", Pool: sub, Gateway: gw})
-		}
-		return out
-	}
-	req.IPv4Data = pools(r.v4)
-	if len(r.aux) > 0 && len(req.IPv4Data) > 0 {
-		req.IPv4Data[0].AuxAddresses = map[string]any{}
-		for i, a := range r.aux {
-			req.IPv4Data[0].AuxAddresses[fmt.Sprintf("aux%d", i)] = a + "/24"
-		}
-	}
-	if len(r.v6) > 0 {
-		req.Options[labelEnableIPv6] = true
-		req.IPv6Data = pools(r.v6)
-	}
-	return req
-}
-
 func (f *fixture) create(r netReq) error {
-	if r.v4 == nil && r.v6 == nil {
-		r.v4 = []string{"198.18.1.0/24,198.18.1.1/24"}
+	if r.V4 == nil && r.V6 == nil {
+		r.V4 = []string{"198.18.1.0/24,198.18.1.1/24"}
 	}
 	return f.d.CreateNetwork(context.Background(), createReq(r))
 }
@@ -181,7 +141,7 @@ func (f *fixture) create(r netReq) error {
 func (f *fixture) mustCreate(r netReq) {
 	f.t.Helper()
 	if err := f.create(r); err != nil {
-		f.t.Fatalf("CreateNetwork %s: %v", r.id, err)
+		f.t.Fatalf("CreateNetwork %s: %v", r.ID, err)
 	}
 }
 
@@ -190,7 +150,7 @@ func (f *fixture) endpoint(netID, epID, addr, mac string) (*network.CreateEndpoi
 		NetworkID: netID, EndpointID: epID, Interface: &network.EndpointInterface{Address: addr, MacAddress: mac}})
 }
 
-func (f *fixture) join(netID, epID string) (*JoinResponse, error) {
+func (f *fixture) join(netID, epID string) (*rules.JoinResponse, error) {
 	return f.d.Join(context.Background(), &network.JoinRequest{NetworkID: netID, EndpointID: epID, SandboxKey: "/var/run/docker/netns/x"})
 }
 
@@ -259,26 +219,22 @@ func (f *fixture) wantNetworks(want ...string) {
 	}
 }
 
+// The IDs, requests and error check the rules' tests use too.
+const (
+	netA = drivertest.NetA
+	netB = drivertest.NetB
+	netC = drivertest.NetC
+	epA  = drivertest.EpA
+	epB  = drivertest.EpB
+	epC  = drivertest.EpC
+	epD  = drivertest.EpD
+)
+
+type netReq = drivertest.NetReq
+
+func createReq(r netReq) *network.CreateNetworkRequest { return drivertest.CreateReq(r) }
+
 func wantErr(t *testing.T, err, kind error, substrings ...string) {
 	t.Helper()
-	if err == nil {
-		t.Fatalf("got no error, want %v", kind)
-	}
-	if kind != nil && !errors.Is(err, kind) {
-		t.Fatalf("error %q is not %v", err, kind)
-	}
-	for _, s := range substrings {
-		if !strings.Contains(err.Error(), s) {
-			t.Fatalf("error %q does not mention %q", err, s)
-		}
-	}
+	drivertest.WantErr(t, err, kind, substrings...)
 }
-
-const (
-	netA = "aaaaaaaaaaaa0000000000000000000000000000000000000000000000000001"
-	netB = "bbbbbbbbbbbb0000000000000000000000000000000000000000000000000002"
-	netC = "cccccccccccc0000000000000000000000000000000000000000000000000003"
-	epA  = "eaeaeaeaeaea0000000000000000000000000000000000000000000000000001"
-	epB  = "ebebebebebeb0000000000000000000000000000000000000000000000000002"
-	epC  = "ecececececec0000000000000000000000000000000000000000000000000003"
-)

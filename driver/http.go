@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 )
 
@@ -70,7 +71,7 @@ func (d *Driver) Register(mux *http.ServeMux) {
 
 func requireIDs(netID, epID string) error {
 	if netID == "" || epID == "" {
-		return invalidf("request without NetworkID or EndpointID")
+		return rules.Invalidf("request without NetworkID or EndpointID")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -29,7 +30,7 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 		if err := tx.ForEachNetwork(func(n store.Network) error {
 			inv.Networks = append(inv.Networks, n)
 			if n.HostAddress != "" {
-				inv.HostLinks[n.ID] = shimName(n.ID)
+				inv.HostLinks[n.ID] = rules.ShimName(n.ID)
 			}
 			eps, err := tx.Endpoints(n.ID)
 			inv.Endpoints = append(inv.Endpoints, d.joins.overlayAll(eps)...)
@@ -66,9 +67,9 @@ func (d *Driver) HealLink(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	d.readShimAddrs(ctx, &s, links)
-	var todo []step
-	for _, st := range planRepair(s, links, d.mark) {
-		if (st.Op == opHeal || st.Op == opShim || st.Op == opFollow) && (st.Name == name || st.To == name) {
+	var todo []rules.Step
+	for _, st := range rules.PlanRepair(s, links, d.mark) {
+		if (st.Op == rules.OpHeal || st.Op == rules.OpShim || st.Op == rules.OpFollow) && (st.Name == name || st.To == name) {
 			todo = append(todo, st)
 		}
 	}
@@ -84,7 +85,7 @@ func (d *Driver) HealLink(ctx context.Context, name string) (string, error) {
 	case out.failed:
 		return "", fmt.Errorf("could not heal link %s: see the daemon's log", name)
 	}
-	return "healed " + name + " (" + stepsString(todo) + ")", nil
+	return "healed " + name + " (" + rules.StepsString(todo) + ")", nil
 }
 
 // refusef is a repair refused because its finding no longer holds or is
@@ -106,18 +107,18 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 	case n == nil:
 		return "no longer needed: the network is gone", nil
 	case n.Pending != nil:
-		return "", refusef("network %s is being created: not stale", short(id))
+		return "", refusef("network %s is being created: not stale", rules.Short(id))
 	case !n.Created.IsZero() && d.now().Sub(n.Created) < d.grace:
-		return "", refusef("network %s was created %s ago, within the %s Docker may take to store it: not removed, run doctor again", short(id), d.now().Sub(n.Created).Round(time.Millisecond), d.grace)
+		return "", refusef("network %s was created %s ago, within the %s Docker may take to store it: not removed, run doctor again", rules.Short(id), d.now().Sub(n.Created).Round(time.Millisecond), d.grace)
 	case d.docker == nil:
-		return "", refusef("network %s not removed: this daemon has no Docker API to confirm it is stale (--docker-host)", short(id))
+		return "", refusef("network %s not removed: this daemon has no Docker API to confirm it is stale (--docker-host)", rules.Short(id))
 	}
 	exists, err := d.docker.NetworkExists(ctx, id)
 	if err != nil {
-		return "", refusef("network %s not removed: the daemon's Docker could not confirm it is stale: %v", short(id), err)
+		return "", refusef("network %s not removed: the daemon's Docker could not confirm it is stale: %v", rules.Short(id), err)
 	}
 	if exists {
-		return "", refusef("network %s not removed: the daemon's Docker knows it (is --docker-host the daemon's engine?)", short(id))
+		return "", refusef("network %s not removed: the daemon's Docker knows it (is --docker-host the daemon's engine?)", rules.Short(id))
 	}
 	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
 	if err != nil {
@@ -125,11 +126,11 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 	}
 	defer unlockParent()
 	if err := d.removeNetwork(ctx, *n); err != nil {
-		return "", fmt.Errorf("remove stale network %s: %w", short(id), err)
+		return "", fmt.Errorf("remove stale network %s: %w", rules.Short(id), err)
 	}
 	d.events.StaleRemoved()
 	d.log.Warn("doctor: removed stale network Docker does not know", "network", id, "parent", n.Parent)
-	return fmt.Sprintf("removed network %s and its links from %s", short(id), n.Parent), nil
+	return fmt.Sprintf("removed network %s and its links from %s", rules.Short(id), n.Parent), nil
 }
 
 // lockNetwork takes a network's lock exclusively and reads its record (nil
@@ -162,7 +163,7 @@ func (d *Driver) RecreateParent(ctx context.Context, name string) (string, error
 	if _, err := d.links.Get(ctx, name); err == nil {
 		return "no longer needed: it is there", nil
 	}
-	out, err := d.execute(ctx, []step{{Op: opRecreate, Name: name, Parent: owned, Why: "doctor --repair"}}, "")
+	out, err := d.execute(ctx, []rules.Step{{Op: rules.OpRecreate, Name: name, Parent: owned, Why: "doctor --repair"}}, "")
 	if err == nil && (out.busy || out.failed) {
 		err = fmt.Errorf("parent link %s could not be re-created now (a request holds it, or its base is missing): see the daemon's log", name)
 	}
@@ -194,7 +195,7 @@ func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, err
 		return "", refusef("link %s does not carry this underlay's mark %q: not touched", name, d.mark)
 	}
 	locks := []keylock.Req{keylock.Exclusive(keylock.ParentKey(l.Name))}
-	if lower, ok := linkByIndex(links, l.ParentIndex); ok && l.ParentIndex > 0 {
+	if lower, ok := rules.LinkByIndex(links, l.ParentIndex); ok && l.ParentIndex > 0 {
 		locks = append(locks, keylock.Exclusive(keylock.ParentKey(lower.Name)))
 	}
 	_, unlock, err := d.locks.Acquire(ctx, locks...)
@@ -207,15 +208,15 @@ func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, err
 	if err != nil {
 		return "", err
 	}
-	if s.recorded(name) {
+	if s.Recorded(name) {
 		return "no longer needed: a record owns link " + name + " now", nil
 	}
-	for _, st := range planFollow(s, links, d.mark) {
+	for _, st := range rules.PlanFollow(s, links, d.mark) {
 		if st.To == name {
 			return "", refusef("link %s is the VLAN %s that underlay created, renamed (%s): its record follows it; not deleted", name, st.Name, st.Why)
 		}
 	}
-	if on := standsOn(links, l); len(on) > 0 {
+	if on := rules.StandsOn(links, l); len(on) > 0 {
 		return "", refusef("links stand on %s (%v): deleting it would take them with it; not deleted", name, on)
 	}
 	if err := d.deleteOwnedLink(ctx, name, false); err != nil {
@@ -236,14 +237,14 @@ func (d *Driver) RollbackExpired(_ context.Context, id string) (string, error) {
 	case n == nil || n.Pending == nil:
 		return "no longer needed: the network is no longer pending", nil
 	case d.now().Before(n.Pending.Deadline):
-		return "", refusef("the reservation of network %s has not expired (deadline %s)", short(id), n.Pending.Deadline.Format(time.RFC3339))
+		return "", refusef("the reservation of network %s has not expired (deadline %s)", rules.Short(id), n.Pending.Deadline.Format(time.RFC3339))
 	}
 	if _, err := d.dropPending(id, n.Pending.Token); err != nil {
 		return "", err
 	}
 	d.events.ReservationRolledBack("network")
 	d.log.Warn("doctor: rolled back network whose reservation expired", "network", id, "parent", n.Parent)
-	return fmt.Sprintf("rolled back network %s (the janitor releases its parent %s when nothing needs it)", short(id), n.Parent), nil
+	return fmt.Sprintf("rolled back network %s (the janitor releases its parent %s when nothing needs it)", rules.Short(id), n.Parent), nil
 }
 
 // StaleGrace is how old a record must be before Docker's 404 is believed.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -19,8 +20,8 @@ func TestDoctorRepairs(t *testing.T) {
 	f.grace = 3 * time.Second
 	f.close()
 	f.open()
-	f.mustCreate(netReq{id: netA, opts: map[string]string{OptParent: "eth0.10"}})
-	f.mustCreate(netReq{id: netB, opts: map[string]string{OptParent: "eth1"}, v4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "eth0.10"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{rules.OptParent: "eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
 	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
 	link := f.mustEndpoint(netA, ep1, "198.18.1.10/24")
 
@@ -114,7 +115,7 @@ func TestOrphanRepairWaitsForACreate(t *testing.T) {
 		}
 		once = true
 		go func() {
-			res, err := f.d.DeleteOrphanLink(ctx, shimName(netA))
+			res, err := f.d.DeleteOrphanLink(ctx, rules.ShimName(netA))
 			if err != nil {
 				res = err.Error()
 			}
@@ -126,7 +127,7 @@ func TestOrphanRepairWaitsForACreate(t *testing.T) {
 	if res := <-result; !strings.Contains(res, "a record owns link") {
 		t.Errorf("repair during the create: %q", res)
 	}
-	if _, ok := f.k.Link(shimName(netA)); !ok {
+	if _, ok := f.k.Link(rules.ShimName(netA)); !ok {
 		t.Fatal("the repair deleted the host link of a network being created")
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 	"golang.org/x/sys/unix"
@@ -19,7 +20,7 @@ import (
 // record remembers the sandbox until Leave: a second Join while the link is
 // away in a sandbox is refused, since a second link would carry the same
 // MAC on the same wire.
-func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*JoinResponse, error) {
+func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.JoinResponse, error) {
 	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
@@ -34,7 +35,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*JoinRespo
 	if cur := d.joins.overlay(*ep); cur.Sandbox != "" && cur.Boot == d.boot {
 		if _, err := d.links.Get(ctx, ep.Link); errors.Is(err, netlinkutil.ErrNotFound) {
 			return nil, fmt.Errorf("%w: endpoint %s is already joined to sandbox %s and its link %s is in that sandbox: a second link would carry the same MAC; leave it first (docker network disconnect)",
-				ErrConflict, short(ep.ID), cur.Sandbox, ep.Link)
+				ErrConflict, rules.Short(ep.ID), cur.Sandbox, ep.Link)
 		} else if err != nil {
 			return nil, err
 		}
@@ -42,10 +43,10 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*JoinRespo
 	spec := netlinkutil.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
 	d.point("join/before-link")
 	if err := d.addEndpointLink(ctx, *n, spec); err != nil {
-		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", short(ep.ID), short(n.ID), err, d.mtuHint(ctx, *n, err))
+		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", rules.Short(ep.ID), rules.Short(n.ID), err, d.mtuHint(ctx, *n, err))
 	}
 	d.point("join/after-link")
-	sandbox := valueOr(req.SandboxKey, "(unnamed)")
+	sandbox := rules.ValueOr(req.SandboxKey, "(unnamed)")
 	if !durableJoin(*n) && ep.Sandbox == "" {
 		d.joins.set(ep.ID, sandbox, d.boot) // joins.go: nothing to commit
 	} else if ep.Sandbox != sandbox || ep.Boot != d.boot {
@@ -53,17 +54,17 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*JoinRespo
 		joined.Sandbox, joined.Boot = sandbox, d.boot
 		if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(joined) }); err != nil {
 			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), ep.Link, true)
-			return nil, fmt.Errorf("join endpoint %s: record the join: %w", short(ep.ID), err)
+			return nil, fmt.Errorf("join endpoint %s: record the join: %w", rules.Short(ep.ID), err)
 		}
 	}
 	if err := d.joinHostRoute(ctx, *n, *ep); err != nil {
-		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", short(ep.ID), err)
+		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", rules.Short(ep.ID), err)
 	}
 	if ctx.Err() == nil { // Docker still waits for this answer
 		d.announce(ctx, *n, *ep) // in the background
 	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
-	resp := joinResponse(*n, *ep)
+	resp := rules.JoinAnswer(*n, *ep)
 	resp.InterfaceName.DstName = d.ifnames.get(ep.ID)
 	return resp, nil
 }
@@ -92,7 +93,7 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 	}); err != nil {
 		return err
 	}
-	if a, ok := endpointV4(ep); ok && !slices.Contains(routes, a) {
+	if a, ok := rules.EndpointV4(ep); ok && !slices.Contains(routes, a) {
 		routes = append(routes, a) // a join kept in memory (joins.go)
 	}
 	return d.ensureShim(ctx, n, routes)
@@ -101,13 +102,13 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 // shimHealthy reports whether the network's host link exists with this
 // instance's mark, up, with its address and MTU.
 func (d *Driver) shimHealthy(ctx context.Context, n store.Network) bool {
-	l, err := d.links.Get(ctx, shimName(n.ID))
-	if err != nil || l.Name != shimName(n.ID) || l.Alias != d.mark {
+	l, err := d.links.Get(ctx, rules.ShimName(n.ID))
+	if err != nil || l.Name != rules.ShimName(n.ID) || l.Alias != d.mark {
 		return false
 	}
 	have, err := d.links.LinkAddrs(ctx, l.Name)
 	addr, perr := netip.ParseAddr(n.HostAddress)
-	return err == nil && perr == nil && brokenBy(l, n.MTU, addr, have) == ""
+	return err == nil && perr == nil && rules.BrokenBy(l, n.MTU, addr, have) == ""
 }
 
 // addEndpointLink creates the link, replacing a leftover of an earlier
@@ -151,69 +152,4 @@ func (d *Driver) mtuHint(ctx context.Context, n store.Network, err error) string
 	}
 	return fmt.Sprintf(": the network's MTU %d is above the MTU %d its parent %s has now; set the parent's MTU back (ip link set dev %s mtu %d), or re-create the network with -o mtu=%d or less",
 		n.MTU, p.MTU, p.Name, p.Name, n.MTU, p.MTU)
-}
-
-// InterfaceName is libnetwork's name of the endpoint's interface: the
-// link in the host namespace, and the container's name for it (DstName,
-// honoured by current engines; engine 20.10 and 28 take DstPrefix+N).
-type InterfaceName struct {
-	SrcName   string
-	DstName   string `json:",omitempty"`
-	DstPrefix string
-}
-
-// JoinResponse is libnetwork's Join answer (go-plugins-helpers' lacks
-// DstName).
-type JoinResponse struct {
-	InterfaceName         InterfaceName
-	Gateway               string
-	GatewayIPv6           string
-	StaticRoutes          []*network.StaticRoute
-	DisableGatewayService bool
-}
-
-// joinResponse tells libnetwork what to do with the link: its gateways for
-// macvlan and ipvlan l2, connected default routes for ipvlan l3/l3s, none
-// for internal networks.
-func joinResponse(n store.Network, ep store.Endpoint) *JoinResponse {
-	resp := &JoinResponse{
-		InterfaceName:         InterfaceName{SrcName: ep.Link, DstPrefix: "eth"},
-		DisableGatewayService: true,
-	}
-	if n.Internal {
-		return resp
-	}
-	if ep.Lease != nil {
-		leaseJoin(resp, ep.Lease)
-		return resp
-	}
-	if n.Type == typeIpvlan && n.Mode != "l2" {
-		if ep.IPv4 != "" {
-			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "0.0.0.0/0", RouteType: 1})
-		}
-		if ep.IPv6 != "" {
-			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "::/0", RouteType: 1})
-		}
-		return resp
-	}
-	resp.Gateway = gatewayFor(ep.IPv4, n.IPv4)
-	resp.GatewayIPv6 = gatewayFor(ep.IPv6, n.IPv6)
-	return resp
-}
-
-// gatewayFor returns the gateway of the pool holding addr; none when the
-// endpoint has no address of that family (a default route through a
-// gateway it cannot reach would fail the container).
-func gatewayFor(addr string, pools []store.Pool) string {
-	a, err := netip.ParsePrefix(addr)
-	if err != nil {
-		return ""
-	}
-	for _, p := range pools {
-		sub, perr := netip.ParsePrefix(p.Subnet)
-		if perr == nil && p.Gateway != "" && sub.Contains(a.Addr()) {
-			return p.Gateway
-		}
-	}
-	return ""
 }

@@ -17,7 +17,7 @@ import (
 func TestJoinAndLeaveWriteNothingWithoutAHostAddress(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	if _, err := f.endpoint(netA, epA, "198.18.1.10/24", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestJoinOfAHostAddressNetworkIsCommitted(t *testing.T) {
 func TestLeaveClearsAJoinAnOlderVersionCommitted(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	rec := f.epRecord(netA, epA)
 	rec.Sandbox, rec.Boot = "/var/run/docker/netns/old", "boot-1"
@@ -104,7 +104,7 @@ func TestLeaveClearsAJoinAnOlderVersionCommitted(t *testing.T) {
 // anew, without a join: the join in memory goes with it.
 func TestCreateEndpointAgainForgetsTheJoin(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.Remove(link)
 	if _, err := f.endpoint(netA, epA, "198.18.1.10/24", ""); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -86,7 +87,7 @@ func (d *Driver) releaseJournaled(ctx context.Context) {
 		if !forget && d.dhcp != nil {
 			mac, _ := net.ParseMAC(p.MAC)
 			id, _ := hex.DecodeString(p.ClientID)
-			rctx, cancel := context.WithTimeout(ctx, defaultDHCPTimeout)
+			rctx, cancel := context.WithTimeout(ctx, rules.DefaultDHCPTimeout)
 			err := d.dhcp.Release(rctx, LeaseRequest{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease)
 			cancel()
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -140,10 +141,10 @@ const (
 // after Restore.
 func (d *Driver) RunLeases(ctx context.Context) error {
 	now := d.now()
-	var lost []blockKey
+	var lost []rules.BlockKey
 	if err := d.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n store.Network) error {
-			if !dhcpOf(n).On {
+			if !rules.DHCPOf(n).On {
 				return nil
 			}
 			eps, err := tx.Endpoints(n.ID)
@@ -152,7 +153,7 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 					continue
 				}
 				if !ep.Lease.Lost.IsZero() {
-					lost = append(lost, blockKey{n.Parent, leaseAddr(*ep.Lease)})
+					lost = append(lost, rules.BlockKey{Parent: n.Parent, Addr: leaseAddr(*ep.Lease)})
 				}
 				// A renewal that fell due while the daemon was down is
 				// sent now, not at the next retry time.
@@ -239,7 +240,7 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", old.Addr)
 	// A renewal waits no longer than dhcp_timeout, nor past the lease's
 	// expiry (then it is lost, and that is acted on at once).
-	deadline := now.Add(dhcpOf(n).Timeout)
+	deadline := now.Add(rules.DHCPOf(n).Timeout)
 	if old.Lost.IsZero() && old.Expiry.After(now) && old.Expiry.Before(deadline) {
 		deadline = old.Expiry
 	}
@@ -303,7 +304,7 @@ func (d *Driver) renewLease(ctx context.Context, k leaseKey) {
 // record says lost: a deletion in between leaves no block behind); false
 // when the record changed meanwhile or could not be written (rescheduled).
 func (d *Driver) loseLease(ctx context.Context, k leaseKey, n store.Network, ep store.Endpoint, old store.Lease, why string, log *slog.Logger) (store.Lease, bool) {
-	marked := markLost(old, d.now(), why)
+	marked := rules.MarkLost(old, d.now(), why)
 	if d.commitLease(ctx, k, old, marked, log) != leaseRecorded {
 		return old, false
 	}

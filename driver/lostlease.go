@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -26,39 +27,10 @@ type AddrBlocker interface {
 	BlockedAddrs(ctx context.Context, tag string) ([]netlinkutil.Blocked, error)
 }
 
-// blockKey is an address blocked on a parent.
-type blockKey struct {
-	parent string
-	addr   netip.Addr
-}
-
-// planBlocks says which blocks to add and remove so that exactly the lost
-// leases' addresses are blocked (present: this instance's blocks).
-func planBlocks(lost, present []blockKey) (add, remove []blockKey) {
-	want := map[blockKey]bool{}
-	for _, k := range lost {
-		want[k] = true
-	}
-	have := map[blockKey]bool{}
-	for _, k := range present {
-		have[k] = true
-		if !want[k] {
-			remove = append(remove, k)
-		}
-	}
-	for _, k := range lost {
-		if !have[k] {
-			add = append(add, k)
-			have[k] = true
-		}
-	}
-	return add, remove
-}
-
 // restoreBlocks makes the kernel's blocks those of the lost leases in the
 // state file: after a reboot they are gone, after a crash some may be
 // left over.
-func (d *Driver) restoreBlocks(ctx context.Context, lost []blockKey) error {
+func (d *Driver) restoreBlocks(ctx context.Context, lost []rules.BlockKey) error {
 	if d.blocker == nil {
 		return nil
 	}
@@ -69,34 +41,26 @@ func (d *Driver) restoreBlocks(ctx context.Context, lost []blockKey) error {
 		}
 		return err
 	}
-	var present []blockKey
+	var present []rules.BlockKey
 	for _, b := range all {
 		if b.Tag == d.mark {
-			present = append(present, blockKey{b.Parent, b.Addr})
+			present = append(present, rules.BlockKey{Parent: b.Parent, Addr: b.Addr})
 		}
 	}
-	add, remove := planBlocks(lost, present)
+	add, remove := rules.PlanBlocks(lost, present)
 	for _, k := range remove {
-		if err := d.blocker.Unblock(ctx, k.parent, k.addr, d.mark); err != nil {
+		if err := d.blocker.Unblock(ctx, k.Parent, k.Addr, d.mark); err != nil {
 			return err
 		}
-		d.log.Info("unblocked an address no lost lease holds", "parent", k.parent, "address", k.addr)
+		d.log.Info("unblocked an address no lost lease holds", "parent", k.Parent, "address", k.Addr)
 	}
 	for _, k := range add {
-		if err := d.blocker.Block(ctx, k.parent, k.addr, d.mark); err != nil {
+		if err := d.blocker.Block(ctx, k.Parent, k.Addr, d.mark); err != nil {
 			return err
 		}
-		d.log.Warn("blocked the address of a lost DHCP lease again", "parent", k.parent, "address", k.addr)
+		d.log.Warn("blocked the address of a lost DHCP lease again", "parent", k.Parent, "address", k.Addr)
 	}
 	return nil
-}
-
-// markLost is a lease marked lost at now.
-func markLost(l store.Lease, now time.Time, why string) store.Lease {
-	if l.Lost.IsZero() {
-		l.Lost, l.LostWhy = now, why
-	}
-	return l
 }
 
 // blockLost blocks a lost lease's address on the parent, logging the loss

@@ -31,16 +31,6 @@ func TestLeaseState(t *testing.T) {
 	}
 }
 
-func TestPlanBlocks(t *testing.T) {
-	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
-	lost := []blockKey{{"lan0", a("198.18.180.100")}, {"lan0", a("198.18.180.101")}}
-	present := []blockKey{{"lan0", a("198.18.180.101")}, {"lan1", a("198.18.9.9")}}
-	add, remove := planBlocks(lost, present)
-	if fmt.Sprint(add) != fmt.Sprint([]blockKey{{"lan0", a("198.18.180.100")}}) || fmt.Sprint(remove) != fmt.Sprint([]blockKey{{"lan1", a("198.18.9.9")}}) {
-		t.Fatalf("add %v remove %v", add, remove)
-	}
-}
-
 func (f *fixture) lease(netID, epID string) *store.Lease {
 	var ep store.Endpoint
 	_ = f.db.View(func(tx *store.Tx) (err error) { ep, _, err = tx.Endpoint(netID, epID); return err })

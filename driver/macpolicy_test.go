@@ -3,10 +3,10 @@ package driver
 import (
 	"context"
 	"net"
-	"net/netip"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 )
 
@@ -49,7 +49,7 @@ func (f *fixture) deleteNetwork(netID string) {
 
 func TestStableMACFollowsTheAddressOnTheParent(t *testing.T) {
 	f := macFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth2"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth2"}})
 	first := f.macOf(netA, epA, "198.18.1.10/24")
 	other := f.macOf(netA, epB, "198.18.1.11/24")
 	if other == first {
@@ -65,7 +65,7 @@ func TestStableMACFollowsTheAddressOnTheParent(t *testing.T) {
 	// The network comes back (compose down/up), the daemon restarts.
 	f.deleteNetwork(netA)
 	f.restart()
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth2"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth2"}})
 	if again := f.macOf(netB, epA, "198.18.1.10/24"); again != first {
 		t.Fatalf("endpoint of the re-created network got MAC %s, want %s", again, first)
 	}
@@ -73,7 +73,7 @@ func TestStableMACFollowsTheAddressOnTheParent(t *testing.T) {
 
 func TestRandomMACPolicy(t *testing.T) {
 	f := macFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth2", "mac_address_policy": "random"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth2", "mac_address_policy": "random"}})
 	first := f.macOf(netA, epA, "198.18.1.10/24")
 	f.deleteEndpoint(netA, epA)
 	if again := f.macOf(netA, epB, "198.18.1.10/24"); again == first {
@@ -83,7 +83,7 @@ func TestRandomMACPolicy(t *testing.T) {
 
 func TestStableMACInUseFallsBackToRandom(t *testing.T) {
 	f := macFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth2"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth2"}})
 	stable := f.macOf(netA, epA, "198.18.1.10/24")
 	f.deleteEndpoint(netA, epA)
 	p, _ := f.k.Link("eth2")
@@ -100,38 +100,8 @@ func TestStableMACInUseFallsBackToRandom(t *testing.T) {
 
 func TestMACPolicyOptionRefusals(t *testing.T) {
 	f := macFixture(t)
-	err := f.create(netReq{id: netA, opts: map[string]string{"parent": "eth2", "mac_address_policy": "sticky"}})
-	wantErr(t, err, ErrInvalid, `"sticky"`, "stable, random")
-	err = f.create(netReq{id: netA, opts: map[string]string{"parent": "eth2", "type": "ipvlan", "mac_address_policy": "stable"}})
-	wantErr(t, err, ErrInvalid, "ipvlan", "drop the option")
-}
-
-func TestMACBase(t *testing.T) {
-	nic := netlinkutil.Link{Name: "eth0", Index: 2, Kind: "device", MAC: "52:54:00:00:00:01", PermMAC: "52:54:00:00:00:99"}
-	for _, tc := range []struct {
-		name  string
-		p     netlinkutil.Link
-		links []netlinkutil.Link
-		want  string
-	}{
-		{"permanent address", nic, nil, "52:54:00:00:00:99"},
-		{"no permanent address", netlinkutil.Link{Kind: "veth", MAC: "52:54:00:00:00:02"}, nil, "52:54:00:00:00:02"},
-		{"vlan: its base's permanent address", netlinkutil.Link{Kind: "vlan", ParentIndex: 2, VLAN: 10, MAC: "52:54:00:00:00:01"}, []netlinkutil.Link{nic}, "52:54:00:00:00:99"},
-		{"vlan, base unknown", netlinkutil.Link{Kind: "vlan", ParentIndex: 7, MAC: "52:54:00:00:00:03"}, []netlinkutil.Link{nic}, "52:54:00:00:00:03"},
-	} {
-		if got := macBase(tc.p, tc.links).String(); got != tc.want {
-			t.Errorf("%s: base %s, want %s", tc.name, got, tc.want)
-		}
-	}
-	base, _ := net.ParseMAC("52:54:00:00:00:99")
-	a := netip.MustParseAddr("198.18.1.10")
-	if stableMAC(base, 0, a).String() != stableMAC(base, 0, a).String() {
-		t.Error("stableMAC is not a function of its inputs")
-	}
-	if stableMAC(base, 0, a).String() == stableMAC(base, 10, a).String() {
-		t.Error("the same address on two VLANs of one NIC got one MAC")
-	}
-	if stableMAC(base, 0, a).String() == stableMAC(base, 0, netip.MustParseAddr("2001:db8::c612:10a")).String() {
-		t.Error("two addresses got one MAC")
-	}
+	err := f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth2", "mac_address_policy": "sticky"}})
+	wantErr(t, err, rules.ErrInvalid, `"sticky"`, "stable, random")
+	err = f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth2", "type": "ipvlan", "mac_address_policy": "stable"}})
+	wantErr(t, err, rules.ErrInvalid, "ipvlan", "drop the option")
 }

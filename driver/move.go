@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -23,7 +24,7 @@ import (
 // VLAN of the user's that went), and the old link is gone or nothing of
 // the network lives on it (keepParent). A resolution that fails is left
 // to the reuse path, which says what is missing.
-func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (resolution, bool, error) {
+func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (rules.Resolution, bool, error) {
 	res, err := d.resolve(ctx, want)
 	if err != nil || res.Name == same.Parent {
 		return res, false, nil
@@ -42,7 +43,7 @@ func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (res
 	}); err != nil {
 		return res, false, err
 	}
-	if keepParent(gone == nil, d.joins.overlayAll(eps), d.boot) {
+	if rules.KeepParent(gone == nil, d.joins.overlayAll(eps), d.boot) {
 		d.log.Warn("the parent option now resolves to another link on this host, but endpoints of the network live on its link: keeping it (docker network rm and create move it)",
 			"network", same.ID, "link", same.Parent, "would_be", res.Name, "why", res.Why)
 		return res, false, nil
@@ -74,7 +75,7 @@ func (d *Driver) reuse(ctx context.Context, n store.Network) error {
 // and both parents' locks.
 func (d *Driver) stayPut(ctx context.Context, same store.Network, to string, refusal error) error {
 	if err := d.reuse(ctx, same); err != nil {
-		return fmt.Errorf("network %s cannot stay on its link %s (%v), nor move to %s, its parent option's choice on this host now: %w", short(same.ID), same.Parent, err, to, refusal)
+		return fmt.Errorf("network %s cannot stay on its link %s (%v), nor move to %s, its parent option's choice on this host now: %w", rules.Short(same.ID), same.Parent, err, to, refusal)
 	}
 	d.log.Warn("the parent option now resolves to another link, which refuses the network: keeping it on its link",
 		"network", same.ID, "link", same.Parent, "would_be", to, "refusal", refusal.Error())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -20,15 +21,15 @@ import (
 // if underlay owns it, and commits. On failure nothing of the new network
 // is left behind.
 func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRequest) error {
-	want, err := parseNetwork(req)
+	want, err := rules.ParseNetwork(req)
 	if err != nil {
 		return err
 	}
-	if dhcpOf(want).On && d.dhcp == nil {
-		return fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", short(want.ID))
+	if rules.DHCPOf(want).On && d.dhcp == nil {
+		return fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", rules.Short(want.ID))
 	}
-	refs := ipamRefs(req)
-	asked := requestedParent(want)
+	refs := rules.IPAMRefs(req)
+	asked := rules.RequestedParent(want)
 	// The request's attributes on each of its log lines (not a With
 	// logger: it formats them at once, logged or not).
 	attrs := func(kv ...any) []any { return append([]any{"network", want.ID, "parent", asked}, kv...) }
@@ -42,9 +43,9 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err != nil {
 		return err
 	}
-	var res resolution
+	var res rules.Resolution
 	resolved := false
-	if same != nil && same.Pending == nil && sameConfig(want, *same) {
+	if same != nil && same.Pending == nil && rules.SameConfig(want, *same) {
 		r, moving, err := d.parentMoved(ctx, want, *same)
 		if err != nil {
 			return err
@@ -90,10 +91,10 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	}); err != nil {
 		return err
 	}
-	dec := decide(want, same, onParent)
+	dec := rules.Decide(want, same, onParent)
 	fresh = fresh && len(dec.Conflicts) == 0
 	d.log.Debug("create network decision", attrs("link", want.Parent, "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))...)
-	if dec.Verdict == move && len(dec.Conflicts) > 0 {
+	if dec.Verdict == rules.VerdictMove && len(dec.Conflicts) > 0 {
 		// A move the new link's rules refuse must not cost the network
 		// its working copy: rule out stale holders before anything goes.
 		release, err := d.clearStaleHolders(ctx, want, asked, dec.Conflicts)
@@ -104,18 +105,18 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		dec.Conflicts = nil
 	}
 	switch dec.Verdict {
-	case reuse: // the reuse path above answered this; a pending same is not reused
-	case replace, move:
-		if dec.Verdict == move {
+	case rules.VerdictReuse: // the reuse path above answered this; a pending same is not reused
+	case rules.VerdictReplace, rules.VerdictMove:
+		if dec.Verdict == rules.VerdictMove {
 			d.log.Info("the parent option now resolves to another link on this host: moving the network there (its endpoints' links of earlier sandboxes go with the old copy)",
 				attrs("old_link", same.Parent, "link", want.Parent, "why", res.Why)...)
 		} else {
 			d.log.Warn("replacing stale duplicate of network (same ID, other configuration)",
-				attrs("old_parent", same.Parent, "old", describe(*same), "new", describe(want))...)
+				attrs("old_parent", same.Parent, "old", rules.Describe(*same), "new", rules.Describe(want))...)
 		}
 		d.point("create-network/before-remove-stale")
 		if err := d.removeNetwork(ctx, *same); err != nil {
-			return fmt.Errorf("remove the stale copy of network %s: %w", short(want.ID), err)
+			return fmt.Errorf("remove the stale copy of network %s: %w", rules.Short(want.ID), err)
 		}
 		d.point("create-network/after-remove-stale")
 	}
@@ -149,7 +150,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 // createNetwork reserves, builds and commits a new network. plan is the
 // parent link to create, nil when it exists. The caller holds the network
 // and parent locks and has ruled out conflicts.
-func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *store.ParentLink, refs []ipamRef) (err error) {
+func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *store.ParentLink, refs []rules.IPAMRef) (err error) {
 	if plan == nil {
 		// The parent exists: nothing changes in the kernel but the host's
 		// link, if asked for, so one atomic write under the locks creates
@@ -159,17 +160,17 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		}
 		defer func() {
 			if err != nil {
-				_ = d.deleteOwnedLink(context.WithoutCancel(ctx), shimName(want.ID), true)
+				_ = d.deleteOwnedLink(context.WithoutCancel(ctx), rules.ShimName(want.ID), true)
 			}
 		}()
 		d.point("create-network/before-commit")
 		want.Created = d.now() // the grace period of the stale check counts from here
 		if err := d.store.Batch(func(tx *store.Tx) error { return commitNetwork(tx, want, refs) }); err != nil {
-			return fmt.Errorf("create network %s: %w", short(want.ID), err)
+			return fmt.Errorf("create network %s: %w", rules.Short(want.ID), err)
 		}
 		d.point("create-network/after-commit")
 		if d.log.Enabled(ctx, slog.LevelInfo) { // describe is not free
-			d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", requestedParent(want), "config", describe(want), "parent_created", false)
+			d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", rules.RequestedParent(want), "config", rules.Describe(want), "parent_created", false)
 		}
 		return nil
 	}
@@ -190,7 +191,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		}
 		return tx.PutNetwork(want)
 	}); err != nil {
-		return fmt.Errorf("reserve parent %s for network %s: %w", want.Parent, short(want.ID), err)
+		return fmt.Errorf("reserve parent %s for network %s: %w", want.Parent, rules.Short(want.ID), err)
 	}
 	d.point("create-network/after-reserve")
 	defer func() {
@@ -205,7 +206,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	}()
 	d.point("create-network/before-parent-link")
 	if err := d.createParentLink(ctx, *plan); err != nil {
-		return fmt.Errorf("create parent %s for network %s: %w", plan.Name, short(want.ID), err)
+		return fmt.Errorf("create parent %s for network %s: %w", plan.Name, rules.Short(want.ID), err)
 	}
 	created = true
 	d.point("create-network/after-parent-link")
@@ -214,7 +215,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	}
 	defer func() {
 		if err != nil {
-			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), shimName(want.ID), true)
+			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), rules.ShimName(want.ID), true)
 		}
 	}()
 	d.point("create-network/before-commit")
@@ -230,11 +231,11 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		cur.Created = d.now()
 		return commitNetwork(tx, cur, refs)
 	}); err != nil {
-		return fmt.Errorf("create network %s: %w", short(want.ID), err)
+		return fmt.Errorf("create network %s: %w", rules.Short(want.ID), err)
 	}
 	d.point("create-network/after-commit")
 	want.Pending = nil
-	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", requestedParent(want), "config", describe(want), "parent_created", true)
+	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", rules.RequestedParent(want), "config", rules.Describe(want), "parent_created", true)
 	return nil
 }
 
@@ -252,12 +253,12 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	d.point("delete-network/before-link-delete")
 	for _, ep := range eps {
 		if err := d.deleteOwnedLink(ctx, ep.Link, true); err != nil {
-			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, short(ep.ID), err)
+			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, rules.Short(ep.ID), err)
 		}
 	}
 	if n.HostAddress != "" {
-		if err := d.deleteOwnedLink(ctx, shimName(n.ID), true); err != nil {
-			return fmt.Errorf("delete the host's link %s of network %s: %w", shimName(n.ID), short(n.ID), err)
+		if err := d.deleteOwnedLink(ctx, rules.ShimName(n.ID), true); err != nil {
+			return fmt.Errorf("delete the host's link %s of network %s: %w", rules.ShimName(n.ID), rules.Short(n.ID), err)
 		}
 	}
 	d.point("delete-network/after-link-delete")
@@ -300,7 +301,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 // can always clean up.
 func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRequest) error {
 	if req.NetworkID == "" {
-		return invalidf("DeleteNetwork without NetworkID")
+		return rules.Invalidf("DeleteNetwork without NetworkID")
 	}
 	ctx, unlockNet, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.NetworkKey(req.NetworkID)))
 	if err != nil {
@@ -320,7 +321,7 @@ func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRe
 	}
 	defer unlockParent()
 	if err := d.removeNetwork(ctx, *n); err != nil {
-		return fmt.Errorf("delete network %s: %w", short(n.ID), err)
+		return fmt.Errorf("delete network %s: %w", rules.Short(n.ID), err)
 	}
 	d.log.Info("deleted network", "network", n.ID, "parent", n.Parent)
 	return nil
@@ -347,5 +348,5 @@ func newToken() string {
 
 // notFound is the error for requests naming an unknown network.
 func notFound(what, id string) error {
-	return fmt.Errorf("%w: %s %s is unknown to underlay (it was not created through underlay, or underlay's state file was replaced): remove and re-create it with docker network rm/create", ErrNotFound, what, short(id))
+	return fmt.Errorf("%w: %s %s is unknown to underlay (it was not created through underlay, or underlay's state file was replaced): remove and re-create it with docker network rm/create", ErrNotFound, what, rules.Short(id))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/underlay-net/underlay/netlinkutil"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,13 +11,15 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 	"golang.org/x/sys/unix"
 )
 
 func TestRule1SameIDSameConfigIsReused(t *testing.T) {
 	f := newFixture(t)
-	r := netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}}
+	r := netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}}
 	f.mustCreate(r)
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	for i := 0; i < 3; i++ {
@@ -46,7 +47,7 @@ func TestRule1SameIDSameConfigIsReused(t *testing.T) {
 
 func TestRule1InternalDummyReCreated(t *testing.T) {
 	f := newFixture(t)
-	r := netReq{id: netA}
+	r := netReq{ID: netA}
 	f.mustCreate(r)
 	f.wantLinks("uliaaaaaaaaaaaa")
 	f.mustCreate(r)
@@ -66,12 +67,12 @@ func TestRule1InternalDummyReCreated(t *testing.T) {
 
 func TestRule2StaleDuplicateReplaced(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.wantLinks("eth0.10", link)
 
 	// Same ID, another parent and MTU: the old copy is stale.
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth1", "mtu": "9000"}, v4: []string{"198.18.5.0/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth1", "mtu": "9000"}, V4: []string{"198.18.5.0/24"}})
 	f.wantNetworks(netA)
 	f.wantLinks() // old endpoint link and the VLAN underlay created are gone
 	n, _ := f.record(netA)
@@ -87,9 +88,9 @@ func TestRule2StaleDuplicateReplaced(t *testing.T) {
 
 func TestRule2KeepsParentOtherNetworksUse(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.10"}, v4: []string{"198.18.2.0/24"}})
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth1"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth1"}})
 	f.wantLinks("eth0.10")
 	f.wantNetworks(netA, netB)
 }
@@ -113,11 +114,11 @@ func TestRule3Conflicts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.mustCreate(netReq{id: netA, opts: tc.holder, v4: tc.holderNet})
+			f.mustCreate(netReq{ID: netA, Opts: tc.holder, V4: tc.holderNet})
 			link := f.mustEndpoint(netA, epA, "")
 			f.docker.setLive(netA)
 			before := f.k.Calls("endpoint")
-			err := f.create(netReq{id: netB, opts: tc.want, v4: tc.wantNet})
+			err := f.create(netReq{ID: netB, Opts: tc.want, V4: tc.wantNet})
 			parent := tc.holder["parent"]
 			wantErr(t, err, ErrConflict, "aaaaaaaaaaaa", parent, tc.reason, "docker network rm aaaaaaaaaaaa")
 			f.wantNetworks(netA)
@@ -135,8 +136,8 @@ func TestRule3Conflicts(t *testing.T) {
 
 func TestRule3Coexist(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", "ipvlan_mode": "l3"}, v4: []string{"198.18.1.0/24"}, v6: []string{"2001:db8:1::/64"}})
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0", "ipvlan_mode": "l3"}, v4: []string{"198.18.2.0/24"}, v6: []string{"2001:db8:2::/64"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "ipvlan_mode": "l3"}, V4: []string{"198.18.1.0/24"}, V6: []string{"2001:db8:1::/64"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0", "ipvlan_mode": "l3"}, V4: []string{"198.18.2.0/24"}, V6: []string{"2001:db8:2::/64"}})
 	a := f.mustEndpoint(netA, epA, "198.18.1.2/24")
 	b := f.mustEndpoint(netB, epB, "198.18.2.2/24")
 	for _, name := range []string{a, b} {
@@ -151,13 +152,13 @@ func TestRule3Coexist(t *testing.T) {
 
 func TestRule4StaleHolderRemoved(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.30", "macvlan_mode": "passthru"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.30", "macvlan_mode": "passthru"}})
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.wantLinks("eth0.30", link)
 	f.docker.setLive() // Docker answers 404 for netA: removed while underlay was down
 	f.clock.Advance(time.Minute)
 
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.30"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0.30"}})
 	f.wantNetworks(netB)
 	f.wantLinks("eth0.30")
 	if f.docker.calls != 1 {
@@ -175,9 +176,9 @@ func TestRule4LiveOrUnknownHolderRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+			f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 			tc.set(f.docker)
-			wantErr(t, f.create(netReq{id: netB, opts: map[string]string{"parent": "eth0"}}), ErrConflict, "aaaaaaaaaaaa")
+			wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}}), ErrConflict, "aaaaaaaaaaaa")
 			f.wantNetworks(netA)
 		})
 	}
@@ -185,10 +186,10 @@ func TestRule4LiveOrUnknownHolderRefuses(t *testing.T) {
 
 func TestRule4OnlyAllStaleHoldersAreRemoved(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.0/25"}})
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.128/25"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/25"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.128/25"}})
 	f.docker.setLive(netB) // netA stale, netB live
-	wantErr(t, f.create(netReq{id: netC, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.0/24"}}), ErrConflict, "bbbbbbbbbbbb")
+	wantErr(t, f.create(netReq{ID: netC, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24"}}), ErrConflict, "bbbbbbbbbbbb")
 	f.wantNetworks(netA, netB) // a refusal changes nothing
 }
 
@@ -208,7 +209,7 @@ func TestRule5ConcurrentConflictingCreatesOneWinner(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			err := f.create(netReq{id: fmt.Sprintf("net%02d", i), opts: map[string]string{"parent": "eth0.40", "macvlan_mode": "passthru"}, v4: []string{fmt.Sprintf("198.18.%d.0/24", i)}})
+			err := f.create(netReq{ID: fmt.Sprintf("net%02d", i), Opts: map[string]string{"parent": "eth0.40", "macvlan_mode": "passthru"}, V4: []string{fmt.Sprintf("198.18.%d.0/24", i)}})
 			switch {
 			case err == nil:
 				wins.Add(1)
@@ -241,7 +242,7 @@ func TestRule5SameIDConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- f.create(netReq{id: netA, opts: map[string]string{"parent": "eth0.50"}})
+			errs <- f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.50"}})
 		}()
 	}
 	wg.Wait()
@@ -266,7 +267,7 @@ func TestRule5ExpiredReservationRolledBack(t *testing.T) {
 		return nil
 	})
 	done := make(chan error, 1)
-	go func() { done <- f.create(netReq{id: netA, opts: map[string]string{"parent": "eth0.60"}}) }()
+	go func() { done <- f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.60"}}) }()
 	<-entered
 	if n, ok := f.record(netA); !ok || n.Pending == nil {
 		t.Fatalf("no pending reservation while the kernel call hangs: %+v %v", n, ok)
@@ -295,9 +296,9 @@ func TestRule6FailedCreateLeavesNothing(t *testing.T) {
 				}
 				return nil
 			})
-			r := netReq{id: netA, opts: map[string]string{"parent": "eth0.70"}}
+			r := netReq{ID: netA, Opts: map[string]string{"parent": "eth0.70"}}
 			if op == "dummy" {
-				r.opts = nil
+				r.Opts = nil
 			}
 			wantErr(t, f.create(r), nil, "injected")
 			f.wantNetworks()
@@ -316,9 +317,9 @@ func TestCreateValidatesAgainstKernel(t *testing.T) {
 	f.k.AddHostLink("docker0", "bridge", 1500)
 	f.k.AddHostLink("br-0123456789ab", "bridge", 1500)
 	f.k.AddHostLink("br0", "bridge", 1500)
-	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth1"}, v4: []string{"198.18.9.0/24"}})
+	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.9.0/24"}})
 	ep := f.mustEndpoint(netC, epA, "")
-	f.mustCreate(netReq{id: "dddddddddddd", v4: []string{"198.18.8.0/24"}})
+	f.mustCreate(netReq{ID: "dddddddddddd", V4: []string{"198.18.8.0/24"}})
 	for _, tc := range []struct {
 		opts map[string]string
 		want []string
@@ -335,17 +336,17 @@ func TestCreateValidatesAgainstKernel(t *testing.T) {
 		{map[string]string{"parent": "eth0", "mtu": "9000"}, []string{"mtu 9000", "1500", "eth0"}},
 		{map[string]string{"parent": "eth0.80", "mtu": "1501"}, []string{"mtu 1501", "1500"}},
 	} {
-		wantErr(t, f.create(netReq{id: netA, opts: tc.opts}), ErrInvalid, tc.want...)
+		wantErr(t, f.create(netReq{ID: netA, Opts: tc.opts}), rules.ErrInvalid, tc.want...)
 	}
 	f.wantNetworks(netC, "dddddddddddd")
 	f.wantLinks(ep, "ulidddddddddddd", "docker0", "br-0123456789ab", "br0")
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "br0", "mtu": "1500"}}) // a user's bridge is fine
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "br0", "mtu": "1500"}}) // a user's bridge is fine
 }
 
 func TestVLANSharedAndOwnership(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.10"}, v4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.2.0/24"}})
 	del := func(id string) {
 		t.Helper()
 		if err := f.d.DeleteNetwork(context.Background(), &network.DeleteNetworkRequest{NetworkID: id}); err != nil {
@@ -361,7 +362,7 @@ func TestVLANSharedAndOwnership(t *testing.T) {
 	if err := f.k.AddVLAN(context.Background(), "eth0.11", "eth0", 11, 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	f.mustCreate(netReq{id: netC, opts: map[string]string{"parent": "eth0.11"}})
+	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth0.11"}})
 	del(netC)
 	f.wantLinks("eth0.11")
 }
@@ -390,7 +391,7 @@ func TestAllocateNetworkAnswersValidatedOptions(t *testing.T) {
 		t.Fatalf("AllocateNetwork answered %v", resp.Options)
 	}
 	_, err = f.d.AllocateNetwork(context.Background(), &network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parnet": "eth0"}})
-	wantErr(t, err, ErrInvalid, "parnet")
+	wantErr(t, err, rules.ErrInvalid, "parnet")
 	if caps := f.d.GetCapabilities(context.Background()); caps.Scope != "local" || caps.ConnectivityScope != "global" {
 		t.Fatalf("capabilities %+v", caps)
 	}
@@ -405,8 +406,8 @@ func TestVLANOnVLANKeepsItsBase(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.10.20"}, v4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0.10.20"}, V4: []string{"198.18.2.0/24"}})
 	link := f.mustEndpoint(netB, epB, "198.18.2.10/24")
 	del(netA)
 	f.wantLinks("eth0.10", "eth0.10.20", link) // eth0.10 carries netB's VLAN
@@ -425,7 +426,7 @@ func TestVLANOnVLANKeepsItsBase(t *testing.T) {
 func TestOwnedVLANKeptWhileForeignLinksStandOnIt(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
 	if err := f.k.AddVLAN(ctx, "admin.5", "eth0.10", 5, 0, ""); err != nil { // the administrator's
 		t.Fatal(err)
 	}
@@ -449,7 +450,7 @@ func TestForeignLinkUnderThePlannedNameIsNeverAdoptedOrDeleted(t *testing.T) {
 			}
 			return nil
 		})
-		err := f.create(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+		err := f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
 		if err == nil || !strings.Contains(err.Error(), "eth0.10") {
 			t.Fatalf("create over a foreign %s: %v, want a refusal naming eth0.10", foreign.Kind, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 	"golang.org/x/sys/unix"
@@ -14,11 +15,6 @@ import (
 // creating the VLAN and dummy links underlay owns, and deleting them with
 // the last network on them.
 
-const (
-	kindVLAN  = netlinkutil.KindVLAN
-	kindDummy = netlinkutil.KindDummy
-)
-
 // createParentLink creates a parent link underlay owns. The kernel's
 // EEXIST is success only when the existing link is exactly the one planned
 // (made by a previous attempt of this network): a VLAN with the same ID
@@ -26,9 +22,9 @@ const (
 func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error {
 	var err error
 	switch p.Kind {
-	case kindVLAN:
+	case rules.KindVLAN:
 		err = d.links.AddVLAN(ctx, p.Name, p.Base, p.VLAN, p.MTU, d.mark)
-	case kindDummy:
+	case rules.KindDummy:
 		err = d.links.AddDummy(ctx, p.Name, p.MTU, d.mark)
 	default:
 		return fmt.Errorf("parent link %s has unknown kind %q", p.Name, p.Kind)
@@ -40,13 +36,13 @@ func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error
 	if lerr != nil {
 		return fmt.Errorf("%w (and listing links to see which one: %w)", err, lerr)
 	}
-	if l, ok := findLink(links, p.Name); ok && isPlanned(l, p, links, d.mark) {
+	if l, ok := rules.FindLink(links, p.Name); ok && rules.IsPlanned(l, p, links, d.mark) {
 		return nil
 	}
-	if p.Kind == kindVLAN {
-		b, bok := findLink(links, p.Base)
+	if p.Kind == rules.KindVLAN {
+		b, bok := rules.FindLink(links, p.Base)
 		for _, l := range links {
-			if !bok || l.Kind != kindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
+			if !bok || l.Kind != rules.KindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
 				continue
 			}
 			if l.Alias == d.mark {
@@ -54,7 +50,7 @@ func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error
 			}
 			return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel already has that VLAN as %s, made by someone else (mark %q): use -o parent=%s, or remove %s", ErrConflict, p.VLAN, p.Base, p.Name, l.Name, l.Alias, l.Name, l.Name)
 		}
-		if _, named := findLink(links, p.Name); !named && bok {
+		if _, named := rules.FindLink(links, p.Name); !named && bok {
 			return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel answers that it exists (%w), but no link of this namespace has that name or VLAN %d on %s: a link with that VLAN ID was probably moved into another network namespace (ip link set ... netns NS), where it keeps the ID; move it back (ip -n NS link set ... netns 1) or delete it there",
 				ErrConflict, p.VLAN, p.Base, p.Name, err, p.VLAN, p.Base)
 		}
@@ -62,26 +58,11 @@ func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error
 	return fmt.Errorf("%w: create %s link %s: a link of that name exists and is not the one planned: remove it or use another parent (%w)", ErrConflict, p.Kind, p.Name, err)
 }
 
-// isPlanned reports whether an existing link is exactly the parent link
-// planned, made by this instance (a previous attempt): same kind, its mark,
-// and for a VLAN the same ID on the same base. A user's link that merely
-// looks alike is not adopted.
-func isPlanned(l netlinkutil.Link, p store.ParentLink, links []netlinkutil.Link, mark string) bool {
-	if l.Name != p.Name || l.Kind != p.Kind || l.Alias != mark {
-		return false
-	}
-	if p.Kind != kindVLAN {
-		return true
-	}
-	b, ok := findLink(links, p.Base)
-	return ok && l.ParentIndex == b.Index && l.VLAN == p.VLAN
-}
-
 // recreateParentLink creates an owned parent link that is missing, first
 // re-creating its base when that is an owned VLAN that vanished too (a VLAN
 // on a VLAN after a reboot).
 func (d *Driver) recreateParentLink(ctx context.Context, p store.ParentLink) error {
-	if p.Kind == kindVLAN {
+	if p.Kind == rules.KindVLAN {
 		if _, err := d.links.Get(ctx, p.Base); errors.Is(err, netlinkutil.ErrNotFound) {
 			var base store.ParentLink
 			var owned bool
@@ -127,10 +108,10 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, err
 		// and own it from now on; otherwise say what is missing.
 		res, err := d.resolve(ctx, n)
 		if err != nil {
-			return n.Parent, fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, short(n.ID), err)
+			return n.Parent, fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, rules.Short(n.ID), err)
 		}
 		if res.Name != n.Parent {
-			return n.Parent, invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, short(n.ID), requestedParent(n), res.Name)
+			return n.Parent, rules.Invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, rules.Short(n.ID), rules.RequestedParent(n), res.Name)
 		}
 		if res.Create == nil {
 			return n.Parent, nil
@@ -142,19 +123,19 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, err
 		if err := d.recreateParentLink(ctx, owned); err != nil {
 			// Not made here: not ours to own.
 			_ = d.store.Update(func(tx *store.Tx) error { return tx.DeleteParentLink(owned.Name) })
-			return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
+			return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, rules.Short(n.ID), err)
 		}
 		return n.Parent, nil
 	}
 	err = d.recreateParentLink(ctx, owned)
 	if to, renamed := renamedTo(err); renamed {
 		if ferr := d.follow(ctx, n.Parent, to, n.Parent); ferr != nil {
-			return n.Parent, fmt.Errorf("parent %s of network %s was renamed to %s, and its record could not follow: %w", n.Parent, short(n.ID), to, ferr)
+			return n.Parent, fmt.Errorf("parent %s of network %s was renamed to %s, and its record could not follow: %w", n.Parent, rules.Short(n.ID), to, ferr)
 		}
 		return to, nil
 	}
 	if err != nil {
-		return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, short(n.ID), err)
+		return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, rules.Short(n.ID), err)
 	}
 	return n.Parent, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/underlay-net/underlay/driver/internal/rules"
 )
 
 // Restore reconciles the store with the kernel before the socket is
@@ -25,7 +27,7 @@ func (d *Driver) Restore(ctx context.Context) error {
 		return fmt.Errorf("read state: %w", err)
 	}
 	d.readShimAddrs(ctx, &s, links)
-	plan := planRestore(s, links, d.mark)
+	plan := rules.PlanRestore(s, links, d.mark)
 	d.log.Info("reconcile plan", "steps", len(plan), "plan", fmt.Sprint(plan))
 	if _, err := d.executeCounted(ctx, plan, "", d.events.ReconcileAction); err != nil {
 		return fmt.Errorf("reconcile state with the kernel: %w", err)
@@ -93,7 +95,7 @@ func (d *Driver) janitorTick(ctx context.Context) {
 	for name := range s.Owned {
 		owned = append(owned, name)
 	}
-	if _, err := d.execute(ctx, planRelease(s, links, d.mark, owned), ""); err != nil {
+	if _, err := d.execute(ctx, rules.PlanRelease(s, links, d.mark, owned), ""); err != nil {
 		d.log.Error("janitor: release parent links", "error", err)
 	}
 }

@@ -6,20 +6,22 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
 func TestRestartKeepsEverything(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.restart()
 	f.wantNetworks(netA)
 	f.wantLinks("eth0.10", link)
 	// Same ID after the restart: reused.
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
 	f.wantNetworks(netA)
 	// The endpoint made before is known: DeleteEndpoint removes its link.
 	if err := f.d.DeleteEndpoint(context.Background(), &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: epA}); err != nil {
@@ -30,8 +32,8 @@ func TestRestartKeepsEverything(t *testing.T) {
 
 func TestRestoreAfterReboot(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
-	f.mustCreate(netReq{id: netB, v4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netB, V4: []string{"198.18.2.0/24"}})
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	// A reboot: every link underlay made is gone.
 	for _, name := range []string{"eth0.10", "ulibbbbbbbbbbbb", link} {
@@ -51,7 +53,7 @@ func TestRestoreAfterReboot(t *testing.T) {
 
 func TestRestoreRemovesStrayLinksOnly(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	known := f.mustEndpoint(netA, epA, "")
 	ctx := context.Background()
 	mk := func(name, typ, mark string) {
@@ -76,14 +78,14 @@ func TestRestoreRemovesStrayLinksOnly(t *testing.T) {
 
 func TestRestoreRollsBackOrphanedReservation(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0.10"}, v4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.2.0/24"}})
 	// A process died between reserving and committing, after creating the
 	// VLAN it owns (eth0.20) and while sharing eth0.10.
 	if err := f.db.Update(func(tx *store.Tx) error {
 		if err := tx.PutParentLink(store.ParentLink{Name: "eth0.20", Kind: "vlan", Base: "eth0", VLAN: 20}); err != nil {
 			return err
 		}
-		for _, n := range []store.Network{mv(netA, "eth0.20", "bridge", "198.18.1.0/24"), mv(netC, "eth0.10", "bridge", "198.18.3.0/24")} {
+		for _, n := range []store.Network{drivertest.Macvlan(netA, "eth0.20", "bridge", "198.18.1.0/24"), drivertest.Macvlan(netC, "eth0.10", "bridge", "198.18.3.0/24")} {
 			n.Pending = &store.Reservation{Token: "dead", Deadline: time.Now().Add(time.Hour)}
 			if err := tx.PutNetwork(n); err != nil {
 				return err
@@ -100,7 +102,7 @@ func TestRestoreRollsBackOrphanedReservation(t *testing.T) {
 	f.wantNetworks(netB)
 	f.wantLinks("eth0.10")
 	// Docker's retry of the create then succeeds.
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.20"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.20"}})
 	f.wantLinks("eth0.10", "eth0.20")
 }
 
@@ -126,9 +128,9 @@ func TestRestoreDeletesOwnedParentNoNetworkUses(t *testing.T) {
 func TestCrashPointsAreAllReachedAndListed(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
 	f.mustEndpoint(netA, epA, "")
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10", "mtu": "1400"}}) // replace
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10", "mtu": "1400"}}) // replace
 	f.mustEndpoint(netA, epA, "")
 	if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
 		t.Fatal(err)
@@ -161,7 +163,7 @@ func TestCrashPointsAreAllReachedAndListed(t *testing.T) {
 // holds it, the link stays, and the next tick releases it.
 func TestJanitorReleasesParentsUnderTheirLock(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}})
 	// A reservation that expired while its request still runs.
 	if err := f.db.Update(func(tx *store.Tx) error {
 		n, _, err := tx.Network(netA)
@@ -191,19 +193,19 @@ func TestJanitorReleasesParentsUnderTheirLock(t *testing.T) {
 func TestRestoreMovesAltnameParentsToTheKernelName(t *testing.T) {
 	f := newFixture(t)
 	f.k.AddAltName("eth0", "lan0")
-	old := mv(netA, "lan0", "passthru", "198.18.1.0/24") // as an older version stored it: no options
+	old := drivertest.Macvlan(netA, "lan0", "passthru", "198.18.1.0/24") // as an older version stored it: no options
 	if err := f.db.Update(func(tx *store.Tx) error { return tx.PutNetwork(old) }); err != nil {
 		t.Fatal(err)
 	}
 	f.restart()
 	n, _ := f.record(netA)
-	if n.Parent != "eth0" || requestedParent(n) != "lan0" {
-		t.Fatalf("record on %s asked %q, want eth0 asked lan0", n.Parent, requestedParent(n))
+	if n.Parent != "eth0" || rules.RequestedParent(n) != "lan0" {
+		t.Fatalf("record on %s asked %q, want eth0 asked lan0", n.Parent, rules.RequestedParent(n))
 	}
 	f.clock.Advance(time.Hour)
 	f.docker.setLive(netA)
-	wantErr(t, f.create(netReq{id: netB, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.2.0/24"}}), ErrConflict, "aaaaaaaaaaaa", "passthru")
+	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.2.0/24"}}), ErrConflict, "aaaaaaaaaaaa", "passthru")
 	// The same network asked again as before is reused.
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "lan0", "macvlan_mode": "passthru"}, v4: []string{"198.18.1.0/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "lan0", "macvlan_mode": "passthru"}, V4: []string{"198.18.1.0/24"}})
 	f.wantNetworks(netA)
 }

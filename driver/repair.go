@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -18,16 +19,9 @@ import (
 // (tried: a busy one is retried shortly). Links without the mark are never
 // touched.
 
-// shimState is a network with a host address and the /32 routes its host
-// link carries.
-type shimState struct {
-	Network store.Network
-	Routes  []netip.Addr
-}
-
 // repairShim makes a host link (opShim) or puts its routes back (opRoutes)
 // under the network's parent lock, tried unless held.
-func (d *Driver) repairShim(ctx context.Context, s step, held string) error {
+func (d *Driver) repairShim(ctx context.Context, s rules.Step, held string) error {
 	n := s.Shim.Network
 	unlock, err := d.tryParent(n.Parent, held)
 	if err != nil {
@@ -53,19 +47,6 @@ func (d *Driver) repairShim(ctx context.Context, s step, held string) error {
 	return d.ensureShim(ctx, *cur, routes)
 }
 
-// planRepair is what a repair pass does: the needed owned parent links
-// that are missing (bases first) and the host links with their routes.
-func planRepair(s snapshot, links []netlinkutil.Link, mark string) []step {
-	var plan []step
-	for _, st := range planRestore(snapshot{Use: s.Use, Owned: s.Owned, Shims: s.Shims, ShimAddrs: s.ShimAddrs}, links, mark) {
-		switch st.Op {
-		case opRecreate, opShim, opRoutes, opHeal, opFollow:
-			plan = append(plan, st)
-		}
-	}
-	return plan
-}
-
 // repair runs one repair pass over a fresh snapshot, with the executor
 // every plan uses.
 func (d *Driver) repair(ctx context.Context) (outcome, error) {
@@ -78,28 +59,17 @@ func (d *Driver) repair(ctx context.Context) (outcome, error) {
 		return outcome{failed: true}, err
 	}
 	d.readShimAddrs(ctx, &s, links)
-	var todo []step
-	for _, st := range planRepair(s, links, d.mark) {
-		if st.Op != opRoutes {
+	var todo []rules.Step
+	for _, st := range rules.PlanRepair(s, links, d.mark) {
+		if st.Op != rules.OpRoutes {
 			todo = append(todo, st)
 		}
 	}
 	if len(todo) == 0 {
 		return outcome{}, nil
 	}
-	d.log.Debug("repair pass", "plan", stepsString(todo))
+	d.log.Debug("repair pass", "plan", rules.StepsString(todo))
 	return d.executeCounted(ctx, todo, "", d.events.RepairAction)
-}
-
-func stepsString(steps []step) string {
-	s := ""
-	for i, st := range steps {
-		if i > 0 {
-			s += " "
-		}
-		s += st.String()
-	}
-	return s
 }
 
 // Watch repairs owned links as they go away, until ctx ends: it is started
@@ -184,7 +154,7 @@ func (d *Driver) Watch(ctx context.Context) error {
 // other than an endpoint's or a host link's may be it.
 func (d *Driver) relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	l := ev.Link
-	if isEndpointLinkName(l.Name) {
+	if rules.IsEndpointLinkName(l.Name) {
 		return false
 	}
 	ours := l.Alias == d.mark
@@ -200,7 +170,7 @@ func (d *Driver) relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	case ours:
 		return true
 	}
-	return waiting && !isShimName(l.Name)
+	return waiting && !rules.IsShimName(l.Name)
 }
 
 // subscribe opens the link event stream.

@@ -3,7 +3,7 @@ package driver
 import (
 	"context"
 
-	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -11,25 +11,11 @@ import (
 // reservation's rollback, the parent link it may have made, and the IPAM
 // pools a committed network confirms.
 
-// ipamRef names a pool by the IPAM address space it came from.
-type ipamRef struct{ space, pool string }
-
-// ipamRefs lists the request's pools with their address spaces.
-func ipamRefs(req *network.CreateNetworkRequest) []ipamRef {
-	var out []ipamRef
-	for _, d := range append(append([]*network.IPAMData{}, req.IPv4Data...), req.IPv6Data...) {
-		if d != nil {
-			out = append(out, ipamRef{space: d.AddressSpace, pool: d.Pool})
-		}
-	}
-	return out
-}
-
 // commitNetwork writes a complete network and confirms the reservations of
 // the pools of underlay's IPAM it names: Docker uses them.
-func commitNetwork(tx *store.Tx, n store.Network, refs []ipamRef) error {
+func commitNetwork(tx *store.Tx, n store.Network, refs []rules.IPAMRef) error {
 	for _, r := range refs {
-		if err := tx.ConfirmIPAMPools(r.space, r.pool); err != nil {
+		if err := tx.ConfirmIPAMPools(r.Space, r.Pool); err != nil {
 			return err
 		}
 	}

@@ -8,16 +8,17 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
 func withHost(id, parent, addr string, opts ...string) netReq {
-	o := map[string]string{"parent": parent, OptHostAddress: addr}
+	o := map[string]string{"parent": parent, rules.OptHostAddress: addr}
 	for i := 0; i+1 < len(opts); i += 2 {
 		o[opts[i]] = opts[i+1]
 	}
-	return netReq{id: id, opts: o, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, aux: []string{addr}}
+	return netReq{ID: id, Opts: o, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, Aux: []string{addr}}
 }
 
 func TestHostAddressRefusals(t *testing.T) {
@@ -31,19 +32,19 @@ func TestHostAddressRefusals(t *testing.T) {
 		{"outside the subnets", withHost(netA, "eth0", "198.18.9.5"), []string{"198.18.9.5", "none of the network's IPv4 subnets"}},
 		{"an IPv6-only network", func() netReq {
 			r := withHost(netA, "eth0", "198.18.1.5")
-			r.v4, r.aux, r.v6 = nil, nil, []string{"2001:db8:1::/64,2001:db8:1::1/64"}
+			r.V4, r.Aux, r.V6 = nil, nil, []string{"2001:db8:1::/64,2001:db8:1::1/64"}
 			return r
 		}(), []string{"IPv6 only", "--ipv4=false", "host_address6 is not supported"}},
 		{"the gateway", withHost(netA, "eth0", "198.18.1.1"), []string{"gateway", "--aux-address host=ADDR"}},
-		{"not reserved", func() netReq { r := withHost(netA, "eth0", "198.18.1.5"); r.aux = nil; return r }(), []string{"--aux-address host=198.18.1.5"}},
+		{"not reserved", func() netReq { r := withHost(netA, "eth0", "198.18.1.5"); r.Aux = nil; return r }(), []string{"--aux-address host=198.18.1.5"}},
 		{"macvlan private", withHost(netA, "eth0", "198.18.1.5", "macvlan_mode", "private"), []string{"macvlan_mode=bridge", "private"}},
 		{"macvlan passthru", withHost(netA, "eth0", "198.18.1.5", "macvlan_mode", "passthru"), []string{"macvlan_mode=bridge"}},
 		{"ipvlan private flag", withHost(netA, "eth0", "198.18.1.5", "ipvlan_mode", "l3", "ipvlan_flag", "private"), []string{"ipvlan_flag=bridge"}},
-		{"internal", func() netReq { r := withHost(netA, "", "198.18.1.5"); delete(r.opts, "parent"); return r }(), []string{"needs a parent"}},
+		{"internal", func() netReq { r := withHost(netA, "", "198.18.1.5"); delete(r.Opts, "parent"); return r }(), []string{"needs a parent"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			wantErr(t, f.create(tc.r), ErrInvalid, tc.want...)
+			wantErr(t, f.create(tc.r), rules.ErrInvalid, tc.want...)
 			f.wantNetworks()
 			f.wantLinks()
 		})
@@ -76,7 +77,7 @@ func (f *fixture) wantRoutes(want map[string]string) {
 func TestHostLinkLifecycle(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	shim := shimName(netA)
+	shim := rules.ShimName(netA)
 	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
 	l, ok := f.k.Link(shim)
 	if !ok || l.Kind != "macvlan" || l.Mode != "bridge" || f.k.Parent(shim) != "eth0" || l.Alias != f.d.mark {
@@ -114,17 +115,17 @@ func TestHostLinkLifecycle(t *testing.T) {
 func TestStrayHostLinkRemovedAtStart(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	stray := netlinkutil.Endpoint{Name: shimName(netB), Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}
+	stray := netlinkutil.Endpoint{Name: rules.ShimName(netB), Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}
 	if err := f.k.AddShim(ctx, stray, netip.MustParseAddr("198.18.1.9")); err != nil {
 		t.Fatal(err)
 	}
 	foreign := stray
-	foreign.Name, foreign.Mark = shimName(netC), netlinkutil.Mark("other")
+	foreign.Name, foreign.Mark = rules.ShimName(netC), netlinkutil.Mark("other")
 	if err := f.k.AddShim(ctx, foreign, netip.MustParseAddr("198.18.1.8")); err != nil {
 		t.Fatal(err)
 	}
 	f.restart()
-	f.wantLinks(shimName(netC))
+	f.wantLinks(rules.ShimName(netC))
 }
 
 // waitFor polls cond for up to 3 seconds, the repair deadline.
@@ -141,14 +142,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestWatcherRepairsOwnedLinks(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0.10", OptHostAddress: "198.18.1.5"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, aux: []string{"198.18.1.5"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10", rules.OptHostAddress: "198.18.1.5"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, Aux: []string{"198.18.1.5"}})
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := f.d.Watch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	shim := shimName(netA)
+	shim := rules.ShimName(netA)
 	has := func(name string) func() bool { return func() bool { _, ok := f.k.Link(name); return ok } }
 	// The host link alone goes.
 	f.k.Remove(shim)
@@ -189,7 +190,7 @@ func TestWatcherRepairsOwnedLinks(t *testing.T) {
 func TestJoinRemakesTheHostLinkWithEveryRoute(t *testing.T) {
 	f := newFixture(t)
 	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
-	shim := shimName(netA)
+	shim := rules.ShimName(netA)
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.Remove(shim)
 	f.mustEndpoint(netA, epB, "198.18.1.11/24")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -53,7 +54,7 @@ func (d *Driver) askDocker(ctx context.Context, holders []store.Network) *answer
 // of them, they are removed; otherwise the create is refused naming them
 // and nothing changes. The returned function releases the holders' network
 // locks. The caller holds the parent lock.
-func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, asked string, cs []conflict) (func(), error) {
+func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, asked string, cs []rules.Conflict) (func(), error) {
 	var unlocks []func()
 	release := func() {
 		for _, u := range unlocks {
@@ -61,7 +62,7 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 		}
 	}
 	if d.docker == nil {
-		return release, conflictError(want, asked, cs)
+		return release, rules.ConflictError(want, asked, cs)
 	}
 	holders := make([]store.Network, len(cs))
 	for i, c := range cs {
@@ -95,7 +96,7 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return release, fmt.Errorf("waiting to ask Docker again about network %s, which holds parent %s: %w", short(young[0].ID), want.Parent, ctx.Err())
+			return release, fmt.Errorf("waiting to ask Docker again about network %s, which holds parent %s: %w", rules.Short(young[0].ID), want.Parent, ctx.Err())
 		case <-t.C:
 		}
 		if err := d.refuseIfLive(checkCtx, want, asked, cs, young); err != nil {
@@ -107,15 +108,15 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 		unlock, ok := d.locks.TryExclusive(keylock.NetworkKey(c.Holder.ID))
 		if !ok {
 			return release, fmt.Errorf("%w: parent %s is held by stale network %s, which another request is using right now: retry in a moment",
-				ErrConflict, want.Parent, short(c.Holder.ID))
+				ErrConflict, want.Parent, rules.Short(c.Holder.ID))
 		}
 		unlocks = append(unlocks, unlock)
 	}
 	for _, c := range cs {
 		d.log.Warn("removing stale holder: Docker no longer knows this network", "network", want.ID,
-			"holder", c.Holder.ID, "parent", c.Holder.Parent, "holder_config", describe(c.Holder))
+			"holder", c.Holder.ID, "parent", c.Holder.Parent, "holder_config", rules.Describe(c.Holder))
 		if err := d.removeNetwork(ctx, c.Holder); err != nil {
-			return release, fmt.Errorf("remove stale network %s from parent %s: %w", short(c.Holder.ID), c.Holder.Parent, err)
+			return release, fmt.Errorf("remove stale network %s from parent %s: %w", rules.Short(c.Holder.ID), c.Holder.Parent, err)
 		}
 		d.events.StaleRemoved()
 	}
@@ -134,17 +135,17 @@ func (d *Driver) holdersRefused(err error) error {
 
 // refuseIfLive asks Docker about holders and answers the refusal if any of
 // them is live or Docker could not say.
-func (d *Driver) refuseIfLive(ctx context.Context, want store.Network, asked string, cs []conflict, holders []store.Network) error {
+func (d *Driver) refuseIfLive(ctx context.Context, want store.Network, asked string, cs []rules.Conflict, holders []store.Network) error {
 	a := d.askDocker(ctx, holders)
 	if a == nil {
 		return nil
 	}
-	refusal := conflictError(want, asked, cs)
+	refusal := rules.ConflictError(want, asked, cs)
 	if a.err != nil {
 		d.log.Warn("could not ask Docker whether a conflicting holder still exists; treating it as live",
 			"network", want.ID, "holder", a.holder.ID, "error", a.err)
 		return fmt.Errorf("%w. Docker could not be asked whether network %s still exists, so it counts as live (%v): check --docker-host (DOCKER_HOST)",
-			refusal, short(a.holder.ID), a.err)
+			refusal, rules.Short(a.holder.ID), a.err)
 	}
 	return refusal
 }

@@ -17,14 +17,14 @@ func TestStaleYoungHolderIsAskedAgainAfterTheGrace(t *testing.T) {
 	f.grace = 100 * time.Millisecond
 	f.close()
 	f.open()
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", "macvlan_mode": "passthru"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "macvlan_mode": "passthru"}})
 	f.docker.setLive() // not stored by Docker yet...
 	f.docker.answer = func(context.Context, string) (bool, error) {
 		f.docker.mu.Lock()
 		defer f.docker.mu.Unlock()
 		return f.docker.calls > 1, nil // ...by the second question it is
 	}
-	wantErr(t, f.create(netReq{id: netB, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.2.0/24"}}), ErrConflict, "aaaaaaaaaaaa", "docker network rm aaaaaaaaaaaa")
+	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.2.0/24"}}), ErrConflict, "aaaaaaaaaaaa", "docker network rm aaaaaaaaaaaa")
 	f.wantNetworks(netA)
 	if f.docker.calls != 2 {
 		t.Fatalf("Docker asked %d times, want twice (once, then after the grace period)", f.docker.calls)
@@ -36,9 +36,9 @@ func TestStaleOldHolderIsAskedOnce(t *testing.T) {
 	f.grace = time.Hour // a wait would hang the test
 	f.close()
 	f.open()
-	f.mustCreate(netReq{id: netA, opts: map[string]string{"parent": "eth0", "macvlan_mode": "passthru"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "macvlan_mode": "passthru"}})
 	f.clock.Advance(2 * time.Hour)
-	f.mustCreate(netReq{id: netB, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.2.0/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.2.0/24"}})
 	f.wantNetworks(netB)
 	if f.docker.calls != 1 {
 		t.Fatalf("Docker asked %d times, want once", f.docker.calls)
@@ -51,7 +51,7 @@ func TestStaleHoldersAreAskedConcurrently(t *testing.T) {
 	f := newFixture(t)
 	const holders = 10
 	for i := 0; i < holders; i++ {
-		f.mustCreate(netReq{id: fmt.Sprintf("%012x", i+1), opts: map[string]string{"parent": "eth0"}, v4: []string{fmt.Sprintf("198.18.%d.0/24", i+1)}})
+		f.mustCreate(netReq{ID: fmt.Sprintf("%012x", i+1), Opts: map[string]string{"parent": "eth0"}, V4: []string{fmt.Sprintf("198.18.%d.0/24", i+1)}})
 	}
 	var mu sync.Mutex
 	inflight, most := 0, 0
@@ -70,7 +70,7 @@ func TestStaleHoldersAreAskedConcurrently(t *testing.T) {
 		}
 		return false, errors.New("context deadline exceeded")
 	}
-	err := f.create(netReq{id: netA, opts: map[string]string{"parent": "eth0", "macvlan_mode": "passthru"}})
+	err := f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "macvlan_mode": "passthru"}})
 	wantErr(t, err, ErrConflict, "10 networks", "and 5 more", "docker network rm 000000000001", "could not be asked", "DOCKER_HOST")
 	if most != holders {
 		t.Fatalf("at most %d holders were asked at once, want all %d", most, holders)

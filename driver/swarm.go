@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 )
 
@@ -15,9 +16,9 @@ import (
 // them: answering nothing would lose the parent.
 func (d *Driver) AllocateNetwork(_ context.Context, req *network.AllocateNetworkRequest) (*network.AllocateNetworkResponse, error) {
 	if req.NetworkID == "" {
-		return nil, invalidf("AllocateNetwork without NetworkID")
+		return nil, rules.Invalidf("AllocateNetwork without NetworkID")
 	}
-	o, err := parseOptions(req.Options)
+	o, err := rules.ParseOptions(req.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +29,7 @@ func (d *Driver) AllocateNetwork(_ context.Context, req *network.AllocateNetwork
 // holds nothing for it.
 func (d *Driver) FreeNetwork(_ context.Context, req *network.FreeNetworkRequest) error {
 	if req.NetworkID == "" {
-		return invalidf("FreeNetwork without NetworkID")
+		return rules.Invalidf("FreeNetwork without NetworkID")
 	}
 	return nil
 }
@@ -71,20 +72,20 @@ type GwAllocCheckResponse struct {
 // given a router's address. A gateway the user gives (--gateway) is
 // Docker's to keep whatever the answer.
 func (d *Driver) GwAllocCheck(_ context.Context, req *GwAllocCheckRequest) (*GwAllocCheckResponse, error) {
-	generic, err := genericOptions(req.Options)
+	generic, err := rules.GenericOptions(req.Options)
 	if err != nil {
 		return nil, err
 	}
-	o, err := parseOptions(generic)
+	o, err := rules.ParseOptions(generic)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := boolOption(req.Options, labelInternal); err != nil {
+	if _, err := rules.BoolOption(req.Options, rules.LabelInternal); err != nil {
 		return nil, err
 	}
 	// An internal network with a parent is on the LAN all the same: its
 	// subnet's gateway address may be a router there, which no container
 	// must be given.
-	skip := o.Parent == "" || (o.Type == typeIpvlan && o.Mode != netlinkutil.IpvlanL2)
+	skip := o.Parent == "" || (o.Type == rules.TypeIpvlan && o.Mode != netlinkutil.IpvlanL2)
 	return &GwAllocCheckResponse{SkipIPv4: skip, SkipIPv6: skip}, nil
 }

@@ -1,12 +1,13 @@
-package driver
+package rules
 
 import (
 	"fmt"
 	"reflect"
 	"sort"
 
-	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The CreateNetwork decisions, as pure functions over a snapshot of the
@@ -16,24 +17,24 @@ type verdict int
 
 const (
 	// create: nothing stands in the way.
-	create verdict = iota
+	VerdictCreate verdict = iota
 	// reuse: the same ID with the same configuration is already there.
-	reuse
+	VerdictReuse
 	// replace: the same ID with another configuration is a stale duplicate
 	// from an older incarnation; remove it, then create.
-	replace
+	VerdictReplace
 	// move: the same ID and configuration, but its parent option resolves
 	// to another link on this host now (parentMoved): remove the old copy,
 	// then create it on the new link.
-	move
+	VerdictMove
 )
 
 func (v verdict) String() string { return [...]string{"create", "reuse", "replace", "move"}[v] }
 
-// conflict is a network on the same parent that the new one cannot share
+// Conflict is a network on the same parent that the new one cannot share
 // the parent with.
-type conflict struct {
-	Holder store.Network
+type Conflict struct {
+	Holder record.Network
 	Reason string
 }
 
@@ -42,22 +43,22 @@ type decision struct {
 	Verdict verdict
 	// Conflicts are the holders that block the create; each may still turn
 	// out to be a stale record (Docker no longer knows it).
-	Conflicts []conflict
+	Conflicts []Conflict
 }
 
-// decide applies the parent rules. same is the stored network with the
+// Decide applies the parent rules. same is the stored network with the
 // requested ID, if any; onParent are the stored networks on the requested
 // parent (same excluded or not, it is skipped).
-func decide(want store.Network, same *store.Network, onParent []store.Network) decision {
+func Decide(want record.Network, same *record.Network, onParent []record.Network) decision {
 	var d decision
 	if same != nil {
 		switch {
-		case same.Pending == nil && sameConfig(want, *same) && (want.Parent == "" || want.Parent == same.Parent):
-			return decision{Verdict: reuse}
-		case same.Pending == nil && sameConfig(want, *same):
-			d.Verdict = move
+		case same.Pending == nil && SameConfig(want, *same) && (want.Parent == "" || want.Parent == same.Parent):
+			return decision{Verdict: VerdictReuse}
+		case same.Pending == nil && SameConfig(want, *same):
+			d.Verdict = VerdictMove
 		default:
-			d.Verdict = replace
+			d.Verdict = VerdictReplace
 		}
 	}
 	for _, h := range onParent {
@@ -65,18 +66,18 @@ func decide(want store.Network, same *store.Network, onParent []store.Network) d
 			continue
 		}
 		if reason := incompatible(want, h); reason != "" {
-			d.Conflicts = append(d.Conflicts, conflict{Holder: h, Reason: reason})
+			d.Conflicts = append(d.Conflicts, Conflict{Holder: h, Reason: reason})
 		}
 	}
 	return d
 }
 
-// keepParent reports whether a network must stay on its link although
+// KeepParent reports whether a network must stay on its link although
 // its parent option now resolves to another one: the link still exists
 // and an endpoint of the network lives on it: joined in this boot (a
 // container runs) or not joined yet (a container is starting). Endpoints
 // joined in an earlier boot are over.
-func keepParent(linkExists bool, eps []store.Endpoint, boot string) bool {
+func KeepParent(linkExists bool, eps []record.Endpoint, boot string) bool {
 	if !linkExists {
 		return false
 	}
@@ -88,18 +89,18 @@ func keepParent(linkExists bool, eps []store.Endpoint, boot string) bool {
 	return false
 }
 
-// sameConfig reports whether two records describe the same network, as
+// SameConfig reports whether two records describe the same network, as
 // the user asked for it: the requested parent, not what it resolved to on
 // this host (that may differ after a reboot, and the network is the same).
-func sameConfig(a, b store.Network) bool {
-	return a.ID == b.ID && a.Type == b.Type && requestedParent(a) == requestedParent(b) && a.Mode == b.Mode &&
+func SameConfig(a, b record.Network) bool {
+	return a.ID == b.ID && a.Type == b.Type && RequestedParent(a) == RequestedParent(b) && a.Mode == b.Mode &&
 		a.Flag == b.Flag && a.MTU == b.MTU && a.Internal == b.Internal && a.HostAddress == b.HostAddress &&
-		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6) && dhcpOf(a) == dhcpOf(b)
+		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6) && DHCPOf(a) == DHCPOf(b)
 }
 
-func samePools(a, b []store.Pool) bool {
-	key := func(p []store.Pool) []store.Pool {
-		c := append([]store.Pool(nil), p...)
+func samePools(a, b []record.Pool) bool {
+	key := func(p []record.Pool) []record.Pool {
+		c := append([]record.Pool(nil), p...)
 		sort.Slice(c, func(i, j int) bool { return c[i].Subnet < c[j].Subnet })
 		return c
 	}
@@ -112,17 +113,17 @@ func samePools(a, b []store.Pool) bool {
 // incompatible says why two networks cannot share one parent link, or ""
 // if they can: the kernel's rules first (decided here so the kernel is never
 // asked to do what it refuses or, worse, silently changes), then addressing.
-func incompatible(want, holder store.Network) string {
+func incompatible(want, holder record.Network) string {
 	switch {
 	case want.Type != holder.Type:
 		return fmt.Sprintf("a parent link carries either macvlan or ipvlan links, never both (the kernel answers EBUSY), and it holds %s", holder.Type)
-	case want.Type == typeMacvlan && holder.Mode == netlinkutil.MacvlanPassthru:
+	case want.Type == TypeMacvlan && holder.Mode == vocab.MacvlanPassthru:
 		return "it holds a macvlan passthru network, which takes the parent link exclusively"
-	case want.Type == typeMacvlan && want.Mode == netlinkutil.MacvlanPassthru:
+	case want.Type == TypeMacvlan && want.Mode == vocab.MacvlanPassthru:
 		return "macvlan passthru takes the parent link exclusively, and the parent already carries a network"
-	case want.Type == typeIpvlan && want.Mode != holder.Mode:
+	case want.Type == TypeIpvlan && want.Mode != holder.Mode:
 		return fmt.Sprintf("all ipvlan links on one parent share one mode (the kernel applies the newest link's mode to all of them), and it uses ipvlan_mode=%s, not %s", holder.Mode, want.Mode)
-	case want.Type == typeIpvlan && want.Flag != holder.Flag:
+	case want.Type == TypeIpvlan && want.Flag != holder.Flag:
 		return fmt.Sprintf("all ipvlan links on one parent share one flag (the kernel applies the newest link's flag to all of them), and it uses ipvlan_flag=%s, not %s", holder.Flag, want.Flag)
 	}
 	held := allPools(holder)
@@ -137,18 +138,18 @@ func incompatible(want, holder store.Network) string {
 }
 
 // allPools returns a network's IPv4 and IPv6 pools in one slice.
-func allPools(n store.Network) []store.Pool {
-	return append(append([]store.Pool{}, n.IPv4...), n.IPv6...)
+func allPools(n record.Network) []record.Pool {
+	return append(append([]record.Pool{}, n.IPv4...), n.IPv6...)
 }
 
 // maxNamed is how many conflicting holders a refusal names.
 const maxNamed = 5
 
-// conflictError is the refusal for the conflicts that remain after stale
+// ConflictError is the refusal for the conflicts that remain after stale
 // holders were ruled out: it names every holder (up to maxNamed, then how
 // many more), each with its reason and its fix. asked is the parent as the
 // user gave it, want.Parent the link it resolved to.
-func conflictError(want store.Network, asked string, cs []conflict) error {
+func ConflictError(want record.Network, asked string, cs []Conflict) error {
 	parent := want.Parent
 	if asked != "" && asked != want.Parent {
 		parent = fmt.Sprintf("%s (kernel link %s)", asked, want.Parent)
@@ -156,7 +157,7 @@ func conflictError(want store.Network, asked string, cs []conflict) error {
 	if len(cs) == 1 {
 		c := cs[0]
 		return fmt.Errorf("%w: parent %s is already used by network %s (%s): %s. Use another parent or subnet, or remove the holder with \"docker network rm %s\"",
-			ErrConflict, parent, short(c.Holder.ID), describe(c.Holder), c.Reason, short(c.Holder.ID))
+			pluginapi.ErrConflict, parent, Short(c.Holder.ID), Describe(c.Holder), c.Reason, Short(c.Holder.ID))
 	}
 	msg := fmt.Sprintf("parent %s is already used by %d networks this one cannot share it with:", parent, len(cs))
 	for i, c := range cs {
@@ -164,15 +165,15 @@ func conflictError(want store.Network, asked string, cs []conflict) error {
 			msg += fmt.Sprintf(" and %d more on this parent;", len(cs)-maxNamed)
 			break
 		}
-		msg += fmt.Sprintf(" network %s (%s): %s, remove it with \"docker network rm %s\";", short(c.Holder.ID), describe(c.Holder), c.Reason, short(c.Holder.ID))
+		msg += fmt.Sprintf(" network %s (%s): %s, remove it with \"docker network rm %s\";", Short(c.Holder.ID), Describe(c.Holder), c.Reason, Short(c.Holder.ID))
 	}
-	return fmt.Errorf("%w: %s use another parent or subnet, or remove the holders", ErrConflict, msg)
+	return fmt.Errorf("%w: %s use another parent or subnet, or remove the holders", pluginapi.ErrConflict, msg)
 }
 
-// describe summarises a network for messages.
-func describe(n store.Network) string {
+// Describe summarises a network for messages.
+func Describe(n record.Network) string {
 	s := n.Type + " " + n.Mode
-	if n.Type == typeIpvlan {
+	if n.Type == TypeIpvlan {
 		s += "/" + n.Flag
 	}
 	for _, p := range allPools(n) {

@@ -1,18 +1,19 @@
-package driver
+package rules
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // hostLinks is a link list as the kernel would dump it: eth0 (altname
 // enp0s31f6) with a user's VLAN 20 named uv20 and underlay's eth0.10, a
 // macvlan on eth0, a bridge of Docker's, and a long-named NIC.
-func hostLinks() []netlinkutil.Link {
-	return []netlinkutil.Link{
+func hostLinks() []vocab.Link {
+	return []vocab.Link{
 		{Name: "lo", Index: 1, Kind: "device", MTU: 65536},
 		{Name: "eth0", Index: 2, Kind: "device", MTU: 1500, AltNames: []string{"enp0s31f6", "lan0"}},
 		{Name: "uv20", Index: 3, Kind: "vlan", ParentIndex: 2, VLAN: 20, MTU: 1400},
@@ -25,20 +26,20 @@ func hostLinks() []netlinkutil.Link {
 	}
 }
 
-func asking(parent string) store.Network {
-	n := mv(netA, parent, "bridge", "198.18.1.0/24")
+func asking(parent string) record.Network {
+	n := drivertest.Macvlan(drivertest.NetA, parent, "bridge", "198.18.1.0/24")
 	n.Options = map[string]string{OptParent: parent}
 	return n
 }
 
 func TestResolveParent(t *testing.T) {
-	internal := mv(netA, dummyName(netA), "bridge", "198.18.1.0/24")
+	internal := drivertest.Macvlan(drivertest.NetA, DummyName(drivertest.NetA), "bridge", "198.18.1.0/24")
 	internal.Options = map[string]string{}
 	for _, tc := range []struct {
 		name   string
-		n      store.Network
+		n      record.Network
 		want   string
-		create *store.ParentLink
+		create *record.ParentLink
 		err    []string // substrings of the refusal
 	}{
 		{name: "existing link", n: asking("eth0"), want: "eth0"},
@@ -50,11 +51,11 @@ func TestResolveParent(t *testing.T) {
 		{name: "user's VLAN under another name is used", n: asking("eth0.20"), want: "uv20"},
 		{name: "user's VLAN asked on an altname", n: asking("enp0s31f6.20"), want: "uv20"},
 		{name: "new VLAN", n: asking("eth0.30"), want: "eth0.30",
-			create: &store.ParentLink{Name: "eth0.30", Kind: kindVLAN, Base: "eth0", VLAN: 30}},
+			create: &record.ParentLink{Name: "eth0.30", Kind: KindVLAN, Base: "eth0", VLAN: 30}},
 		{name: "new VLAN is named by the kernel name and decimal ID", n: asking("lan0.0030"), want: "eth0.30",
-			create: &store.ParentLink{Name: "eth0.30", Kind: kindVLAN, Base: "eth0", VLAN: 30}},
-		{name: "internal network gets its dummy", n: internal, want: dummyName(netA),
-			create: &store.ParentLink{Name: dummyName(netA), Kind: kindDummy}},
+			create: &record.ParentLink{Name: "eth0.30", Kind: KindVLAN, Base: "eth0", VLAN: 30}},
+		{name: "internal network gets its dummy", n: internal, want: DummyName(drivertest.NetA),
+			create: &record.ParentLink{Name: DummyName(drivertest.NetA), Kind: KindDummy}},
 		{name: "macvlan parent refused naming its lower link", n: asking("mv0"), err: []string{"mv0", "macvlan", "-o parent=eth0"}},
 		{name: "endpoint link refused", n: asking("ule0123456789ab"), err: []string{"endpoint link"}},
 		{name: "Docker's bridge refused", n: asking("docker0"), err: []string{"bridge Docker manages"}},
@@ -68,16 +69,16 @@ func TestResolveParent(t *testing.T) {
 		{name: "VLAN ID zero", n: asking("eth0.0"), err: []string{"outside 1-4094"}},
 		{name: "signed VLAN ID is a name, not a VLAN", n: asking("eth0.+5"), err: []string{"does not exist"}},
 		{name: "VLAN name too long for the kernel", n: asking("enx0123456789ab.100"), err: []string{"longer than the kernel's 15 bytes", "yourself"}},
-		{name: "MTU above the found VLAN's", n: func() store.Network { n := asking("eth0.20"); n.MTU = 1500; return n }(), err: []string{"mtu 1500", "uv20", "1400"}},
-		{name: "MTU above the base's", n: func() store.Network { n := asking("eth0.40"); n.MTU = 9000; return n }(), err: []string{"mtu 9000", "eth0"}},
+		{name: "MTU above the found VLAN's", n: func() record.Network { n := asking("eth0.20"); n.MTU = 1500; return n }(), err: []string{"mtu 1500", "uv20", "1400"}},
+		{name: "MTU above the base's", n: func() record.Network { n := asking("eth0.40"); n.MTU = 9000; return n }(), err: []string{"mtu 9000", "eth0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := resolveParent(tc.n, hostLinks(), nil)
+			got, err := ResolveParent(tc.n, hostLinks(), nil)
 			if len(tc.err) > 0 {
 				if err == nil {
 					t.Fatalf("resolved to %+v, want a refusal", got)
 				}
-				wantErr(t, err, ErrInvalid, tc.err...)
+				drivertest.WantErr(t, err, ErrInvalid, tc.err...)
 				return
 			}
 			if err != nil {
@@ -97,11 +98,11 @@ func TestResolveParent(t *testing.T) {
 }
 
 func TestRequestedParentOfOlderRecords(t *testing.T) {
-	old := mv(netA, "eth0.10", "bridge") // no Options: a record of an older version
-	if got := requestedParent(old); got != "eth0.10" {
+	old := drivertest.Macvlan(drivertest.NetA, "eth0.10", "bridge") // no Options: a record of an older version
+	if got := RequestedParent(old); got != "eth0.10" {
 		t.Fatalf("requested parent %q, want the stored link", got)
 	}
-	if got := requestedParent(mv(netA, dummyName(netA), "bridge")); got != "" {
+	if got := RequestedParent(drivertest.Macvlan(drivertest.NetA, DummyName(drivertest.NetA), "bridge")); got != "" {
 		t.Fatalf("an internal network's requested parent is %q, want none", got)
 	}
 }
@@ -110,15 +111,15 @@ func TestSameConfigComparesWhatWasAsked(t *testing.T) {
 	a, b := asking("lan0"), asking("lan0")
 	a.Parent = "eth0"
 	b.Parent = "eth1" // resolved otherwise after a reboot: the same network
-	if !sameConfig(a, b) {
+	if !SameConfig(a, b) {
 		t.Fatal("networks asked alike differ because their resolution differs")
 	}
 	c := asking("eth0")
 	c.Parent = a.Parent
-	if sameConfig(a, c) {
+	if SameConfig(a, c) {
 		t.Fatal("networks asked with other parents compare equal because they resolve alike")
 	}
-	if !strings.Contains(conflictError(a, "lan0", []conflict{{Holder: mv(netB, "eth0", "passthru"), Reason: "r"}}).Error(), "lan0 (kernel link eth0)") {
+	if !strings.Contains(ConflictError(a, "lan0", []Conflict{{Holder: drivertest.Macvlan(drivertest.NetB, "eth0", "passthru"), Reason: "r"}}).Error(), "lan0 (kernel link eth0)") {
 		t.Fatal("the refusal does not say which link the asked parent is")
 	}
 }

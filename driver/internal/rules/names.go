@@ -1,4 +1,4 @@
-package driver
+package rules
 
 import (
 	"crypto/sha256"
@@ -15,8 +15,8 @@ const (
 	idChars        = 12
 )
 
-// short is the 12-character form of a Docker ID used in messages.
-func short(id string) string {
+// Short is the 12-character form of a Docker ID used in messages.
+func Short(id string) string {
 	if len(id) > idChars {
 		return id[:idChars]
 	}
@@ -35,18 +35,18 @@ func hashed(id string) string {
 	return hex.EncodeToString(sum[:])[:idChars]
 }
 
-// endpointLinkName is the host link name of an endpoint.
-func endpointLinkName(endpointID string) string { return endpointPrefix + idPart(endpointID) }
+// EndpointLinkName is the host link name of an endpoint.
+func EndpointLinkName(endpointID string) string { return endpointPrefix + idPart(endpointID) }
 
-// altEndpointLinkName is used when endpointLinkName is taken by another
+// AltEndpointLinkName is used when endpointLinkName is taken by another
 // endpoint whose ID shares the first 12 characters.
-func altEndpointLinkName(endpointID string) string { return endpointPrefix + hashed(endpointID) }
+func AltEndpointLinkName(endpointID string) string { return endpointPrefix + hashed(endpointID) }
 
-// dummyName is the dummy parent link of an internal network.
-func dummyName(networkID string) string { return dummyPrefix + idPart(networkID) }
+// DummyName is the dummy parent link of an internal network.
+func DummyName(networkID string) string { return dummyPrefix + idPart(networkID) }
 
-// isEndpointLinkName reports whether a name has the form of an endpoint link.
-func isEndpointLinkName(name string) bool {
+// IsEndpointLinkName reports whether a name has the form of an endpoint link.
+func IsEndpointLinkName(name string) bool {
 	return len(name) == len(endpointPrefix)+idChars && strings.HasPrefix(name, endpointPrefix)
 }
 

@@ -1,8 +1,8 @@
-package driver
+package rules
 
 import (
 	"errors"
-	"strings"
+	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
@@ -43,9 +43,9 @@ func TestParseOptions(t *testing.T) {
 		{name: "parent with slash", opts: map[string]string{"parent": "eth0/1"}, errSubstrs: []string{`"eth0/1"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := parseOptions(tc.opts)
+			o, err := ParseOptions(tc.opts)
 			if tc.errSubstrs != nil {
-				wantErr(t, err, ErrInvalid, tc.errSubstrs...)
+				drivertest.WantErr(t, err, ErrInvalid, tc.errSubstrs...)
 				return
 			}
 			if err != nil {
@@ -59,8 +59,8 @@ func TestParseOptions(t *testing.T) {
 }
 
 func TestParseNetwork(t *testing.T) {
-	good := createReq(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, v6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
-	n, err := parseNetwork(good)
+	good := drivertest.CreateReq(drivertest.NetReq{ID: drivertest.NetA, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
+	n, err := ParseNetwork(good)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestParseNetwork(t *testing.T) {
 		t.Fatalf("parsed %+v", n)
 	}
 
-	internal, err := parseNetwork(createReq(netReq{id: netA, v4: []string{"198.18.1.0/24"}}))
+	internal, err := ParseNetwork(drivertest.CreateReq(drivertest.NetReq{ID: drivertest.NetA, V4: []string{"198.18.1.0/24"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,42 +94,39 @@ func TestParseNetwork(t *testing.T) {
 		{"overlapping pools", func(r *network.CreateNetworkRequest) {
 			r.IPv4Data = append(r.IPv4Data, &network.IPAMData{Pool: "198.18.1.128/25"})
 		}, []string{"198.18.1.128/25", "overlap"}},
-		{"generic not a map", func(r *network.CreateNetworkRequest) { r.Options[labelGeneric] = "parent=eth0" }, []string{labelGeneric}},
-		{"option not a string", func(r *network.CreateNetworkRequest) { r.Options[labelGeneric] = map[string]any{"mtu": 1400.0} }, []string{`"mtu"`, "string"}},
-		{"internal not a bool", func(r *network.CreateNetworkRequest) { r.Options[labelInternal] = 3.0 }, []string{labelInternal}},
+		{"generic not a map", func(r *network.CreateNetworkRequest) { r.Options[LabelGeneric] = "parent=eth0" }, []string{LabelGeneric}},
+		{"option not a string", func(r *network.CreateNetworkRequest) { r.Options[LabelGeneric] = map[string]any{"mtu": 1400.0} }, []string{`"mtu"`, "string"}},
+		{"internal not a bool", func(r *network.CreateNetworkRequest) { r.Options[LabelInternal] = 3.0 }, []string{LabelInternal}},
 		{"ipv6 flag garbage", func(r *network.CreateNetworkRequest) { r.Options[labelEnableIPv6] = "maybe" }, []string{labelEnableIPv6, `"maybe"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req := createReq(netReq{id: netA, opts: map[string]string{"parent": "eth0"}, v4: []string{"198.18.1.0/24,198.18.1.1/24"}, v6: []string{"2001:db8:1::/64"}})
+			req := drivertest.CreateReq(drivertest.NetReq{ID: drivertest.NetA, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64"}})
 			tc.mutate(req)
-			_, err := parseNetwork(req)
-			wantErr(t, err, ErrInvalid, tc.want...)
+			_, err := ParseNetwork(req)
+			drivertest.WantErr(t, err, ErrInvalid, tc.want...)
 		})
 	}
 }
 
 func TestNames(t *testing.T) {
-	if got := endpointLinkName(epA); got != "uleeaeaeaeaeaea" || len(got) != 15 {
+	if got := EndpointLinkName(drivertest.EpA); got != "uleeaeaeaeaeaea" || len(got) != 15 {
 		t.Fatalf("endpointLinkName = %q", got)
 	}
-	if got := endpointLinkName("ep1"); !isEndpointLinkName(got) || len(got) != 15 {
+	if got := EndpointLinkName("ep1"); !IsEndpointLinkName(got) || len(got) != 15 {
 		t.Fatalf("endpointLinkName of a non-hex ID = %q", got)
 	}
-	if altEndpointLinkName(epA) == endpointLinkName(epA) {
+	if AltEndpointLinkName(drivertest.EpA) == EndpointLinkName(drivertest.EpA) {
 		t.Fatal("alternative name equals the primary one")
 	}
-	if got := dummyName(netA); got != "uliaaaaaaaaaaaa" || !isDummyName(got) {
+	if got := DummyName(drivertest.NetA); got != "uliaaaaaaaaaaaa" || !isDummyName(got) {
 		t.Fatalf("dummyName = %q", got)
 	}
 	for _, name := range []string{"eth0", "ule", "uleeaeaeaeaeaea0"} {
-		if isEndpointLinkName(name) {
+		if IsEndpointLinkName(name) {
 			t.Errorf("%q taken for an endpoint link name", name)
 		}
 	}
-	if !strings.HasPrefix(randomMAC().String(), "") || randomMAC()[0]&3 != 2 {
-		t.Fatal("random MAC is not locally administered unicast")
-	}
-	if !errors.Is(invalidf("x"), ErrInvalid) {
+	if !errors.Is(Invalidf("x"), ErrInvalid) {
 		t.Fatal("invalidf does not wrap ErrInvalid")
 	}
 }

@@ -1,4 +1,4 @@
-package driver
+package rules
 
 import (
 	"fmt"
@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Health of the links underlay owns: a link is healthy when it exists,
@@ -18,10 +18,10 @@ import (
 // with an owned VLAN an operator renamed (the record follows the link: it
 // is the same VLAN, and endpoint links may stand on it).
 
-// brokenBy says what is wrong with an existing link of this instance: ""
+// BrokenBy says what is wrong with an existing link of this instance: ""
 // when nothing is. mtu is the MTU underlay gave it (0: the kernel's), addr
 // the host address it must carry (invalid: none), have its addresses.
-func brokenBy(l netlinkutil.Link, mtu int, addr netip.Addr, have []netip.Addr) string {
+func BrokenBy(l vocab.Link, mtu int, addr netip.Addr, have []netip.Addr) string {
 	var why []string
 	if l.Down {
 		why = append(why, "it is down")
@@ -37,45 +37,45 @@ func brokenBy(l netlinkutil.Link, mtu int, addr netip.Addr, have []netip.Addr) s
 
 // planHealParents heals the needed owned parent links that exist with
 // this instance's mark but are down or lost their recorded MTU.
-func planHealParents(s snapshot, links []netlinkutil.Link, mark string) []step {
-	var plan []step
+func planHealParents(s Snapshot, links []vocab.Link, mark string) []Step {
+	var plan []Step
 	for _, name := range slices.Sorted(maps.Keys(s.Owned)) {
 		p := s.Owned[name]
-		l, ok := findLink(links, name)
+		l, ok := FindLink(links, name)
 		if !ok || l.Name != name || l.Alias != mark || !s.needed(name) {
 			continue
 		}
-		if why := brokenBy(l, p.MTU, netip.Addr{}, nil); why != "" {
-			plan = append(plan, step{Op: opHeal, Name: name, Parent: p, Why: why})
+		if why := BrokenBy(l, p.MTU, netip.Addr{}, nil); why != "" {
+			plan = append(plan, Step{Op: OpHeal, Name: name, Parent: p, Why: why})
 		}
 	}
 	return plan
 }
 
-// planFollow finds the owned VLANs an operator renamed: a record whose
+// PlanFollow finds the owned VLANs an operator renamed: a record whose
 // name no link has, and a link carrying this instance's mark that no
 // record names, with the record's VLAN ID on the record's base. The record
 // moves to the link's name (opFollow), with the networks on it.
-func planFollow(s snapshot, links []netlinkutil.Link, mark string) []step {
-	var plan []step
+func PlanFollow(s Snapshot, links []vocab.Link, mark string) []Step {
+	var plan []Step
 	taken := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(s.Owned)) {
 		p := s.Owned[name]
-		if p.Kind != kindVLAN {
+		if p.Kind != KindVLAN {
 			continue
 		}
-		if _, ok := findLink(links, name); ok {
+		if _, ok := FindLink(links, name); ok {
 			continue
 		}
-		base, ok := findLink(links, p.Base)
+		base, ok := FindLink(links, p.Base)
 		if !ok {
 			continue
 		}
 		for _, l := range links {
-			if l.Kind == kindVLAN && l.Alias == mark && l.ParentIndex == base.Index && l.VLAN == p.VLAN &&
-				!s.recorded(l.Name) && !taken[l.Name] {
+			if l.Kind == KindVLAN && l.Alias == mark && l.ParentIndex == base.Index && l.VLAN == p.VLAN &&
+				!s.Recorded(l.Name) && !taken[l.Name] {
 				taken[l.Name] = true
-				plan = append(plan, step{Op: opFollow, Name: name, To: l.Name, Parent: p,
+				plan = append(plan, Step{Op: OpFollow, Name: name, To: l.Name, Parent: p,
 					Why: fmt.Sprintf("VLAN %d on %s was renamed from %s to %s: the record follows the link", p.VLAN, p.Base, name, l.Name)})
 				break
 			}
@@ -85,12 +85,12 @@ func planFollow(s snapshot, links []netlinkutil.Link, mark string) []step {
 }
 
 // followed is the snapshot as it is once the follow steps are carried out.
-func (s snapshot) followed(plan []step) snapshot {
+func (s Snapshot) followed(plan []Step) Snapshot {
 	if len(plan) == 0 {
 		return s
 	}
 	out := s
-	out.Owned = make(map[string]store.ParentLink, len(s.Owned))
+	out.Owned = make(map[string]record.ParentLink, len(s.Owned))
 	for k, v := range s.Owned {
 		out.Owned[k] = v
 	}
@@ -98,12 +98,12 @@ func (s snapshot) followed(plan []step) snapshot {
 	for k, v := range s.Use {
 		out.Use[k] = v
 	}
-	out.Shims = make(map[string]shimState, len(s.Shims))
+	out.Shims = make(map[string]ShimState, len(s.Shims))
 	for k, v := range s.Shims {
 		out.Shims[k] = v
 	}
 	for _, st := range plan {
-		if st.Op != opFollow {
+		if st.Op != OpFollow {
 			continue
 		}
 		p := out.Owned[st.Name]
@@ -128,9 +128,9 @@ func (s snapshot) followed(plan []step) snapshot {
 	return out
 }
 
-// standsOn reports whether another link of the namespace has l as its
+// StandsOn reports whether another link of the namespace has l as its
 // lower link.
-func standsOn(links []netlinkutil.Link, l netlinkutil.Link) []string {
+func StandsOn(links []vocab.Link, l vocab.Link) []string {
 	var out []string
 	for _, o := range links {
 		if o.ParentIndex == l.Index && o.Index != l.Index {

@@ -1,0 +1,133 @@
+package rules
+
+import (
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// Driver options of DHCP networks.
+const (
+	OptDHCP        = "dhcp"
+	OptDHCPTimeout = "dhcp_timeout"
+)
+
+// defaultDHCPTimeout is how long CreateEndpoint waits for a lease;
+// maxDHCPTimeout stays under the 30 s dockerd waits for a plugin's answer
+// (the managed plugin's default `docker plugin enable --timeout`).
+const (
+	DefaultDHCPTimeout = 10 * time.Second
+	minDHCPTimeout     = time.Second
+	maxDHCPTimeout     = 25 * time.Second
+)
+
+// dhcpConfig is a network's DHCP configuration.
+type DHCPConfig struct {
+	On      bool
+	Timeout time.Duration
+}
+
+// ParseDHCP validates the DHCP options (syntax only).
+func ParseDHCP(opts map[string]string) (DHCPConfig, error) {
+	c := DHCPConfig{Timeout: DefaultDHCPTimeout}
+	if v, ok := opts[OptDHCP]; ok {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return c, Invalidf("dhcp %q is not a boolean: use -o dhcp=true", v)
+		}
+		c.On = on
+	}
+	if v, ok := opts[OptDHCPTimeout]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < minDHCPTimeout || d > maxDHCPTimeout {
+			return c, Invalidf("dhcp_timeout %q is not a duration from %s to %s (a DHCP exchange takes a round trip or more; Docker gives up on a plugin's answer after 30 s by default: docker plugin enable --timeout): use for example -o dhcp_timeout=10s", v, minDHCPTimeout, maxDHCPTimeout)
+		}
+		if !c.On {
+			return c, Invalidf("dhcp_timeout=%s applies only with -o dhcp=true: drop it, or add dhcp=true", v)
+		}
+		c.Timeout = d
+	}
+	return c, nil
+}
+
+// dhcpOf is a stored network's DHCP configuration.
+func DHCPOf(n record.Network) DHCPConfig {
+	c, _ := ParseDHCP(n.Options) // validated at CreateNetwork
+	return c
+}
+
+// nullPool reports whether IPv4 data is Docker's null IPAM's: one pool
+// 0.0.0.0/0 in the address space "null".
+func nullPool(data []*network.IPAMData) bool {
+	return len(data) == 1 && data[0] != nil && data[0].AddressSpace == "null" && data[0].Pool == "0.0.0.0/0"
+}
+
+// CheckDHCPNetwork refuses what a DHCP network cannot be.
+func CheckDHCPNetwork(c DHCPConfig, req *network.CreateNetworkRequest, o netOptions, internal bool) error {
+	switch {
+	case !c.On:
+		return nil
+	case !nullPool(req.IPv4Data):
+		pool := "none"
+		if len(req.IPv4Data) > 0 && req.IPv4Data[0] != nil {
+			pool = req.IPv4Data[0].Pool
+		}
+		return Invalidf("dhcp=true takes the addresses from the LAN's DHCP server, but Docker's IPAM gave the network pool %s: create it with --ipam-driver null (and no --subnet)", pool)
+	case len(req.IPv6Data) > 0:
+		return Invalidf("dhcp=true leases IPv4 addresses only: drop --ipv6")
+	case o.Type == TypeIpvlan && o.Mode != "l2":
+		return Invalidf("dhcp=true needs ipvlan_mode=l2: in %s mode the host routes for the containers, and the LAN's DHCP server and router do not see them", o.Mode)
+	case internal || o.Parent == "":
+		return Invalidf("dhcp=true needs a parent on the LAN with the DHCP server: give -o parent=IFACE, and do not make the network --internal")
+	case o.Given[OptHostAddress] != "":
+		return Invalidf("host_address needs the network's subnet, which a dhcp=true network learns only per lease: drop host_address")
+	}
+	return nil
+}
+
+// leaseJoin fills a Join answer from the lease: the router as gateway
+// (only inside the leased subnet: a gateway the container cannot reach
+// fails its start) and the classless static routes.
+func leaseJoin(resp *JoinResponse, l *record.Lease) {
+	if l == nil {
+		return
+	}
+	p, err := netip.ParsePrefix(l.Addr)
+	if err != nil {
+		return
+	}
+	router := l.Router
+	for _, r := range l.Routes {
+		// RFC 3442: with classless routes, the router option is ignored;
+		// their default route, if any, is the gateway.
+		router = ""
+		if r.Dst == "0.0.0.0/0" {
+			router = r.Gateway
+			break
+		}
+	}
+	if gw, err := netip.ParseAddr(router); err == nil && p.Masked().Contains(gw) {
+		resp.Gateway = gw.String()
+	}
+	for _, r := range l.Routes {
+		onLink := r.Gateway == "" || r.Gateway == "0.0.0.0"
+		gw, gerr := netip.ParseAddr(r.Gateway)
+		switch {
+		case r.Dst == "0.0.0.0/0" && onLink && resp.Gateway == "":
+			// An on-link default route: the container's default route is
+			// its link.
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 1})
+		case r.Dst == "0.0.0.0/0":
+			continue // the gateway above
+		case onLink:
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 1})
+		case gerr != nil || !p.Masked().Contains(gw):
+			continue // a next hop off the leased subnet: the container could not start with it
+		default:
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 0, NextHop: r.Gateway})
+		}
+	}
+}

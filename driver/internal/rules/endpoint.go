@@ -1,0 +1,46 @@
+package rules
+
+import (
+	"net/netip"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+)
+
+func EndpointAddr(s string, want6 bool) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil || p.Addr().Is6() != want6 {
+		family := map[bool]string{false: "IPv4", true: "IPv6"}[want6]
+		return "", Invalidf("endpoint address %q is not an %s address in CIDR form (such as %s)", s, family, map[bool]string{false: "198.18.1.10/24", true: "2001:db8::10/64"}[want6])
+	}
+	return p.String(), nil
+}
+
+// OptEndpointIfName is the endpoint driver option naming the container's
+// interface (`docker run --network name=N,driver-opt=...=IF`, compose's
+// interface_name).
+const OptEndpointIfName = "com.docker.network.endpoint.ifname"
+
+// EndpointIfName validates the interface name asked for: "" when none.
+func EndpointIfName(opts map[string]any) (string, error) {
+	v, ok := opts[OptEndpointIfName]
+	if !ok {
+		return "", nil
+	}
+	name, _ := v.(string)
+	switch {
+	case name == "":
+		return "", Invalidf("%s is given without a name: give the container's interface name, such as lan0", OptEndpointIfName)
+	case len(name) > vocab.MaxNameLen:
+		return "", Invalidf("interface name %q (%s) is %d bytes long; Linux interface names are at most %d bytes: use a shorter name", name, OptEndpointIfName, len(name), vocab.MaxNameLen)
+	case name == "lo" || name == "." || name == "..":
+		return "", Invalidf("interface name %q (%s) is reserved in every container: use another name, such as lan0", name, OptEndpointIfName)
+	case strings.ContainsAny(name, "/: \t\n\r") || !utf8.ValidString(name):
+		return "", Invalidf("interface name %q (%s) is not a valid Linux interface name (no /, :, or white space): use letters, digits, - or _", name, OptEndpointIfName)
+	}
+	return name, nil
+}

@@ -1,0 +1,73 @@
+package rules
+
+import (
+	"net/netip"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// InterfaceName is libnetwork's name of the endpoint's interface: the
+// link in the host namespace, and the container's name for it (DstName,
+// honoured by current engines; engine 20.10 and 28 take DstPrefix+N).
+type InterfaceName struct {
+	SrcName   string
+	DstName   string `json:",omitempty"`
+	DstPrefix string
+}
+
+// JoinResponse is libnetwork's Join answer (go-plugins-helpers' lacks
+// DstName).
+type JoinResponse struct {
+	InterfaceName         InterfaceName
+	Gateway               string
+	GatewayIPv6           string
+	StaticRoutes          []*network.StaticRoute
+	DisableGatewayService bool
+}
+
+// JoinAnswer tells libnetwork what to do with the link: its gateways for
+// macvlan and ipvlan l2, connected default routes for ipvlan l3/l3s, none
+// for internal networks.
+func JoinAnswer(n record.Network, ep record.Endpoint) *JoinResponse {
+	resp := &JoinResponse{
+		InterfaceName:         InterfaceName{SrcName: ep.Link, DstPrefix: "eth"},
+		DisableGatewayService: true,
+	}
+	if n.Internal {
+		return resp
+	}
+	if ep.Lease != nil {
+		leaseJoin(resp, ep.Lease)
+		return resp
+	}
+	if n.Type == TypeIpvlan && n.Mode != "l2" {
+		if ep.IPv4 != "" {
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "0.0.0.0/0", RouteType: 1})
+		}
+		if ep.IPv6 != "" {
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "::/0", RouteType: 1})
+		}
+		return resp
+	}
+	resp.Gateway = gatewayFor(ep.IPv4, n.IPv4)
+	resp.GatewayIPv6 = gatewayFor(ep.IPv6, n.IPv6)
+	return resp
+}
+
+// gatewayFor returns the gateway of the pool holding addr; none when the
+// endpoint has no address of that family (a default route through a
+// gateway it cannot reach would fail the container).
+func gatewayFor(addr string, pools []record.Pool) string {
+	a, err := netip.ParsePrefix(addr)
+	if err != nil {
+		return ""
+	}
+	for _, p := range pools {
+		sub, perr := netip.ParsePrefix(p.Subnet)
+		if perr == nil && p.Gateway != "" && sub.Contains(a.Addr()) {
+			return p.Gateway
+		}
+	}
+	return ""
+}

@@ -1,0 +1,349 @@
+package rules
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// ErrInvalid is wrapped by every error about a request's content.
+var ErrInvalid = pluginapi.ErrInvalid
+
+func Invalidf(format string, args ...any) error { return pluginapi.Invalidf(format, args...) }
+
+// Driver option names (com.docker.network.generic), the same as Docker's
+// built-in macvlan and ipvlan drivers.
+const (
+	OptParent      = "parent"
+	OptType        = "type"
+	OptMacvlanMode = "macvlan_mode"
+	OptIpvlanMode  = "ipvlan_mode"
+	OptIpvlanFlag  = "ipvlan_flag"
+	OptMTU         = "mtu"
+	// OptHostAddress is the host's own address on the network (shim.go).
+	OptHostAddress = "host_address"
+)
+
+// Top-level option keys Docker sends with CreateNetwork.
+const (
+	LabelGeneric    = "com.docker.network.generic"
+	LabelInternal   = "com.docker.network.internal"
+	labelEnableIPv6 = "com.docker.network.enable_ipv6"
+)
+
+// Link types, as the type option names them.
+const (
+	TypeMacvlan = vocab.KindMacvlan
+	TypeIpvlan  = vocab.KindIpvlan
+)
+
+const (
+	minMTU = 68
+	maxMTU = 65535
+)
+
+var validOptions = []string{OptAdvertiseMs, OptAdvertiseNMsgs, OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacAddressPolicy, OptMacvlanMode, OptMTU, OptParent, OptType}
+
+// The mode and flag names come from the one list in vocab.
+var (
+	macvlanModes = vocab.MacvlanModes
+	ipvlanModes  = vocab.IpvlanModes
+	ipvlanFlags  = vocab.IpvlanFlags
+)
+
+func oneOf(value string, valid []string) bool { return slices.Contains(valid, value) }
+
+// netOptions is the validated driver configuration of a network.
+type netOptions struct {
+	Parent, Type, Mode, Flag string
+	MTU                      int
+	DHCP                     DHCPConfig
+	// Given holds the options as the user gave them.
+	Given map[string]string
+}
+
+// ParseOptions validates driver options without looking at the kernel. An
+// option with an empty value means its default, as if it were absent.
+func ParseOptions(given map[string]string) (netOptions, error) {
+	opts := make(map[string]string, len(given))
+	for k, v := range given {
+		if v == "" && (k == OptDHCP || k == OptDHCPTimeout) {
+			// Where an empty value would switch a feature off unseen, it
+			// is refused, not taken for the default.
+			return netOptions{}, Invalidf("driver option %s is given without a value: write -o %s=%s", k, k, map[string]string{OptDHCP: "true (or false)", OptDHCPTimeout: "10s"}[k])
+		}
+		if v != "" {
+			opts[k] = v
+		}
+	}
+	var unknown []string
+	for k := range given {
+		if !oneOf(k, validOptions) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return netOptions{}, Invalidf("unknown driver option %q: underlay accepts %s", unknown[0], strings.Join(validOptions, ", "))
+	}
+	o := netOptions{Parent: opts[OptParent], Type: opts[OptType], Given: map[string]string{}}
+	for k, v := range opts {
+		o.Given[k] = v
+	}
+	_, hasMacvlanMode := opts[OptMacvlanMode]
+	_, hasIpvlanMode := opts[OptIpvlanMode]
+	_, hasIpvlanFlag := opts[OptIpvlanFlag]
+	switch o.Type {
+	case "":
+		o.Type = TypeMacvlan
+		if hasIpvlanMode || hasIpvlanFlag {
+			o.Type = TypeIpvlan
+		}
+	case TypeMacvlan, TypeIpvlan:
+	default:
+		return netOptions{}, Invalidf("type %q is not a link type underlay creates: use type=macvlan or type=ipvlan", o.Type)
+	}
+	if o.Type == TypeIpvlan && hasMacvlanMode {
+		return netOptions{}, Invalidf("macvlan_mode=%s does not apply to type=ipvlan: drop it, or use ipvlan_mode (%s)", opts[OptMacvlanMode], strings.Join(ipvlanModes, ", "))
+	}
+	if o.Type == TypeMacvlan && (hasIpvlanMode || hasIpvlanFlag) {
+		key := OptIpvlanMode
+		if !hasIpvlanMode {
+			key = OptIpvlanFlag
+		}
+		return netOptions{}, Invalidf("%s=%s does not apply to type=macvlan: drop it, or use macvlan_mode (%s)", key, opts[key], strings.Join(macvlanModes, ", "))
+	}
+	if o.Type == TypeMacvlan {
+		o.Mode = ValueOr(opts[OptMacvlanMode], macvlanModes[0])
+		if !oneOf(o.Mode, macvlanModes) {
+			return netOptions{}, Invalidf("macvlan_mode %q is not valid: use one of %s", o.Mode, strings.Join(macvlanModes, ", "))
+		}
+	} else {
+		o.Mode = ValueOr(opts[OptIpvlanMode], ipvlanModes[0])
+		if !oneOf(o.Mode, ipvlanModes) {
+			return netOptions{}, Invalidf("ipvlan_mode %q is not valid: use one of %s", o.Mode, strings.Join(ipvlanModes, ", "))
+		}
+		o.Flag = ValueOr(opts[OptIpvlanFlag], ipvlanFlags[0])
+		if !oneOf(o.Flag, ipvlanFlags) {
+			return netOptions{}, Invalidf("ipvlan_flag %q is not valid: use one of %s", o.Flag, strings.Join(ipvlanFlags, ", "))
+		}
+	}
+	if v, ok := opts[OptMTU]; ok {
+		mtu, err := strconv.Atoi(v)
+		if err != nil || mtu < minMTU || mtu > maxMTU {
+			return netOptions{}, Invalidf("mtu %q is not valid: use a whole number from %d to the parent interface's MTU", v, minMTU)
+		}
+		o.MTU = mtu
+	}
+	if _, err := ParseParent(o.Parent); err != nil {
+		return netOptions{}, err
+	}
+	dhcp, err := ParseDHCP(opts)
+	if err != nil {
+		return netOptions{}, err
+	}
+	o.DHCP = dhcp
+	if _, err := parseAnnounce(opts); err != nil {
+		return netOptions{}, err
+	}
+	if _, err := ParseMacPolicy(opts, o.Type); err != nil {
+		return netOptions{}, err
+	}
+	budget, probeGiven, err := ParseAddressProbe(opts)
+	if err != nil {
+		return netOptions{}, err
+	}
+	if probeGiven && dhcp.On && budget >= dhcp.Timeout {
+		return netOptions{}, Invalidf("address_probe=%s does not fit in dhcp_timeout %s: each offer is probed within the time a container's start waits for its lease; give a shorter probe or a longer dhcp_timeout", budget, dhcp.Timeout)
+	}
+	return o, nil
+}
+
+// longVLAN reports whether a name too long for a link is IFACE.VID with a
+// valid IFACE: the resolver explains that the VLAN needs a shorter name.
+func longVLAN(name string) bool {
+	base, _, ok := splitVLAN(name)
+	return ok && len(base) <= vocab.MaxNameLen
+}
+
+func ValueOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// checkParentName refuses parent names the kernel could never hold.
+func checkParentName(name string) error {
+	switch {
+	case name == "":
+		return nil
+	case len(name) > vocab.MaxNameLen && !longVLAN(name):
+		return Invalidf("parent %q is %d bytes long; Linux interface names are at most %d bytes: use the interface's real name", name, len(name), vocab.MaxNameLen)
+	case name == "lo":
+		return Invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")
+	case strings.ContainsAny(name, "/: \t\n") || name == "." || name == "..":
+		return Invalidf("parent %q is not a valid interface name", name)
+	}
+	return nil
+}
+
+// GenericOptions extracts com.docker.network.generic as strings.
+func GenericOptions(opts map[string]any) (map[string]string, error) {
+	raw, ok := opts[LabelGeneric]
+	if !ok || raw == nil {
+		return map[string]string{}, nil
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, Invalidf("%s must be an object of string options, got %T", LabelGeneric, raw)
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		s, ok := v.(string)
+		if !ok {
+			return nil, Invalidf("driver option %q must be a string, got %v (%T)", k, v, v)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// BoolOption reads a top-level boolean label; Docker sends JSON booleans,
+// older tools strings.
+func BoolOption(opts map[string]any, key string) (bool, error) {
+	switch v := opts[key].(type) {
+	case nil:
+		return false, nil
+	case bool:
+		return v, nil
+	case string:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, Invalidf("option %s=%q is not a boolean", key, v)
+		}
+		return b, nil
+	default:
+		return false, Invalidf("option %s must be a boolean, got %v (%T)", key, v, v)
+	}
+}
+
+// parsePools validates IPAM data of one family.
+func parsePools(family string, data []*network.IPAMData, want6 bool) ([]record.Pool, error) {
+	var out []record.Pool
+	for i, d := range data {
+		if d == nil || d.Pool == "" {
+			return nil, Invalidf("%s[%d] has no Pool: Docker's IPAM sends the subnet of every pool; check the --subnet of the network", family, i)
+		}
+		prefix, err := netip.ParsePrefix(d.Pool)
+		if err != nil {
+			return nil, Invalidf("%s pool %q is not a subnet in CIDR form: %v", family, d.Pool, err)
+		}
+		if prefix.Addr().Is6() != want6 || prefix.Addr().Is4In6() {
+			return nil, Invalidf("%s pool %q is not an %s subnet", family, d.Pool, map[bool]string{false: "IPv4", true: "IPv6"}[want6])
+		}
+		p := record.Pool{Subnet: prefix.Masked().String()}
+		if d.Gateway != "" {
+			gw, err := parseAddr(d.Gateway)
+			if err != nil {
+				return nil, Invalidf("%s gateway %q of pool %s is not an address: %v", family, d.Gateway, d.Pool, err)
+			}
+			if !prefix.Contains(gw) {
+				return nil, Invalidf("%s gateway %s is outside its pool %s: pick a gateway inside the subnet", family, gw, prefix)
+			}
+			p.Gateway = gw.String()
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseAddr accepts an address with or without a prefix length.
+func parseAddr(s string) (netip.Addr, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Addr(), err
+	}
+	return netip.ParseAddr(s)
+}
+
+// ParseNetwork turns a CreateNetwork request into the network's record,
+// validating everything that does not need the kernel.
+func ParseNetwork(req *network.CreateNetworkRequest) (record.Network, error) {
+	if req.NetworkID == "" {
+		return record.Network{}, Invalidf("CreateNetwork without NetworkID")
+	}
+	generic, err := GenericOptions(req.Options)
+	if err != nil {
+		return record.Network{}, err
+	}
+	o, err := ParseOptions(generic)
+	if err != nil {
+		return record.Network{}, err
+	}
+	internal, err := BoolOption(req.Options, LabelInternal)
+	if err != nil {
+		return record.Network{}, err
+	}
+	if _, err := BoolOption(req.Options, labelEnableIPv6); err != nil {
+		return record.Network{}, err
+	}
+	v4, err := parsePools("IPv4Data", req.IPv4Data, false)
+	if err != nil {
+		return record.Network{}, err
+	}
+	v6, err := parsePools("IPv6Data", req.IPv6Data, true)
+	if err != nil {
+		return record.Network{}, err
+	}
+	if err := CheckDHCPNetwork(o.DHCP, req, o, internal); err != nil {
+		return record.Network{}, err
+	}
+	if o.DHCP.On {
+		v4 = nil // the null IPAM's 0.0.0.0/0: addresses come per lease
+	}
+	if len(v4)+len(v6) == 0 && !o.DHCP.On {
+		return record.Network{}, Invalidf("network %s has no IPAM data (IPv4Data and IPv6Data are empty): create it with --subnet, or with Docker's default IPAM driver", Short(req.NetworkID))
+	}
+	if err := overlapsWithin(allPools(record.Network{IPv4: v4, IPv6: v6})); err != nil {
+		return record.Network{}, err
+	}
+	hostAddr, err := parseHostAddress(o, v4, req.IPv4Data)
+	if err != nil {
+		return record.Network{}, err
+	}
+	_, engineAnnounces := req.Options[LabelEnableIPv4]
+	n := record.Network{
+		ID: req.NetworkID, Type: o.Type, Parent: o.Parent, Mode: o.Mode, Flag: o.Flag, MTU: o.MTU,
+		Internal: internal || o.Parent == "", IPv4: v4, IPv6: v6, Options: o.Given, HostAddress: hostAddr,
+		EngineAnnounces: engineAnnounces,
+	}
+	if o.Parent == "" {
+		n.Parent = DummyName(req.NetworkID)
+	}
+	return n, nil
+}
+
+func overlapsWithin(pools []record.Pool) error {
+	for i := range pools {
+		for j := i + 1; j < len(pools); j++ {
+			if poolsOverlap(pools[i], pools[j]) {
+				return Invalidf("pools %s and %s of one network overlap", pools[i].Subnet, pools[j].Subnet)
+			}
+		}
+	}
+	return nil
+}
+
+func poolsOverlap(a, b record.Pool) bool {
+	pa, errA := netip.ParsePrefix(a.Subnet)
+	pb, errB := netip.ParsePrefix(b.Subnet)
+	return errA == nil && errB == nil && pa.Overlaps(pb)
+}
