@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/doctor"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -164,7 +165,7 @@ func printListing(w io.Writer, l Listing) {
 		if n.Flag != "" {
 			mode += "/" + n.Flag
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", short(n.ID), dash(n.Name), mode, dash(n.Parent), n.Link,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dockerid.Short(n.ID), dash(n.Name), mode, dash(n.Parent), n.Link,
 			dash(strings.Join(n.Subnets, ",")), dashInt(n.MTU), yesNo(n.Internal), stamp(n.Created), stamp(n.PendingTill))
 	}
 	tw.Flush()
@@ -172,7 +173,7 @@ func printListing(w io.Writer, l Listing) {
 	fmt.Fprintln(tw, "ENDPOINT\tNETWORK\tLINK\tMAC\tADDRESSES\tJOINED\tLEASE")
 	for _, n := range l.Networks {
 		for _, e := range n.Endpoints {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", short(e.ID), short(n.ID), e.Link, dash(e.MAC), dash(strings.Trim(e.IPv4+","+e.IPv6, ",")), yesNo(e.Joined), dash(e.Lease))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dockerid.Short(e.ID), dockerid.Short(n.ID), e.Link, dash(e.MAC), dash(strings.Trim(e.IPv4+","+e.IPv6, ",")), yesNo(e.Joined), dash(e.Lease))
 		}
 	}
 	tw.Flush()
@@ -181,7 +182,7 @@ func printListing(w io.Writer, l Listing) {
 	for _, p := range l.ParentLinks {
 		ids := make([]string, len(p.Networks))
 		for i, id := range p.Networks {
-			ids[i] = short(id)
+			ids[i] = dockerid.Short(id)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Kind, dash(p.Base), dashInt(p.VLAN), yesNo(p.Present), dash(strings.Join(ids, ",")))
 	}
@@ -237,7 +238,7 @@ func skippedChecks(skips []doctor.Skip) string {
 	for _, s := range skips {
 		n := s.Check
 		if s.Subject != "" {
-			n += " (network " + short(s.Subject) + ")"
+			n += " (network " + dockerid.Short(s.Subject) + ")"
 		}
 		names = append(names, n)
 	}
@@ -252,13 +253,6 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
-}
-
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }
 
 func dash(s string) string {

@@ -16,6 +16,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/dockerid"
 )
 
 // Client asks Docker's Engine API.
@@ -66,7 +68,7 @@ func (d *Client) NetworkExists(ctx context.Context, id string) (bool, error) {
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("ask Docker at %s about network %s: %w", d.host, short(id), err)
+		return false, fmt.Errorf("ask Docker at %s about network %s: %w", d.host, dockerid.Short(id), err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -78,9 +80,9 @@ func (d *Client) NetworkExists(ctx context.Context, id string) (bool, error) {
 			return false, nil
 		}
 		return false, fmt.Errorf("ask Docker at %s about network %s: a 404 that is not Docker's (no Api-Version header or no Docker error body: %q): is DOCKER_HOST (--docker-host) the Docker API socket?",
-			d.host, short(id), truncate(strings.TrimSpace(string(body)), 80))
+			d.host, dockerid.Short(id), truncate(strings.TrimSpace(string(body)), 80))
 	}
-	return false, fmt.Errorf("ask Docker at %s about network %s: status %d: %s", d.host, short(id), resp.StatusCode, truncate(strings.TrimSpace(string(body)), 200))
+	return false, fmt.Errorf("ask Docker at %s about network %s: status %d: %s", d.host, dockerid.Short(id), resp.StatusCode, truncate(strings.TrimSpace(string(body)), 200))
 }
 
 // IsNotFound reports whether a 404 is Docker's own "no such network":
@@ -101,12 +103,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// short is the 12-character form of a Docker ID used in messages.
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }

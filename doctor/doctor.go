@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -117,7 +118,7 @@ type Skip struct {
 // String is the skip as one line for an operator.
 func (s Skip) String() string {
 	if s.Subject != "" {
-		return fmt.Sprintf("%s check of network %s skipped: %s", s.Check, short(s.Subject), s.Reason)
+		return fmt.Sprintf("%s check of network %s skipped: %s", s.Check, dockerid.Short(s.Subject), s.Reason)
 	}
 	return fmt.Sprintf("%s check skipped: %s", s.Check, s.Reason)
 }
@@ -141,7 +142,7 @@ func Check(in Input) (findings []Finding, skipped []Skip) {
 		}
 		sort.Strings(ids)
 		for _, id := range ids {
-			skipped = append(skipped, Skip{Check: kindStale, Subject: id, Reason: fmt.Sprintf("Docker could not say whether network %s exists (%s)", short(id), in.Docker.Unsure[id])})
+			skipped = append(skipped, Skip{Check: kindStale, Subject: id, Reason: fmt.Sprintf("Docker could not say whether network %s exists (%s)", dockerid.Short(id), in.Docker.Unsure[id])})
 		}
 	}
 	findings = append(findings, staleNetworks(in)...)
@@ -169,7 +170,7 @@ func staleNetworks(in Input) []Finding {
 			continue
 		}
 		out = append(out, Finding{Kind: kindStale, Subject: n.ID,
-			Message: fmt.Sprintf("network %s (on %s) is in underlay's state but Docker does not know it: it was removed while underlay was not running, and it blocks its parent for compatible networks", short(n.ID), n.Parent),
+			Message: fmt.Sprintf("network %s (on %s) is in underlay's state but Docker does not know it: it was removed while underlay was not running, and it blocks its parent for compatible networks", dockerid.Short(n.ID), n.Parent),
 			Repair:  "remove the record, its endpoints' links, its host link and its parent link if underlay created it and nothing else needs it",
 			Action:  &Action{Op: OpRemoveStale, Network: n.ID}})
 	}
@@ -183,7 +184,7 @@ func expired(in Input) []Finding {
 			continue
 		}
 		out = append(out, Finding{Kind: kindExpired, Subject: n.ID,
-			Message: fmt.Sprintf("network %s was being created on %s and its reservation expired at %s: the create never finished (a hung kernel call or a crash)", short(n.ID), n.Parent, n.Pending.Deadline.Format(time.RFC3339)),
+			Message: fmt.Sprintf("network %s was being created on %s and its reservation expired at %s: the create never finished (a hung kernel call or a crash)", dockerid.Short(n.ID), n.Parent, n.Pending.Deadline.Format(time.RFC3339)),
 			Repair:  "roll the reservation back (the janitor does it within seconds too)",
 			Action:  &Action{Op: OpRollback, Network: n.ID}})
 	}
@@ -213,13 +214,13 @@ func parents(in Input) []Finding {
 		seen[n.Parent] = true
 		if owned[n.Parent] {
 			out = append(out, Finding{Kind: kindMissing, Subject: n.Parent,
-				Message: fmt.Sprintf("parent link %s, which underlay created, is missing: containers of network %s cannot start", n.Parent, short(n.ID)),
+				Message: fmt.Sprintf("parent link %s, which underlay created, is missing: containers of network %s cannot start", n.Parent, dockerid.Short(n.ID)),
 				Repair:  "re-create it",
 				Action:  &Action{Op: OpRecreate, Link: n.Parent}})
 			continue
 		}
 		out = append(out, Finding{Kind: kindGoneUserParent, Subject: n.Parent,
-			Message: fmt.Sprintf("parent %s of network %s does not exist on this host: containers of the network cannot start", n.Parent, short(n.ID)),
+			Message: fmt.Sprintf("parent %s of network %s does not exist on this host: containers of the network cannot start", n.Parent, dockerid.Short(n.ID)),
 			Repair:  fmt.Sprintf("none: underlay does not own %s; bring the interface back, or remove and re-create the network", n.Parent)})
 	}
 	return out
@@ -294,11 +295,4 @@ func hasLink(links []netlinkutil.Link, name string) bool {
 		}
 	}
 	return false
-}
-
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }

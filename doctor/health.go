@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -60,7 +61,7 @@ func broken(in Input) []Finding {
 			mtu  int
 			addr netip.Addr
 			what string
-		}{n.MTU, a, fmt.Sprintf("host link %s of network %s", name, short(n.ID))}
+		}{n.MTU, a, fmt.Sprintf("host link %s of network %s", name, dockerid.Short(n.ID))}
 	}
 	var out []Finding
 	for _, l := range in.Links {
@@ -104,7 +105,7 @@ func lostLeases(in Input) []Finding {
 		}
 		out = append(out, Finding{Kind: kindLostLease, Subject: ep.ID,
 			Message: fmt.Sprintf("endpoint %s of network %s lost its DHCP lease of %s at %s (%s): the container cannot send from that address until the LAN's server gives it back",
-				short(ep.ID), short(ep.NetworkID), ep.Lease.Addr, since.Format(time.RFC3339), why),
+				dockerid.Short(ep.ID), dockerid.Short(ep.NetworkID), ep.Lease.Addr, since.Format(time.RFC3339), why),
 			Repair: "none by underlay (it keeps asking the server for that address): free the address on the DHCP server, or restart the container (docker restart) to get a new address"})
 	}
 	return out

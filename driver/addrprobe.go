@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store"
 )
@@ -109,7 +110,7 @@ func (d *Driver) probeStatic(ctx context.Context, n store.Network, ep store.Endp
 			continue
 		}
 		if err := d.probeAddr(ctx, n, ep, p.Addr(), budget); err != nil {
-			return fmt.Errorf("%w: endpoint %s: %w: run the container with another --ip, or keep %s out of Docker's addresses with --aux-address or --ip-range (docker network create); or switch the probe off with -o address_probe=0", ErrConflict, rules.Short(ep.ID), err, p.Addr())
+			return fmt.Errorf("%w: endpoint %s: %w: run the container with another --ip, or keep %s out of Docker's addresses with --aux-address or --ip-range (docker network create); or switch the probe off with -o address_probe=0", ErrConflict, dockerid.Short(ep.ID), err, p.Addr())
 		}
 	}
 	return nil
@@ -168,7 +169,7 @@ func (d *Driver) heldElsewhere(n store.Network, ep store.Endpoint, addr netip.Ad
 			}
 			for _, e := range eps {
 				if a, ok := rules.EndpointV4(e); ok && a == addr && e.ID != ep.ID {
-					other = fmt.Sprintf("endpoint %s of network %s holds it", rules.Short(e.ID), rules.Short(on.ID))
+					other = fmt.Sprintf("endpoint %s of network %s holds it", dockerid.Short(e.ID), dockerid.Short(on.ID))
 					return nil
 				}
 			}

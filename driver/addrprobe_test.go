@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/probe"
 )
 
@@ -76,7 +77,7 @@ func TestDHCPDeclinesOffersThatAreNotFree(t *testing.T) {
 	fl.same, fl.declined = "198.18.180.100/24", nil
 	fl.mu.Unlock()
 	_, err = f.endpoint(netA, epC, "", "")
-	wantErr(t, err, ErrConflict, "198.18.180.100", "endpoint "+rules.Short(epA), "declined")
+	wantErr(t, err, ErrConflict, "198.18.180.100", "endpoint "+dockerid.Short(epA), "declined")
 	if len(fl.declined) != rules.MaxDeclines {
 		t.Fatalf("declined %v, want %d DECLINEs", fl.declined, rules.MaxDeclines)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -59,7 +60,7 @@ func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.End
 	if n.Type == rules.TypeIpvlan {
 		l, err := d.links.Get(ctx, n.Parent)
 		if err != nil {
-			return r, fmt.Errorf("parent %s of DHCP network %s: %w", n.Parent, rules.Short(n.ID), err)
+			return r, fmt.Errorf("parent %s of DHCP network %s: %w", n.Parent, dockerid.Short(n.ID), err)
 		}
 		if r.MAC, err = net.ParseMAC(l.MAC); err != nil {
 			return r, fmt.Errorf("parent %s has no usable MAC %q for DHCP: %w", n.Parent, l.MAC, err)
@@ -70,7 +71,7 @@ func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.End
 	} else {
 		var err error
 		if r.MAC, err = net.ParseMAC(ep.MAC); err != nil {
-			return r, fmt.Errorf("endpoint %s has no usable MAC %q for DHCP: %w", rules.Short(ep.ID), ep.MAC, err)
+			return r, fmt.Errorf("endpoint %s has no usable MAC %q for DHCP: %w", dockerid.Short(ep.ID), ep.MAC, err)
 		}
 	}
 	if ep.Lease != nil {
@@ -91,7 +92,7 @@ func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.End
 func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.Endpoint) (l store.Lease, unclaim func(), err error) {
 	unclaim = func() {}
 	if d.dhcp == nil {
-		return store.Lease{}, unclaim, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", rules.Short(n.ID))
+		return store.Lease{}, unclaim, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", dockerid.Short(n.ID))
 	}
 	r, err := d.leaseRequest(ctx, n, ep)
 	if err != nil {
@@ -108,7 +109,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 			if len(declined) > 0 {
 				err = fmt.Errorf("%w (after declining %s)", err, strings.Join(declined, "; "))
 			}
-			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", rules.Short(ep.ID), rules.Short(n.ID), n.Parent, c.Timeout, err)
+			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, c.Timeout, err)
 		}
 		addr := leaseAddr(l)
 		why := ""
@@ -137,7 +138,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 		}
 		if len(declined) >= rules.MaxDeclines {
 			return store.Lease{}, unclaim, fmt.Errorf("%w: endpoint %s of network %s: the DHCP server on %s offered only addresses that are not free, each declined: %s; free them on the LAN or on the server (its lease table), or widen its pool",
-				ErrConflict, rules.Short(ep.ID), rules.Short(n.ID), n.Parent, strings.Join(declined, "; "))
+				ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, strings.Join(declined, "; "))
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -66,14 +67,14 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	generated := false
 	switch {
 	case iface.MacAddress != "" && n.Type == rules.TypeIpvlan:
-		return nil, rules.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", rules.Short(req.EndpointID), iface.MacAddress, n.Parent)
+		return nil, rules.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", dockerid.Short(req.EndpointID), iface.MacAddress, n.Parent)
 	case iface.MacAddress != "":
 		mac, err := net.ParseMAC(iface.MacAddress)
 		if err != nil || len(mac) != 6 {
-			return nil, rules.Invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, rules.Short(req.EndpointID))
+			return nil, rules.Invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, dockerid.Short(req.EndpointID))
 		}
 		if mac[0]&1 == 1 {
-			return nil, rules.Invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, rules.Short(req.EndpointID))
+			return nil, rules.Invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, dockerid.Short(req.EndpointID))
 		}
 		ep.MAC = mac.String()
 	}
@@ -99,7 +100,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	if rules.DHCPOf(*n).On {
 		switch {
 		case ep.IPv4 != "":
-			return nil, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", rules.Short(ep.ID), rules.Short(n.ID), ep.IPv4)
+			return nil, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv4)
 		case existing != nil && existing.Lease != nil && existing.MAC == ep.MAC:
 			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
 		default:
@@ -114,7 +115,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			ep.Lease, ep.IPv4, leased = &l, l.Addr, true
 			if err := d.journalLease(ctx, *n, ep); err != nil {
 				_ = d.releaseLease(context.WithoutCancel(ctx), *n, ep)
-				return nil, fmt.Errorf("record the lease of endpoint %s: %w", rules.Short(ep.ID), err)
+				return nil, fmt.Errorf("record the lease of endpoint %s: %w", dockerid.Short(ep.ID), err)
 			}
 		}
 	}
@@ -145,7 +146,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		if errors.Is(err, ErrConflict) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("record endpoint %s: %w", rules.Short(ep.ID), err)
+		return nil, fmt.Errorf("record endpoint %s: %w", dockerid.Short(ep.ID), err)
 	}
 	d.point("create-endpoint/after-commit")
 	if existing != nil {
@@ -244,7 +245,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 	}
 	if ep != nil {
 		if err := d.routeToEndpoint(ctx, n, *ep, true); err != nil {
-			return fmt.Errorf("remove the host's route to endpoint %s: %w", rules.Short(epID), err)
+			return fmt.Errorf("remove the host's route to endpoint %s: %w", dockerid.Short(epID), err)
 		}
 	}
 	link := rules.EndpointLinkName(epID)
@@ -267,7 +268,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 	d.point(before)
 	if link != "" {
 		if err := d.deleteOwnedLink(ctx, link, ep != nil); err != nil {
-			return fmt.Errorf("%s %s: %w", what, rules.Short(epID), err)
+			return fmt.Errorf("%s %s: %w", what, dockerid.Short(epID), err)
 		}
 	}
 	d.point(after)
@@ -283,7 +284,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		d.point("delete-endpoint/before-commit")
 	}
 	if err := d.store.Batch(change); err != nil {
-		return fmt.Errorf("%s %s: %w", what, rules.Short(ep.ID), err)
+		return fmt.Errorf("%s %s: %w", what, dockerid.Short(ep.ID), err)
 	}
 	if phase == "delete-endpoint" {
 		d.point("delete-endpoint/after-commit")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -101,7 +102,7 @@ func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held str
 			log.Warn("rolling back network left half-created by a previous run", "network", s.Name)
 			var parent string
 			if parent, err = d.dropPending(s.Name, ""); err != nil {
-				errs = append(errs, fmt.Errorf("roll back network %s: %w", rules.Short(s.Name), err))
+				errs = append(errs, fmt.Errorf("roll back network %s: %w", dockerid.Short(s.Name), err))
 			} else if parent != "" {
 				d.events.ReservationRolledBack("network")
 			}

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
-	"golang.org/x/sys/unix"
 )
 
 // The watcher's filter: a repair pass for changes of owned links and for
@@ -151,7 +152,7 @@ func TestSameAddressOnTwoHostAddressNetworksRefused(t *testing.T) {
 	f.mustCreate(withHost(netB, "eth1", "198.18.1.6"))
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	_, err := f.endpoint(netB, epB, "198.18.1.10/24", "")
-	wantErr(t, err, ErrConflict, "198.18.1.10", rules.Short(netA), "--ip")
+	wantErr(t, err, ErrConflict, "198.18.1.10", dockerid.Short(netA), "--ip")
 	f.mustEndpoint(netB, epC, "198.18.1.11/24")
 	f.wantRoutes(map[string]string{"198.18.1.10": rules.ShimName(netA), "198.18.1.11": rules.ShimName(netB)})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/store"
 )
@@ -57,28 +58,11 @@ type fixture struct {
 	db     *store.DB
 	path   string
 	docker *fakeDocker
-	clock  *fakeClock
+	clock  *fakeclock.Clock
 	grace  time.Duration
 	boot   string
 	points []string
 	mu     sync.Mutex
-}
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // newFixture returns a driver over a fake kernel holding eth0 and eth1
@@ -89,7 +73,7 @@ func newFixture(t testing.TB) *fixture {
 	k.AddHostLink("eth0", "device", 1500)
 	k.AddHostLink("eth1", "device", 9000)
 	f := &fixture{t: t, k: k, path: filepath.Join(t.TempDir(), "underlay.db"), docker: &fakeDocker{live: map[string]bool{}},
-		clock: &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, grace: time.Millisecond, boot: "boot-1"}
+		clock: fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), grace: time.Millisecond, boot: "boot-1"}
 	f.open()
 	t.Cleanup(f.close)
 	return f

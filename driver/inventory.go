@@ -9,6 +9,7 @@ import (
 	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -107,18 +108,18 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 	case n == nil:
 		return "no longer needed: the network is gone", nil
 	case n.Pending != nil:
-		return "", refusef("network %s is being created: not stale", rules.Short(id))
+		return "", refusef("network %s is being created: not stale", dockerid.Short(id))
 	case !n.Created.IsZero() && d.now().Sub(n.Created) < d.grace:
-		return "", refusef("network %s was created %s ago, within the %s Docker may take to store it: not removed, run doctor again", rules.Short(id), d.now().Sub(n.Created).Round(time.Millisecond), d.grace)
+		return "", refusef("network %s was created %s ago, within the %s Docker may take to store it: not removed, run doctor again", dockerid.Short(id), d.now().Sub(n.Created).Round(time.Millisecond), d.grace)
 	case d.docker == nil:
-		return "", refusef("network %s not removed: this daemon has no Docker API to confirm it is stale (--docker-host)", rules.Short(id))
+		return "", refusef("network %s not removed: this daemon has no Docker API to confirm it is stale (--docker-host)", dockerid.Short(id))
 	}
 	exists, err := d.docker.NetworkExists(ctx, id)
 	if err != nil {
-		return "", refusef("network %s not removed: the daemon's Docker could not confirm it is stale: %v", rules.Short(id), err)
+		return "", refusef("network %s not removed: the daemon's Docker could not confirm it is stale: %v", dockerid.Short(id), err)
 	}
 	if exists {
-		return "", refusef("network %s not removed: the daemon's Docker knows it (is --docker-host the daemon's engine?)", rules.Short(id))
+		return "", refusef("network %s not removed: the daemon's Docker knows it (is --docker-host the daemon's engine?)", dockerid.Short(id))
 	}
 	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
 	if err != nil {
@@ -126,11 +127,11 @@ func (d *Driver) RemoveStaleNetwork(ctx context.Context, id string) (string, err
 	}
 	defer unlockParent()
 	if err := d.removeNetwork(ctx, *n); err != nil {
-		return "", fmt.Errorf("remove stale network %s: %w", rules.Short(id), err)
+		return "", fmt.Errorf("remove stale network %s: %w", dockerid.Short(id), err)
 	}
 	d.events.StaleRemoved()
 	d.log.Warn("doctor: removed stale network Docker does not know", "network", id, "parent", n.Parent)
-	return fmt.Sprintf("removed network %s and its links from %s", rules.Short(id), n.Parent), nil
+	return fmt.Sprintf("removed network %s and its links from %s", dockerid.Short(id), n.Parent), nil
 }
 
 // lockNetwork takes a network's lock exclusively and reads its record (nil
@@ -237,14 +238,14 @@ func (d *Driver) RollbackExpired(_ context.Context, id string) (string, error) {
 	case n == nil || n.Pending == nil:
 		return "no longer needed: the network is no longer pending", nil
 	case d.now().Before(n.Pending.Deadline):
-		return "", refusef("the reservation of network %s has not expired (deadline %s)", rules.Short(id), n.Pending.Deadline.Format(time.RFC3339))
+		return "", refusef("the reservation of network %s has not expired (deadline %s)", dockerid.Short(id), n.Pending.Deadline.Format(time.RFC3339))
 	}
 	if _, err := d.dropPending(id, n.Pending.Token); err != nil {
 		return "", err
 	}
 	d.events.ReservationRolledBack("network")
 	d.log.Warn("doctor: rolled back network whose reservation expired", "network", id, "parent", n.Parent)
-	return fmt.Sprintf("rolled back network %s (the janitor releases its parent %s when nothing needs it)", rules.Short(id), n.Parent), nil
+	return fmt.Sprintf("rolled back network %s (the janitor releases its parent %s when nothing needs it)", dockerid.Short(id), n.Parent), nil
 }
 
 // StaleGrace is how old a record must be before Docker's 404 is believed.

@@ -8,11 +8,12 @@ import (
 	"slices"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"golang.org/x/sys/unix"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
-	"golang.org/x/sys/unix"
 )
 
 // Join creates the endpoint's macvlan or ipvlan link on the parent, in the
@@ -35,7 +36,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	if cur := d.joins.overlay(*ep); cur.Sandbox != "" && cur.Boot == d.boot {
 		if _, err := d.links.Get(ctx, ep.Link); errors.Is(err, netlinkutil.ErrNotFound) {
 			return nil, fmt.Errorf("%w: endpoint %s is already joined to sandbox %s and its link %s is in that sandbox: a second link would carry the same MAC; leave it first (docker network disconnect)",
-				ErrConflict, rules.Short(ep.ID), cur.Sandbox, ep.Link)
+				ErrConflict, dockerid.Short(ep.ID), cur.Sandbox, ep.Link)
 		} else if err != nil {
 			return nil, err
 		}
@@ -43,7 +44,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	spec := netlinkutil.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
 	d.point("join/before-link")
 	if err := d.addEndpointLink(ctx, *n, spec); err != nil {
-		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", rules.Short(ep.ID), rules.Short(n.ID), err, d.mtuHint(ctx, *n, err))
+		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", dockerid.Short(ep.ID), dockerid.Short(n.ID), err, d.mtuHint(ctx, *n, err))
 	}
 	d.point("join/after-link")
 	sandbox := rules.ValueOr(req.SandboxKey, "(unnamed)")
@@ -54,11 +55,11 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 		joined.Sandbox, joined.Boot = sandbox, d.boot
 		if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(joined) }); err != nil {
 			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), ep.Link, true)
-			return nil, fmt.Errorf("join endpoint %s: record the join: %w", rules.Short(ep.ID), err)
+			return nil, fmt.Errorf("join endpoint %s: record the join: %w", dockerid.Short(ep.ID), err)
 		}
 	}
 	if err := d.joinHostRoute(ctx, *n, *ep); err != nil {
-		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", rules.Short(ep.ID), err)
+		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", dockerid.Short(ep.ID), err)
 	}
 	if ctx.Err() == nil { // Docker still waits for this answer
 		d.announce(ctx, *n, *ep) // in the background

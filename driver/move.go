@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -75,7 +76,7 @@ func (d *Driver) reuse(ctx context.Context, n store.Network) error {
 // and both parents' locks.
 func (d *Driver) stayPut(ctx context.Context, same store.Network, to string, refusal error) error {
 	if err := d.reuse(ctx, same); err != nil {
-		return fmt.Errorf("network %s cannot stay on its link %s (%v), nor move to %s, its parent option's choice on this host now: %w", rules.Short(same.ID), same.Parent, err, to, refusal)
+		return fmt.Errorf("network %s cannot stay on its link %s (%v), nor move to %s, its parent option's choice on this host now: %w", dockerid.Short(same.ID), same.Parent, err, to, refusal)
 	}
 	d.log.Warn("the parent option now resolves to another link, which refuses the network: keeping it on its link",
 		"network", same.ID, "link", same.Parent, "would_be", to, "refusal", refusal.Error())

@@ -10,6 +10,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -26,7 +27,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		return err
 	}
 	if rules.DHCPOf(want).On && d.dhcp == nil {
-		return fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", rules.Short(want.ID))
+		return fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", dockerid.Short(want.ID))
 	}
 	refs := rules.IPAMRefs(req)
 	asked := rules.RequestedParent(want)
@@ -116,7 +117,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		}
 		d.point("create-network/before-remove-stale")
 		if err := d.removeNetwork(ctx, *same); err != nil {
-			return fmt.Errorf("remove the stale copy of network %s: %w", rules.Short(want.ID), err)
+			return fmt.Errorf("remove the stale copy of network %s: %w", dockerid.Short(want.ID), err)
 		}
 		d.point("create-network/after-remove-stale")
 	}
@@ -166,7 +167,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		d.point("create-network/before-commit")
 		want.Created = d.now() // the grace period of the stale check counts from here
 		if err := d.store.Batch(func(tx *store.Tx) error { return commitNetwork(tx, want, refs) }); err != nil {
-			return fmt.Errorf("create network %s: %w", rules.Short(want.ID), err)
+			return fmt.Errorf("create network %s: %w", dockerid.Short(want.ID), err)
 		}
 		d.point("create-network/after-commit")
 		if d.log.Enabled(ctx, slog.LevelInfo) { // describe is not free
@@ -191,7 +192,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		}
 		return tx.PutNetwork(want)
 	}); err != nil {
-		return fmt.Errorf("reserve parent %s for network %s: %w", want.Parent, rules.Short(want.ID), err)
+		return fmt.Errorf("reserve parent %s for network %s: %w", want.Parent, dockerid.Short(want.ID), err)
 	}
 	d.point("create-network/after-reserve")
 	defer func() {
@@ -206,7 +207,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	}()
 	d.point("create-network/before-parent-link")
 	if err := d.createParentLink(ctx, *plan); err != nil {
-		return fmt.Errorf("create parent %s for network %s: %w", plan.Name, rules.Short(want.ID), err)
+		return fmt.Errorf("create parent %s for network %s: %w", plan.Name, dockerid.Short(want.ID), err)
 	}
 	created = true
 	d.point("create-network/after-parent-link")
@@ -231,7 +232,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		cur.Created = d.now()
 		return commitNetwork(tx, cur, refs)
 	}); err != nil {
-		return fmt.Errorf("create network %s: %w", rules.Short(want.ID), err)
+		return fmt.Errorf("create network %s: %w", dockerid.Short(want.ID), err)
 	}
 	d.point("create-network/after-commit")
 	want.Pending = nil
@@ -253,12 +254,12 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	d.point("delete-network/before-link-delete")
 	for _, ep := range eps {
 		if err := d.deleteOwnedLink(ctx, ep.Link, true); err != nil {
-			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, rules.Short(ep.ID), err)
+			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, dockerid.Short(ep.ID), err)
 		}
 	}
 	if n.HostAddress != "" {
 		if err := d.deleteOwnedLink(ctx, rules.ShimName(n.ID), true); err != nil {
-			return fmt.Errorf("delete the host's link %s of network %s: %w", rules.ShimName(n.ID), rules.Short(n.ID), err)
+			return fmt.Errorf("delete the host's link %s of network %s: %w", rules.ShimName(n.ID), dockerid.Short(n.ID), err)
 		}
 	}
 	d.point("delete-network/after-link-delete")
@@ -321,7 +322,7 @@ func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRe
 	}
 	defer unlockParent()
 	if err := d.removeNetwork(ctx, *n); err != nil {
-		return fmt.Errorf("delete network %s: %w", rules.Short(n.ID), err)
+		return fmt.Errorf("delete network %s: %w", dockerid.Short(n.ID), err)
 	}
 	d.log.Info("deleted network", "network", n.ID, "parent", n.Parent)
 	return nil
@@ -348,5 +349,5 @@ func newToken() string {
 
 // notFound is the error for requests naming an unknown network.
 func notFound(what, id string) error {
-	return fmt.Errorf("%w: %s %s is unknown to underlay (it was not created through underlay, or underlay's state file was replaced): remove and re-create it with docker network rm/create", ErrNotFound, what, rules.Short(id))
+	return fmt.Errorf("%w: %s %s is unknown to underlay (it was not created through underlay, or underlay's state file was replaced): remove and re-create it with docker network rm/create", ErrNotFound, what, dockerid.Short(id))
 }

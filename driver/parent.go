@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sys/unix"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
-	"golang.org/x/sys/unix"
 )
 
 // Parent links: checking the one a network asks for against the kernel,
@@ -108,10 +109,10 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, err
 		// and own it from now on; otherwise say what is missing.
 		res, err := d.resolve(ctx, n)
 		if err != nil {
-			return n.Parent, fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, rules.Short(n.ID), err)
+			return n.Parent, fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, dockerid.Short(n.ID), err)
 		}
 		if res.Name != n.Parent {
-			return n.Parent, rules.Invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, rules.Short(n.ID), rules.RequestedParent(n), res.Name)
+			return n.Parent, rules.Invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, dockerid.Short(n.ID), rules.RequestedParent(n), res.Name)
 		}
 		if res.Create == nil {
 			return n.Parent, nil
@@ -123,19 +124,19 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, err
 		if err := d.recreateParentLink(ctx, owned); err != nil {
 			// Not made here: not ours to own.
 			_ = d.store.Update(func(tx *store.Tx) error { return tx.DeleteParentLink(owned.Name) })
-			return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, rules.Short(n.ID), err)
+			return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, dockerid.Short(n.ID), err)
 		}
 		return n.Parent, nil
 	}
 	err = d.recreateParentLink(ctx, owned)
 	if to, renamed := renamedTo(err); renamed {
 		if ferr := d.follow(ctx, n.Parent, to, n.Parent); ferr != nil {
-			return n.Parent, fmt.Errorf("parent %s of network %s was renamed to %s, and its record could not follow: %w", n.Parent, rules.Short(n.ID), to, ferr)
+			return n.Parent, fmt.Errorf("parent %s of network %s was renamed to %s, and its record could not follow: %w", n.Parent, dockerid.Short(n.ID), to, ferr)
 		}
 		return to, nil
 	}
 	if err != nil {
-		return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, rules.Short(n.ID), err)
+		return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, dockerid.Short(n.ID), err)
 	}
 	return n.Parent, nil
 }

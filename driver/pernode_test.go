@@ -9,6 +9,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 )
 
@@ -103,8 +104,8 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 	f.docker.setLive(netC)
 	f.k.Remove("eth0")
 	err = f.create(netReq{ID: netD4, Opts: map[string]string{rules.OptParent: "eth0,lanc"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
-	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), rules.Short(netC)) || !strings.Contains(err.Error(), "nor move to lanc") {
-		t.Fatalf("moving onto a link with an overlapping network: %v; want a conflict naming %s and the move", err, rules.Short(netC))
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), dockerid.Short(netC)) || !strings.Contains(err.Error(), "nor move to lanc") {
+		t.Fatalf("moving onto a link with an overlapping network: %v; want a conflict naming %s and the move", err, dockerid.Short(netC))
 	}
 	if n, ok := f.record(netD4); !ok || n.Parent != "eth0" {
 		t.Fatalf("the refused move lost the record of network D (%v, on %q)", ok, n.Parent)

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -35,7 +36,7 @@ func (d *Driver) ensureShim(ctx context.Context, n store.Network, routes []netip
 	}
 	addr, perr := netip.ParseAddr(n.HostAddress)
 	if perr != nil {
-		return fmt.Errorf("%w: network %s has host address %q", store.ErrCorrupt, rules.Short(n.ID), n.HostAddress)
+		return fmt.Errorf("%w: network %s has host address %q", store.ErrCorrupt, dockerid.Short(n.ID), n.HostAddress)
 	}
 	name := rules.ShimName(n.ID)
 	l, err := d.links.Get(ctx, name)
@@ -46,9 +47,9 @@ func (d *Driver) ensureShim(ctx context.Context, n store.Network, routes []netip
 		}
 	case err == nil && l.Name == name && l.Alias != "":
 		return fmt.Errorf("%w: the host link %s of network %s carries the mark %q of another underlay instance, not %q: remove that link (ip link del %s) or the other instance's network",
-			ErrConflict, name, rules.Short(n.ID), l.Alias, d.mark, name)
+			ErrConflict, name, dockerid.Short(n.ID), l.Alias, d.mark, name)
 	case err == nil && l.Name != name:
-		return fmt.Errorf("%w: %s, the host link name of network %s, is an altname of link %s: remove the altname", ErrConflict, name, rules.Short(n.ID), l.Name)
+		return fmt.Errorf("%w: %s, the host link name of network %s, is an altname of link %s: remove the altname", ErrConflict, name, dockerid.Short(n.ID), l.Name)
 	case err == nil || errors.Is(err, netlinkutil.ErrNotFound):
 		if err == nil {
 			d.log.Warn("replacing a link of the host link's name that carries no mark (left by a crash while it was made)", "network", n.ID, "link", name)
@@ -60,7 +61,7 @@ func (d *Driver) ensureShim(ctx context.Context, n store.Network, routes []netip
 			return err
 		}
 		if err := d.links.AddShim(ctx, d.shimSpec(n), addr); err != nil {
-			return fmt.Errorf("create the host's link %s on %s for network %s: %w", name, n.Parent, rules.Short(n.ID), err)
+			return fmt.Errorf("create the host's link %s on %s for network %s: %w", name, n.Parent, dockerid.Short(n.ID), err)
 		}
 		d.log.Info("host link ready", "network", n.ID, "link", name, "address", n.HostAddress, "parent", n.Parent)
 	default:
@@ -86,7 +87,7 @@ func (d *Driver) healShim(ctx context.Context, n store.Network, l netlinkutil.Li
 		return nil
 	}
 	if err := d.links.Heal(ctx, l.Name, netlinkutil.Heal{MTU: n.MTU, Addr: addr}); err != nil {
-		return fmt.Errorf("put the host link %s of network %s back in order (%s): %w", l.Name, rules.Short(n.ID), why, err)
+		return fmt.Errorf("put the host link %s of network %s back in order (%s): %w", l.Name, dockerid.Short(n.ID), why, err)
 	}
 	d.log.Warn("put an owned link back in order", "network", n.ID, "link", l.Name, "was", why)
 	return nil
@@ -166,7 +167,7 @@ func hostRouteFree(tx *store.Tx, n store.Network, ep store.Endpoint) error {
 		for _, e := range eps {
 			if b, ok := rules.EndpointV4(e); ok && b == a {
 				return fmt.Errorf("%w: address %s of endpoint %s is already the address of endpoint %s of network %s, which also has a host address (host link %s): the host routes one address through one host link; give this container another address (--ip), or use another subnet",
-					ErrConflict, a, rules.Short(ep.ID), rules.Short(e.ID), rules.Short(o.ID), rules.ShimName(o.ID))
+					ErrConflict, a, dockerid.Short(ep.ID), dockerid.Short(e.ID), dockerid.Short(o.ID), rules.ShimName(o.ID))
 			}
 		}
 		return nil

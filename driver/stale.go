@@ -8,6 +8,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -96,7 +97,7 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return release, fmt.Errorf("waiting to ask Docker again about network %s, which holds parent %s: %w", rules.Short(young[0].ID), want.Parent, ctx.Err())
+			return release, fmt.Errorf("waiting to ask Docker again about network %s, which holds parent %s: %w", dockerid.Short(young[0].ID), want.Parent, ctx.Err())
 		case <-t.C:
 		}
 		if err := d.refuseIfLive(checkCtx, want, asked, cs, young); err != nil {
@@ -108,7 +109,7 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 		unlock, ok := d.locks.TryExclusive(keylock.NetworkKey(c.Holder.ID))
 		if !ok {
 			return release, fmt.Errorf("%w: parent %s is held by stale network %s, which another request is using right now: retry in a moment",
-				ErrConflict, want.Parent, rules.Short(c.Holder.ID))
+				ErrConflict, want.Parent, dockerid.Short(c.Holder.ID))
 		}
 		unlocks = append(unlocks, unlock)
 	}
@@ -116,7 +117,7 @@ func (d *Driver) clearStaleHolders(ctx context.Context, want store.Network, aske
 		d.log.Warn("removing stale holder: Docker no longer knows this network", "network", want.ID,
 			"holder", c.Holder.ID, "parent", c.Holder.Parent, "holder_config", rules.Describe(c.Holder))
 		if err := d.removeNetwork(ctx, c.Holder); err != nil {
-			return release, fmt.Errorf("remove stale network %s from parent %s: %w", rules.Short(c.Holder.ID), c.Holder.Parent, err)
+			return release, fmt.Errorf("remove stale network %s from parent %s: %w", dockerid.Short(c.Holder.ID), c.Holder.Parent, err)
 		}
 		d.events.StaleRemoved()
 	}
@@ -145,7 +146,7 @@ func (d *Driver) refuseIfLive(ctx context.Context, want store.Network, asked str
 		d.log.Warn("could not ask Docker whether a conflicting holder still exists; treating it as live",
 			"network", want.ID, "holder", a.holder.ID, "error", a.err)
 		return fmt.Errorf("%w. Docker could not be asked whether network %s still exists, so it counts as live (%v): check --docker-host (DOCKER_HOST)",
-			refusal, rules.Short(a.holder.ID), a.err)
+			refusal, dockerid.Short(a.holder.ID), a.err)
 	}
 	return refusal
 }

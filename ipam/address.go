@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 
+	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
 )
@@ -27,7 +27,7 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 		r.name = "" // a network's gateway is no endpoint's
 	}
 	if address != "" {
-		a, err := parseAddr(address)
+		a, err := netaddr.Parse(address)
 		if err != nil {
 			return netip.Prefix{}, invalidf("address %q of pool %s is not an IP address: %v", address, poolID, err)
 		}
@@ -179,7 +179,7 @@ func (m *IPAM) ReleaseAddress(_ context.Context, poolID, address string) error {
 	if poolID == "" || address == "" {
 		return invalidf("ReleaseAddress without PoolID or Address")
 	}
-	a, err := parseAddr(address)
+	a, err := netaddr.Parse(address)
 	if err != nil {
 		return invalidf("address %q of pool %s is not an IP address: %v", address, poolID, err)
 	}
@@ -193,15 +193,6 @@ func (m *IPAM) ReleaseAddress(_ context.Context, poolID, address string) error {
 	}
 	m.log.Debug("address released", "pool", poolID, "address", a)
 	return nil
-}
-
-// parseAddr accepts an address with or without a prefix length.
-func parseAddr(s string) (netip.Addr, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		return p.Addr(), err
-	}
-	return netip.ParseAddr(s)
 }
 
 // Events is told of what the IPAM driver does on a request's way, for

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -97,23 +98,6 @@ func (h *fakeHost) route(link, table int, dst, gw string) *fakeHost {
 	return h
 }
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // env is an IPAM over a fake host, a fake clock and a real state file.
@@ -122,7 +106,7 @@ type env struct {
 	db    *store.DB
 	path  string
 	host  *fakeHost
-	clock *fakeClock
+	clock *fakeclock.Clock
 	cfg   Config
 	// nameservers is what a Config.Nameservers reading it returns.
 	nameservers []netip.Addr
@@ -130,7 +114,7 @@ type env struct {
 
 func newEnv(t *testing.T, host *fakeHost, mod func(*Config)) *env {
 	t.Helper()
-	e := &env{path: filepath.Join(t.TempDir(), "state.db"), host: host, clock: &fakeClock{t: t0}}
+	e := &env{path: filepath.Join(t.TempDir(), "state.db"), host: host, clock: fakeclock.New(t0)}
 	if e.host == nil {
 		e.host = newHost()
 	}

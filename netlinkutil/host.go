@@ -8,7 +8,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 

@@ -24,7 +24,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+
 	"github.com/underlay-net/underlay/store/record"
 )
 

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
-
 	"github.com/underlay-net/underlay/store/record"
 )
 

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
@@ -157,7 +158,7 @@ func ConflictError(want record.Network, asked string, cs []Conflict) error {
 	if len(cs) == 1 {
 		c := cs[0]
 		return fmt.Errorf("%w: parent %s is already used by network %s (%s): %s. Use another parent or subnet, or remove the holder with \"docker network rm %s\"",
-			pluginapi.ErrConflict, parent, Short(c.Holder.ID), Describe(c.Holder), c.Reason, Short(c.Holder.ID))
+			pluginapi.ErrConflict, parent, dockerid.Short(c.Holder.ID), Describe(c.Holder), c.Reason, dockerid.Short(c.Holder.ID))
 	}
 	msg := fmt.Sprintf("parent %s is already used by %d networks this one cannot share it with:", parent, len(cs))
 	for i, c := range cs {
@@ -165,7 +166,7 @@ func ConflictError(want record.Network, asked string, cs []Conflict) error {
 			msg += fmt.Sprintf(" and %d more on this parent;", len(cs)-maxNamed)
 			break
 		}
-		msg += fmt.Sprintf(" network %s (%s): %s, remove it with \"docker network rm %s\";", Short(c.Holder.ID), Describe(c.Holder), c.Reason, Short(c.Holder.ID))
+		msg += fmt.Sprintf(" network %s (%s): %s, remove it with \"docker network rm %s\";", dockerid.Short(c.Holder.ID), Describe(c.Holder), c.Reason, dockerid.Short(c.Holder.ID))
 	}
 	return fmt.Errorf("%w: %s use another parent or subnet, or remove the holders", pluginapi.ErrConflict, msg)
 }

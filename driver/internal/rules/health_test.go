@@ -2,11 +2,11 @@ package rules
 
 import (
 	"fmt"
-	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/underlay-net/underlay/internal/dockerid"
 )
 
 // Link names underlay gives the links it creates. Both are 15 bytes: a
@@ -12,16 +14,8 @@ import (
 const (
 	endpointPrefix = "ule" // an endpoint's macvlan/ipvlan link in the host namespace
 	dummyPrefix    = "uli" // the dummy parent of an internal network
-	idChars        = 12
+	idChars        = dockerid.ShortLen
 )
-
-// Short is the 12-character form of a Docker ID used in messages.
-func Short(id string) string {
-	if len(id) > idChars {
-		return id[:idChars]
-	}
-	return id
-}
 
 func idPart(id string) string {
 	if len(id) >= idChars && strings.Trim(id[:idChars], "0123456789abcdef") == "" {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
@@ -251,7 +253,7 @@ func parsePools(family string, data []*network.IPAMData, want6 bool) ([]record.P
 		}
 		p := record.Pool{Subnet: prefix.Masked().String()}
 		if d.Gateway != "" {
-			gw, err := parseAddr(d.Gateway)
+			gw, err := netaddr.Parse(d.Gateway)
 			if err != nil {
 				return nil, Invalidf("%s gateway %q of pool %s is not an address: %v", family, d.Gateway, d.Pool, err)
 			}
@@ -263,15 +265,6 @@ func parsePools(family string, data []*network.IPAMData, want6 bool) ([]record.P
 		out = append(out, p)
 	}
 	return out, nil
-}
-
-// parseAddr accepts an address with or without a prefix length.
-func parseAddr(s string) (netip.Addr, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		return p.Addr(), err
-	}
-	return netip.ParseAddr(s)
 }
 
 // ParseNetwork turns a CreateNetwork request into the network's record,
@@ -310,7 +303,7 @@ func ParseNetwork(req *network.CreateNetworkRequest) (record.Network, error) {
 		v4 = nil // the null IPAM's 0.0.0.0/0: addresses come per lease
 	}
 	if len(v4)+len(v6) == 0 && !o.DHCP.On {
-		return record.Network{}, Invalidf("network %s has no IPAM data (IPv4Data and IPv6Data are empty): create it with --subnet, or with Docker's default IPAM driver", Short(req.NetworkID))
+		return record.Network{}, Invalidf("network %s has no IPAM data (IPv4Data and IPv6Data are empty): create it with --subnet, or with Docker's default IPAM driver", dockerid.Short(req.NetworkID))
 	}
 	if err := overlapsWithin(allPools(record.Network{IPv4: v4, IPv6: v6})); err != nil {
 		return record.Network{}, err

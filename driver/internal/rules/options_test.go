@@ -2,10 +2,10 @@ package rules
 
 import (
 	"errors"
-	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/drivertest"
 )
 
 func TestParseOptions(t *testing.T) {

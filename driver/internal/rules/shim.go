@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -60,7 +61,7 @@ func parseHostAddress(o netOptions, v4 []record.Pool, data []*network.IPAMData) 
 func auxHas(aux map[string]any, a netip.Addr) bool {
 	for _, v := range aux {
 		if s, ok := v.(string); ok {
-			if b, err := parseAddr(s); err == nil && b == a {
+			if b, err := netaddr.Parse(s); err == nil && b == a {
 				return true
 			}
 		}
