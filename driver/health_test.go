@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"golang.org/x/sys/unix"
 )
 
 // The watcher's filter: a repair pass for changes of owned links and for

@@ -8,12 +8,12 @@ import (
 	"slices"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"golang.org/x/sys/unix"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"golang.org/x/sys/unix"
 )
 
 // Join creates the endpoint's macvlan or ipvlan link on the parent, in the

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"golang.org/x/sys/unix"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"golang.org/x/sys/unix"
 )
 
 func TestRule1SameIDSameConfigIsReused(t *testing.T) {

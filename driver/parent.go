@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"golang.org/x/sys/unix"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"golang.org/x/sys/unix"
 )
 
 // Parent links: checking the one a network asks for against the kernel,

@@ -6,9 +6,9 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 // The host's addresses and routes, as the IPAM driver needs them to know

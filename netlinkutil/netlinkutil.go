@@ -21,10 +21,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 // ErrNotFound is wrapped by Get when no link has the name.
