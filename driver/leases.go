@@ -28,7 +28,8 @@ func nextLeaseAction(l store.Lease, now time.Time) time.Time {
 	if !l.Lost.IsZero() {
 		return now.Add(lostLeaseRetry)
 	}
-	p := dhcp.Plan(dhcp.Lease{Acquired: l.Acquired, T1: l.T1.Sub(l.Acquired), T2: l.T2.Sub(l.Acquired), LeaseTime: l.Expiry.Sub(l.Acquired)}, now)
+	t1, t2, lt := l.Durations()
+	p := dhcp.Plan(dhcp.Lease{Acquired: l.Acquired, T1: t1, T2: t2, LeaseTime: lt}, now)
 	if p.Phase == dhcp.Expired {
 		return now.Add(dhcp.MinRetryShort) // renewLease marks it lost; never a hot loop
 	}

@@ -88,7 +88,8 @@ func fromRecord(s store.Lease) (dhcp.Lease, error) {
 	if err != nil {
 		return dhcp.Lease{}, fmt.Errorf("the recorded lease's address %q does not parse: %w", s.Addr, err)
 	}
-	l := dhcp.Lease{Addr: addr, Acquired: s.Acquired, T1: s.T1.Sub(s.Acquired), T2: s.T2.Sub(s.Acquired), LeaseTime: s.Expiry.Sub(s.Acquired)}
+	t1, t2, lt := s.Durations()
+	l := dhcp.Lease{Addr: addr, Acquired: s.Acquired, T1: t1, T2: t2, LeaseTime: lt}
 	l.ServerID, _ = netip.ParseAddr(s.ServerID)
 	l.Router, _ = netip.ParseAddr(s.Router)
 	for _, rt := range s.Routes {

@@ -62,3 +62,9 @@ func (l Lease) State(now time.Time) string {
 	}
 	return LeaseRebinding
 }
+
+// Durations are T1, T2 and the lease time as spans from Acquired, the form
+// the dhcp package plans with.
+func (l Lease) Durations() (t1, t2, leaseTime time.Duration) {
+	return l.T1.Sub(l.Acquired), l.T2.Sub(l.Acquired), l.Expiry.Sub(l.Acquired)
+}
