@@ -156,24 +156,10 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		// The parent exists: nothing changes in the kernel but the host's
 		// link, if asked for, so one atomic write under the locks creates
 		// the network.
-		if err := d.ensureShim(ctx, want, nil); err != nil {
-			return err
-		}
-		defer func() {
-			if err != nil {
-				_ = d.deleteOwnedLink(context.WithoutCancel(ctx), rules.ShimName(want.ID), true)
-			}
-		}()
-		d.point("create-network/before-commit")
-		want.Created = d.now() // the grace period of the stale check counts from here
-		if err := d.store.Batch(func(tx *store.Tx) error { return commitNetwork(tx, want, refs) }); err != nil {
-			return fmt.Errorf("create network %s: %w", dockerid.Short(want.ID), err)
-		}
-		d.point("create-network/after-commit")
-		if d.log.Enabled(ctx, slog.LevelInfo) { // describe is not free
-			d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", rules.RequestedParent(want), "config", rules.Describe(want), "parent_created", false)
-		}
-		return nil
+		return d.commitWithShim(ctx, want, false, func(tx *store.Tx) error {
+			want.Created = d.now() // the grace period of the stale check counts from here
+			return commitNetwork(tx, want, refs)
+		})
 	}
 	// A parent link must be created: claim the parent durably first, so a
 	// crash or a hung kernel call is rolled back with what it made.
@@ -211,16 +197,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	}
 	created = true
 	d.point("create-network/after-parent-link")
-	if err := d.ensureShim(ctx, want, nil); err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), rules.ShimName(want.ID), true)
-		}
-	}()
-	d.point("create-network/before-commit")
-	if err := d.store.Batch(func(tx *store.Tx) error {
+	return d.commitWithShim(ctx, want, true, func(tx *store.Tx) error {
 		cur, ok, err := tx.Network(want.ID)
 		if err != nil {
 			return err
@@ -231,12 +208,30 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		cur.Pending = nil
 		cur.Created = d.now()
 		return commitNetwork(tx, cur, refs)
-	}); err != nil {
+	})
+}
+
+// commitWithShim makes the network's host link, if it asks for one, then
+// commits the network with commit; a failed commit deletes the host link
+// again (the caller's own rollback undoes the rest).
+func (d *Driver) commitWithShim(ctx context.Context, want store.Network, parentCreated bool, commit func(*store.Tx) error) (err error) {
+	if err := d.ensureShim(ctx, want, nil); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), rules.ShimName(want.ID), true)
+		}
+	}()
+	d.point("create-network/before-commit")
+	if err := d.store.Batch(commit); err != nil {
 		return fmt.Errorf("create network %s: %w", dockerid.Short(want.ID), err)
 	}
 	d.point("create-network/after-commit")
 	want.Pending = nil
-	d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", rules.RequestedParent(want), "config", rules.Describe(want), "parent_created", true)
+	if d.log.Enabled(ctx, slog.LevelInfo) { // describe is not free
+		d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", rules.RequestedParent(want), "config", rules.Describe(want), "parent_created", parentCreated)
+	}
 	return nil
 }
 
