@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/probeopt"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -25,12 +26,11 @@ import (
 // OptAddressProbe (--ipam-opt address_probe=DURATION, 0 for off) is the
 // budget of the probe of each address of the pool; the default is
 // defaultProbe on LAN pools.
-const OptAddressProbe = "address_probe"
+const OptAddressProbe = probeopt.Name
 
 const (
 	// defaultProbe is the driver's default address_probe budget too.
-	defaultProbe = 300 * time.Millisecond
-	maxProbe     = 5 * time.Second
+	defaultProbe = probeopt.Default
 	// maxLANConflicts is how many addresses one RequestAddress probes and
 	// finds in use before it refuses.
 	maxLANConflicts = 3
@@ -65,12 +65,9 @@ func parseAddressProbe(opts map[string]string) (string, error) {
 	if !ok {
 		return "", nil
 	}
-	d, err := time.ParseDuration(v)
-	if v == "0" {
-		d, err = 0, nil
-	}
-	if err != nil || d < 0 || d > maxProbe {
-		return "", invalidf("--ipam-opt address_probe=%s is not a duration from 0 (off) to %s: use for example --ipam-opt address_probe=300ms", v, maxProbe)
+	d, ok := probeopt.Parse(v)
+	if !ok {
+		return "", invalidf("--ipam-opt address_probe=%s is not a duration from 0 (off) to %s: use for example --ipam-opt address_probe=300ms", v, probeopt.Max)
 	}
 	return d.String(), nil
 }
@@ -81,8 +78,8 @@ func probeBudget(rec store.IPAMPool) time.Duration {
 	if rec.Probe == "" {
 		return defaultProbe
 	}
-	d, err := time.ParseDuration(rec.Probe)
-	if err != nil || d < 0 || d > maxProbe {
+	d, ok := probeopt.Parse(rec.Probe)
+	if !ok {
 		return defaultProbe
 	}
 	return d

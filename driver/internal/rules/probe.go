@@ -4,20 +4,19 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/probeopt"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
 // OptAddressProbe is how long the probe of an endpoint's addresses may
 // take ("0" switches it off).
-const OptAddressProbe = "address_probe"
+const OptAddressProbe = probeopt.Name
 
 const (
-	// defaultProbe is the probe's budget where it is on by default:
-	// three probes within it, well under RFC 5227's 3 to 5 s (PROBE_WAIT
-	// and 1-2 s between probes), which a container's start cannot wait.
-	DefaultProbe = 300 * time.Millisecond
-	maxProbe     = 5 * time.Second
+	// DefaultProbe is the probe's budget where it is on by default
+	// (probeopt.Default).
+	DefaultProbe = probeopt.Default
 	// maxDeclines bounds the offers a CreateEndpoint declines.
 	MaxDeclines = 3
 )
@@ -29,12 +28,9 @@ func ParseAddressProbe(opts map[string]string) (budget time.Duration, given bool
 	if !ok {
 		return 0, false, nil
 	}
-	d, err := time.ParseDuration(v)
-	if v == "0" {
-		d, err = 0, nil
-	}
-	if err != nil || d < 0 || d > maxProbe {
-		return 0, true, Invalidf("address_probe %q is not a duration from 0 (off) to %s: use for example -o address_probe=300ms", v, maxProbe)
+	d, ok := probeopt.Parse(v)
+	if !ok {
+		return 0, true, Invalidf("address_probe %q is not a duration from 0 (off) to %s: use for example -o address_probe=300ms", v, probeopt.Max)
 	}
 	return d, true, nil
 }
