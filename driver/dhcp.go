@@ -54,34 +54,6 @@ type LeaseClient interface {
 // ErrLeaseNAK is wrapped by LeaseClient errors for a server's DHCPNAK.
 var ErrLeaseNAK = errors.New("the DHCP server refused the lease (DHCPNAK)")
 
-// leaseRequest is the request for an endpoint's lease.
-func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.Endpoint) (LeaseRequest, error) {
-	r := LeaseRequest{Parent: n.Parent}
-	if n.Type == rules.TypeIpvlan {
-		l, err := d.links.Get(ctx, n.Parent)
-		if err != nil {
-			return r, fmt.Errorf("parent %s of DHCP network %s: %w", n.Parent, dockerid.Short(n.ID), err)
-		}
-		if r.MAC, err = net.ParseMAC(l.MAC); err != nil {
-			return r, fmt.Errorf("parent %s has no usable MAC %q for DHCP: %w", n.Parent, l.MAC, err)
-		}
-		// Type 0 (not a hardware address), then a name of the endpoint's:
-		// the same endpoint asks with the same ID after a restart.
-		r.ClientID = append([]byte{0}, "underlay-"+ep.ID...)
-	} else {
-		var err error
-		if r.MAC, err = net.ParseMAC(ep.MAC); err != nil {
-			return r, fmt.Errorf("endpoint %s has no usable MAC %q for DHCP: %w", dockerid.Short(ep.ID), ep.MAC, err)
-		}
-	}
-	if ep.Lease != nil {
-		if p, err := netip.ParsePrefix(ep.Lease.Addr); err == nil {
-			r.Address = p.Addr()
-		}
-	}
-	return r, nil
-}
-
 // acquireLease leases an address for a new endpoint of a DHCP network,
 // within the network's dhcp_timeout. An offer that is not free is
 // declined (DHCPDECLINE) and another asked for, up to maxDeclines times:
@@ -91,10 +63,10 @@ func (d *Driver) leaseRequest(ctx context.Context, n store.Network, ep store.End
 // recorded (or not).
 func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.Endpoint) (l store.Lease, unclaim func(), err error) {
 	unclaim = func() {}
-	if d.dhcp == nil {
+	if d.lease.dhcp == nil {
 		return store.Lease{}, unclaim, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", dockerid.Short(n.ID))
 	}
-	r, err := d.leaseRequest(ctx, n, ep)
+	r, err := d.lease.leaseRequest(ctx, n, ep)
 	if err != nil {
 		return store.Lease{}, unclaim, err
 	}
@@ -104,7 +76,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 	budget := d.probeBudget(ctx, n)
 	var declined []string
 	for {
-		l, err = d.dhcp.Acquire(ctx, r)
+		l, err = d.lease.dhcp.Acquire(ctx, r)
 		if err != nil {
 			if len(declined) > 0 {
 				err = fmt.Errorf("%w (after declining %s)", err, strings.Join(declined, "; "))
@@ -133,7 +105,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 		}
 		declined = append(declined, fmt.Sprintf("%s: %s", addr, why))
 		d.log.Warn("declined a DHCP offer that is not free", "network", n.ID, "endpoint", ep.ID, "address", addr, "why", why)
-		if derr := d.dhcp.Decline(context.WithoutCancel(ctx), r, l); derr != nil {
+		if derr := d.lease.dhcp.Decline(context.WithoutCancel(ctx), r, l); derr != nil {
 			d.log.Warn("could not send DHCPDECLINE", "address", addr, "error", derr)
 		}
 		if len(declined) >= rules.MaxDeclines {
@@ -141,24 +113,4 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 				ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, strings.Join(declined, "; "))
 		}
 	}
-}
-
-// releaseLease gives an endpoint's lease back, best effort; false when it
-// could not.
-func (d *Driver) releaseLease(ctx context.Context, n store.Network, ep store.Endpoint) bool {
-	if d.dhcp == nil || ep.Lease == nil {
-		return false
-	}
-	r, err := d.leaseRequest(ctx, n, ep)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(ctx, rules.DHCPOf(n).Timeout)
-		err = d.dhcp.Release(ctx, r, *ep.Lease)
-		cancel()
-	}
-	if err != nil {
-		d.log.Warn("could not release DHCP lease: the next start tries again; the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
-		return false
-	}
-	d.log.Info("released DHCP lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr)
-	return true
 }

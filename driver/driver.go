@@ -127,8 +127,7 @@ type Driver struct {
 	store   Store
 	links   netlinkutil.Links
 	routes  RouteLister
-	dhcp    LeaseClient
-	leases  *leaseTimers
+	lease   *leaser // DHCP leases of endpoints (leaser.go)
 	docker  NetworkChecker
 	grace   time.Duration
 	lookup  time.Duration
@@ -146,9 +145,6 @@ type Driver struct {
 	deleting selfDeletions
 	// failures are the repair steps' last failures, logged once (heal.go).
 	failures failureLog
-	// blocker blocks the addresses of lost leases (lostlease.go); nil when
-	// the link layer cannot.
-	blocker AddrBlocker
 	// prober probes endpoints' addresses on their parents (addrprobe.go);
 	// claims are the DHCP offers creates in flight are checking.
 	prober AddrProber
@@ -199,15 +195,17 @@ func New(c Config) (*Driver, error) {
 	}
 	blocker, _ := c.Links.(AddrBlocker)
 	announcer, _ := c.Prober.(AddrAnnouncer)
-	return &Driver{
-		blocker:   blocker,
+	d := &Driver{
 		prober:    c.Prober,
 		announcer: announcer,
-		store:     c.Store, links: c.Links, routes: c.Routes, dhcp: c.DHCP, leases: newLeaseTimers(), docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		store:     c.Store, links: c.Links, routes: c.Routes, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
-	}, nil
+	}
+	d.lease = &leaser{store: c.Store, links: c.Links, dhcp: c.DHCP, blocker: blocker, mark: d.mark, log: c.Logger, now: c.Now,
+		timers: newLeaseTimers(), stop: d.stop, lockEndpoint: d.lockEndpoint}
+	return d, nil
 }
 
 // point marks a named crash point.
@@ -245,7 +243,7 @@ func (d *Driver) Close() {
 	}
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
-	d.leases.running.Wait()
+	d.lease.timers.running.Wait()
 	d.announcing.stopAll()
 }
 

@@ -18,53 +18,53 @@ import (
 // expires on the server.
 
 // pendingRelease is the journal entry of an endpoint's lease.
-func (d *Driver) pendingRelease(n store.Network, ep store.Endpoint, r LeaseRequest) store.PendingRelease {
+func (ls *leaser) pendingRelease(n store.Network, ep store.Endpoint, r LeaseRequest) store.PendingRelease {
 	return store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: r.Parent, MAC: r.MAC.String(),
-		ClientID: hex.EncodeToString(r.ClientID), Lease: *ep.Lease, Since: d.now()}
+		ClientID: hex.EncodeToString(r.ClientID), Lease: *ep.Lease, Since: ls.now()}
 }
 
 // journalLease writes a lease just acquired to the journal before its
 // endpoint's record is committed.
-func (d *Driver) journalLease(ctx context.Context, n store.Network, ep store.Endpoint) error {
-	r, err := d.leaseRequest(ctx, n, ep)
+func (ls *leaser) journalLease(ctx context.Context, n store.Network, ep store.Endpoint) error {
+	r, err := ls.leaseRequest(ctx, n, ep)
 	if err != nil {
 		return err
 	}
-	rec := d.pendingRelease(n, ep, r)
-	return d.store.Batch(func(tx *store.Tx) error { return tx.PutPendingRelease(rec) })
+	rec := ls.pendingRelease(n, ep, r)
+	return ls.store.Batch(func(tx *store.Tx) error { return tx.PutPendingRelease(rec) })
 }
 
 // journalDeletion is the journal entry written with an endpoint's deletion:
 // its held lease, to be released (nil without one to release).
-func (d *Driver) journalDeletion(ctx context.Context, n store.Network, ep store.Endpoint) *store.PendingRelease {
+func (ls *leaser) journalDeletion(ctx context.Context, n store.Network, ep store.Endpoint) *store.PendingRelease {
 	if ep.Lease == nil || !ep.Lease.Lost.IsZero() {
 		return nil
 	}
-	r, err := d.leaseRequest(ctx, n, ep)
+	r, err := ls.leaseRequest(ctx, n, ep)
 	if err != nil {
 		return nil
 	}
-	rec := d.pendingRelease(n, ep, r)
+	rec := ls.pendingRelease(n, ep, r)
 	return &rec
 }
 
 // unjournal forgets a lease once recorded or released.
-func (d *Driver) unjournal(n store.Network, ep store.Endpoint) {
+func (ls *leaser) unjournal(n store.Network, ep store.Endpoint) {
 	if ep.Lease == nil {
 		return
 	}
-	if err := d.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(n.ID, ep.ID, ep.Lease.Addr) }); err != nil {
-		d.log.Warn("could not forget a released lease in the journal: the next start releases it again", "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
+	if err := ls.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(n.ID, ep.ID, ep.Lease.Addr) }); err != nil {
+		ls.log.Warn("could not forget a released lease in the journal: the next start releases it again", "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
 	}
 }
 
 // releaseJournaled gives back, at start, the journaled leases that no
 // endpoint's record holds (a kill -9 left them), and forgets the others.
 // A lease that cannot be released now is kept until it would have expired.
-func (d *Driver) releaseJournaled(ctx context.Context) {
+func (ls *leaser) releaseJournaled(ctx context.Context) {
 	var pending []store.PendingRelease
 	held := map[[3]string]bool{}
-	if err := d.store.View(func(tx *store.Tx) (err error) {
+	if err := ls.store.View(func(tx *store.Tx) (err error) {
 		if pending, err = tx.PendingReleases(); err != nil || len(pending) == 0 {
 			return err
 		}
@@ -79,27 +79,27 @@ func (d *Driver) releaseJournaled(ctx context.Context) {
 		}
 		return nil
 	}); err != nil {
-		d.log.Error("read the journal of leases to give back", "error", err)
+		ls.log.Error("read the journal of leases to give back", "error", err)
 		return
 	}
 	for _, p := range pending {
-		forget := held[[3]string{p.NetworkID, p.EndpointID, p.Lease.Addr}] || !d.now().Before(p.Lease.Expiry)
-		if !forget && d.dhcp != nil {
+		forget := held[[3]string{p.NetworkID, p.EndpointID, p.Lease.Addr}] || !ls.now().Before(p.Lease.Expiry)
+		if !forget && ls.dhcp != nil {
 			mac, _ := net.ParseMAC(p.MAC)
 			id, _ := hex.DecodeString(p.ClientID)
 			rctx, cancel := context.WithTimeout(ctx, rules.DefaultDHCPTimeout)
-			err := d.dhcp.Release(rctx, LeaseRequest{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease)
+			err := ls.dhcp.Release(rctx, LeaseRequest{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease)
 			cancel()
 			if err != nil {
-				d.log.Warn("could not release a lease a crash left: retrying at the next start until it expires", "endpoint", p.EndpointID, "address", p.Lease.Addr, "error", err)
+				ls.log.Warn("could not release a lease a crash left: retrying at the next start until it expires", "endpoint", p.EndpointID, "address", p.Lease.Addr, "error", err)
 				continue
 			}
-			d.log.Info("released a lease a crash left between its exchange and its record", "network", p.NetworkID, "endpoint", p.EndpointID, "address", p.Lease.Addr)
+			ls.log.Info("released a lease a crash left between its exchange and its record", "network", p.NetworkID, "endpoint", p.EndpointID, "address", p.Lease.Addr)
 			forget = true
 		}
 		if forget {
-			if err := d.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(p.NetworkID, p.EndpointID, p.Lease.Addr) }); err != nil {
-				d.log.Warn("could not forget a released lease in the journal", "error", err)
+			if err := ls.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(p.NetworkID, p.EndpointID, p.Lease.Addr) }); err != nil {
+				ls.log.Warn("could not forget a released lease in the journal", "error", err)
 			}
 		}
 	}

@@ -30,11 +30,11 @@ type AddrBlocker interface {
 // restoreBlocks makes the kernel's blocks those of the lost leases in the
 // state file: after a reboot they are gone, after a crash some may be
 // left over.
-func (d *Driver) restoreBlocks(ctx context.Context, lost []rules.BlockKey) error {
-	if d.blocker == nil {
+func (ls *leaser) restoreBlocks(ctx context.Context, lost []rules.BlockKey) error {
+	if ls.blocker == nil {
 		return nil
 	}
-	all, err := d.blocker.BlockedAddrs(ctx, d.mark)
+	all, err := ls.blocker.BlockedAddrs(ctx, ls.mark)
 	if err != nil {
 		if len(lost) == 0 {
 			return nil // nothing to block: a kernel without nf_tables is fine
@@ -43,36 +43,36 @@ func (d *Driver) restoreBlocks(ctx context.Context, lost []rules.BlockKey) error
 	}
 	var present []rules.BlockKey
 	for _, b := range all {
-		if b.Tag == d.mark {
+		if b.Tag == ls.mark {
 			present = append(present, rules.BlockKey{Parent: b.Parent, Addr: b.Addr})
 		}
 	}
 	add, remove := rules.PlanBlocks(lost, present)
 	for _, k := range remove {
-		if err := d.blocker.Unblock(ctx, k.Parent, k.Addr, d.mark); err != nil {
+		if err := ls.blocker.Unblock(ctx, k.Parent, k.Addr, ls.mark); err != nil {
 			return err
 		}
-		d.log.Info("unblocked an address no lost lease holds", "parent", k.Parent, "address", k.Addr)
+		ls.log.Info("unblocked an address no lost lease holds", "parent", k.Parent, "address", k.Addr)
 	}
 	for _, k := range add {
-		if err := d.blocker.Block(ctx, k.Parent, k.Addr, d.mark); err != nil {
+		if err := ls.blocker.Block(ctx, k.Parent, k.Addr, ls.mark); err != nil {
 			return err
 		}
-		d.log.Warn("blocked the address of a lost DHCP lease again", "parent", k.Parent, "address", k.Addr)
+		ls.log.Warn("blocked the address of a lost DHCP lease again", "parent", k.Parent, "address", k.Addr)
 	}
 	return nil
 }
 
 // blockLost blocks a lost lease's address on the parent, logging the loss
 // once.
-func (d *Driver) blockLost(ctx context.Context, n store.Network, ep store.Endpoint, l store.Lease) {
+func (ls *leaser) blockLost(ctx context.Context, n store.Network, ep store.Endpoint, l store.Lease) {
 	a := leaseAddr(l)
-	log := d.log.With("network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", l.LostWhy)
-	if d.blocker == nil {
+	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", l.LostWhy)
+	if ls.blocker == nil {
 		log.Error("DHCP lease lost, and this daemon cannot block the address: the container keeps sending from it; restart the container to get a new address")
 		return
 	}
-	if err := d.blocker.Block(ctx, n.Parent, a, d.mark); err != nil {
+	if err := ls.blocker.Block(ctx, n.Parent, a, ls.mark); err != nil {
 		log.Error("DHCP lease lost, and blocking the address on the parent failed: the container keeps sending from it; restart the container to get a new address", "parent", n.Parent, "error", err)
 		return
 	}
@@ -80,37 +80,37 @@ func (d *Driver) blockLost(ctx context.Context, n store.Network, ep store.Endpoi
 }
 
 // wonBack unblocks the address of a lease that was lost and is held again.
-func (d *Driver) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old store.Lease) {
+func (ls *leaser) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old store.Lease) {
 	if old.Lost.IsZero() {
 		return
 	}
 	a := leaseAddr(old)
-	if d.blocker != nil {
-		if err := d.blocker.Unblock(ctx, n.Parent, a, d.mark); err != nil {
-			d.log.Error("won a lost DHCP lease back, but unblocking the address failed", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
+	if ls.blocker != nil {
+		if err := ls.blocker.Unblock(ctx, n.Parent, a, ls.mark); err != nil {
+			ls.log.Error("won a lost DHCP lease back, but unblocking the address failed", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
 			return
 		}
 	}
-	d.log.Info("won a lost DHCP lease back: the container sends from its address again", "network", n.ID, "endpoint", ep.ID, "address", a, "lost_for", d.now().Sub(old.Lost).Round(time.Second))
+	ls.log.Info("won a lost DHCP lease back: the container sends from its address again", "network", n.ID, "endpoint", ep.ID, "address", a, "lost_for", ls.now().Sub(old.Lost).Round(time.Second))
 }
 
 // forgetLease is what deleting an endpoint does with its lease: a held one
 // is released; a lost one is not the daemon's to release, and its block
 // goes.
-func (d *Driver) forgetLease(ctx context.Context, n store.Network, ep store.Endpoint) {
-	d.leases.drop(leaseKey{n.ID, ep.ID})
+func (ls *leaser) forgetLease(ctx context.Context, n store.Network, ep store.Endpoint) {
+	ls.timers.drop(leaseKey{n.ID, ep.ID})
 	if ep.Lease == nil {
 		return
 	}
 	if ep.Lease.Lost.IsZero() {
-		if d.releaseLease(ctx, n, ep) {
-			d.unjournal(n, ep)
+		if ls.releaseLease(ctx, n, ep) {
+			ls.unjournal(n, ep)
 		}
 		return
 	}
-	if d.blocker != nil {
-		if err := d.blocker.Unblock(ctx, n.Parent, leaseAddr(*ep.Lease), d.mark); err != nil {
-			d.log.Warn("could not unblock the address of a lost lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
+	if ls.blocker != nil {
+		if err := ls.blocker.Unblock(ctx, n.Parent, leaseAddr(*ep.Lease), ls.mark); err != nil {
+			ls.log.Warn("could not unblock the address of a lost lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
 		}
 	}
 }
