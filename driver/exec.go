@@ -110,9 +110,6 @@ func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held str
 			// Steps that make or heal a link under its parent's lock: a
 			// failure waits for the watcher (the base may be gone; the
 			// networks stay, and the next request on them reports it).
-			if busy {
-				continue
-			}
 			run, failure := d.recreate, "could not re-create a parent link underlay created"
 			switch s.Op {
 			case rules.OpShim, rules.OpRoutes:
@@ -120,9 +117,11 @@ func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held str
 			case rules.OpHeal, rules.OpFollow:
 				run, failure = d.heal, "could not put an owned link back in order"
 			}
-			if err = run(ctx, s, held); errors.Is(err, errBusy) {
-				busy = true
-			} else if err != nil {
+			var ran bool
+			if ran, err = tryLocked(&busy, func() error { return run(ctx, s, held) }); !ran {
+				continue
+			}
+			if err != nil {
 				d.failures.warn(log, s.Name, failure, err)
 				out.failed = true
 			} else {
@@ -134,12 +133,11 @@ func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held str
 		case rules.OpKeep:
 			log.Warn("keeping a link underlay created that no network needs")
 		case rules.OpForget, rules.OpRelease:
-			if busy {
+			var ran bool
+			if ran, err = tryLocked(&busy, func() error { return d.release(ctx, s, held) }); !ran {
 				continue
 			}
-			if err = d.release(ctx, s, held); errors.Is(err, errBusy) {
-				busy = true
-			} else if err != nil {
+			if err != nil {
 				errs = append(errs, err)
 			}
 		case rules.OpRepoint:
@@ -159,6 +157,20 @@ func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held str
 	}
 	out.busy = busy
 	return out, errors.Join(errs...)
+}
+
+// tryLocked runs a step that takes a parent link's lock (tryParent),
+// unless an earlier step found its lock busy: then, and when this one
+// finds it busy (*busy becomes true), the step did not run.
+func tryLocked(busy *bool, run func() error) (ran bool, err error) {
+	if *busy {
+		return false, nil
+	}
+	if err = run(); errors.Is(err, errBusy) {
+		*busy = true
+		return false, err
+	}
+	return true, err
 }
 
 // tryParent takes a parent link's lock for a plan's step, unless the
