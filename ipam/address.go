@@ -41,8 +41,14 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 	for _, a := range addrs {
 		r.own[a.Prefix.Addr()] = true
 	}
-	if !r.want.IsValid() && !r.gateway && m.prober != nil {
+	switch {
+	case r.gateway || m.prober == nil:
+	case !r.want.IsValid():
 		return m.requestProbed(ctx, r, addrs)
+	default:
+		if err := m.probeWanted(ctx, r, addrs); err != nil {
+			return netip.Prefix{}, err
+		}
 	}
 	return m.commitAddress(r)
 }

@@ -111,6 +111,17 @@ func lanLink(rec store.IPAMPool, pool netip.Prefix, links []netlinkutil.Link, ad
 	return netlinkutil.Link{}, false
 }
 
+// nearHost reports whether a host address's prefix overlaps pool (what
+// lanLink looks for without a parent).
+func nearHost(pool netip.Prefix, addrs []netlinkutil.Addr) bool {
+	for _, a := range addrs {
+		if a.Prefix.Bits() != a.Prefix.Addr().BitLen() && a.Prefix.Masked().Overlaps(pool) && !a.Prefix.Addr().IsLinkLocalUnicast() {
+			return true
+		}
+	}
+	return false
+}
+
 // lanSkips are the addresses found in use on a LAN, until when.
 type lanSkips struct {
 	mu sync.Mutex

@@ -193,11 +193,33 @@ func TestRequestAddressSkipsWhatTheLANHolds(t *testing.T) {
 	if got := e.address(t, pool.ID, "", nil); got.String() != "198.18.9.1/24" {
 		t.Errorf("after the skip expired: %s, want 198.18.9.1 again", got)
 	}
-	// An address asked for is not probed here (the driver does, and refuses).
+	// An address asked for (--ip) is probed too: a free one once, and
+	// handed out; one a LAN host holds is refused naming it, the MAC and
+	// the fixes, and not recorded; one the pool already holds is refused
+	// as before, without a probe (an endpoint of ours would answer).
 	before := len(p.list())
 	e.address(t, pool.ID, "198.18.9.100", nil)
-	if len(p.list()) != before {
-		t.Errorf("an address asked for was probed by the IPAM")
+	if got := p.list()[before:]; len(got) != 1 || got[0] != "eth0 198.18.9.100 200ms" {
+		t.Errorf("probes of an address asked for: %v, want one of 198.18.9.100 on eth0 (the pool's 200ms)", got)
+	}
+	held := netip.MustParseAddr("198.18.9.101")
+	p.mu.Lock()
+	p.held[held] = lanMAC
+	p.mu.Unlock()
+	_, err = e.m.RequestAddress(ctx, pool.ID, held.String(), nil)
+	if !errors.Is(err, pluginapi.ErrConflict) {
+		t.Fatalf("RequestAddress of %s a LAN host holds: %v, want a conflict", held, err)
+	}
+	for _, want := range []string{"198.18.9.101", lanMAC.String(), "another --ip", "--aux-address", "address_probe=0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not name %q", err, want)
+		}
+	}
+	delete(p.held, held)
+	e.address(t, pool.ID, held.String(), nil) // not recorded by the refusal
+	before = len(p.list())
+	if _, err := e.m.RequestAddress(ctx, pool.ID, "198.18.9.100", nil); err == nil || len(p.list()) != before {
+		t.Errorf("RequestAddress of an address the pool holds: %v, probes %v; want a refusal without a probe", err, p.list()[before:])
 	}
 }
 

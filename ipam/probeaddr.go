@@ -35,11 +35,10 @@ func (m *IPAM) requestProbed(ctx context.Context, r addrRequest, addrs []netlink
 	if err != nil || budget == 0 {
 		return m.commitAddress(r) // an unknown pool is refused there
 	}
-	links, err := m.host.List(ctx)
+	link, ok, err := m.poolLAN(ctx, rec, pool, addrs)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	link, ok := lanLink(rec, pool, links, addrs)
 	if !ok {
 		return m.commitAddress(r)
 	}
@@ -136,4 +135,68 @@ func lanRefusal(rec store.IPAMPool, link string, conflicts []*probe.ConflictErro
 	}
 	return fmt.Errorf("%w: pool %s (%s): %s in use on the LAN of %s (answered for: %s); they are not handed out for %s: keep them out of the pool (--aux-address name=ADDRESS, or an --ip-range without them), give the container --ip, or switch the probe off with --ipam-opt address_probe=0",
 		pluginapi.ErrConflict, rec.ID, rec.Prefix, why, link, strings.Join(held, ", "), lanSkipFor)
+}
+
+// poolLAN is the LAN link of a pool (lanLink), listing the host's links
+// only for a pool that can have one: a parent pool, or one a host address
+// is near.
+func (m *IPAM) poolLAN(ctx context.Context, rec store.IPAMPool, pool netip.Prefix, addrs []netlinkutil.Addr) (netlinkutil.Link, bool, error) {
+	if rec.Parent == "" && !nearHost(pool, addrs) {
+		return netlinkutil.Link{}, false, nil
+	}
+	links, err := m.host.List(ctx)
+	if err != nil {
+		return netlinkutil.Link{}, false, err
+	}
+	l, ok := lanLink(rec, pool, links, addrs)
+	return l, ok, nil
+}
+
+// probeWanted probes an address asked for (--ip) on a LAN pool before it
+// is recorded, and refuses it when a LAN host answers for it: the
+// driver's probe at CreateEndpoint is on by default only where the
+// host's own routes say the subnet is the parent's LAN, which a
+// --ipam-opt parent= pool on a link without a host address is not. An
+// address the pool already holds, or outside it, is left to allocate's
+// refusal (no probe: an endpoint of ours would answer for it).
+func (m *IPAM) probeWanted(ctx context.Context, r addrRequest, addrs []netlinkutil.Addr) error {
+	var rec store.IPAMPool
+	free := false
+	if err := m.store.View(func(tx *store.Tx) (err error) {
+		var ok bool
+		if rec, ok, err = tx.IPAMPool(r.poolID); err != nil || !ok {
+			return err
+		}
+		_, _, aerr := m.allocate(tx, r, false)
+		free = aerr == nil
+		return nil
+	}); err != nil {
+		return err
+	}
+	pool, err := netip.ParsePrefix(rec.Prefix)
+	budget := probeBudget(rec)
+	if !free || err != nil || budget == 0 {
+		return nil
+	}
+	link, ok, err := m.poolLAN(ctx, rec, pool, addrs)
+	if err != nil || !ok {
+		return err
+	}
+	mac, _ := net.ParseMAC(link.MAC)
+	perr := m.probeOne(ctx, link.Name, mac, r.want, budget)
+	var ce *probe.ConflictError
+	switch {
+	case errors.As(perr, &ce):
+		m.probeEvents.AddressInUseOnLAN()
+		m.log.Warn("address asked for is in use on the LAN: refused", "pool", r.poolID, "link", link.Name, "address", r.want, "mac", ce.MAC.String(), "seen", ce.Seen)
+		return fmt.Errorf("%w: pool %s (%s): address %s is in use on the LAN of %s: the host with MAC %s answered for it (%s): run the container with another --ip, or keep %s out of the pool (--aux-address name=%s, or an --ip-range without it); or switch the probe off with --ipam-opt address_probe=0",
+			pluginapi.ErrConflict, rec.ID, rec.Prefix, r.want, link.Name, ce.MAC, ce.Seen, r.want, r.want)
+	case perr != nil && ctx.Err() != nil:
+		return fmt.Errorf("probe address %s of pool %s on %s: %w", r.want, r.poolID, link.Name, perr)
+	case perr != nil:
+		m.log.Warn("could not probe an address on the LAN; handing it out unprobed", "pool", r.poolID, "link", link.Name, "address", r.want, "error", perr)
+	default:
+		m.memo.Probed(link.Name, r.want, budget)
+	}
+	return nil
 }
