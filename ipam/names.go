@@ -5,17 +5,55 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/underlay-net/underlay/store"
 )
 
 // Sticky addresses by name in the store (choose.go decides): a record per
-// endpoint name and subnet (address space and prefix, so a re-created
-// network's new pool of the same subnet finds them), written when the
+// endpoint name and subnet (address space, the parent of a --ipam-opt
+// parent= pool, and prefix, so a re-created network's new pool of the same
+// subnet finds them, and pools of one subnet on two parents do not share
+// them), written when the
 // name is given an address, stamped when that address is released, and
 // forgotten nameTTL after its last use or when the subnet has more than
 // namesPerSubnet names.
+
+// nameScope is the scope of a pool's names: its address space, and its
+// parent when it has one ("underlay-local@eth0"; the store keys names by
+// scope|subnet, so no "|" here).
+func nameScope(rec store.IPAMPool) string {
+	if rec.Parent == "" {
+		return rec.Space
+	}
+	return rec.Space + "@" + rec.Parent
+}
+
+// SweepNames forgets, in every subnet, the names pruneNames would (run at
+// start: a subnet no pool asks for again would keep its names forever).
+func (m *IPAM) SweepNames(context.Context) error {
+	now := m.now()
+	return m.store.Batch(func(tx *store.Tx) error {
+		names, err := tx.AllIPAMNames()
+		if err != nil {
+			return err
+		}
+		seen := map[[2]string]bool{}
+		for _, n := range names {
+			k := [2]string{n.Space, n.Subnet}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			space, parent, _ := strings.Cut(n.Space, "@")
+			if err := m.pruneNames(tx, store.IPAMPool{Space: space, Parent: parent, Prefix: n.Subnet}, now, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
 
 // pickInput reads what chooseAddress decides over for a request on rec;
 // readErr returns the first error its Remembered met (a corrupt record),
@@ -29,7 +67,7 @@ func (m *IPAM) pickInput(tx *store.Tx, rec store.IPAMPool, pool netip.Prefix, r 
 		in.Range, _ = netip.ParsePrefix(rec.Range)
 	}
 	if r.name != "" {
-		n, ok, err := tx.IPAMName(rec.Space, rec.Prefix, r.name)
+		n, ok, err := tx.IPAMName(nameScope(rec), rec.Prefix, r.name)
 		if err != nil {
 			return pickInput{}, nil, err
 		}
@@ -39,7 +77,7 @@ func (m *IPAM) pickInput(tx *store.Tx, rec store.IPAMPool, pool netip.Prefix, r 
 	}
 	var first error
 	in.Remembered = func(a netip.Addr) (time.Time, bool) {
-		n, ok, err := tx.IPAMNameOf(rec.Space, rec.Prefix, a.String())
+		n, ok, err := tx.IPAMNameOf(nameScope(rec), rec.Prefix, a.String())
 		if err != nil {
 			first = cmp.Or(first, err)
 			return time.Time{}, false
@@ -56,12 +94,12 @@ func (m *IPAM) pickInput(tx *store.Tx, rec store.IPAMPool, pool netip.Prefix, r 
 // the request sent no name). An address remembered for another name that
 // another request gets is forgotten for that name.
 func (m *IPAM) recordName(tx *store.Tx, rec store.IPAMPool, a netip.Addr, name string, now time.Time) error {
-	other, had, err := tx.IPAMNameOf(rec.Space, rec.Prefix, a.String())
+	other, had, err := tx.IPAMNameOf(nameScope(rec), rec.Prefix, a.String())
 	if err != nil {
 		return err
 	}
 	if had && other.Name != name {
-		if err := tx.DeleteIPAMName(rec.Space, rec.Prefix, other.Name); err != nil {
+		if err := tx.DeleteIPAMName(nameScope(rec), rec.Prefix, other.Name); err != nil {
 			return err
 		}
 		if nameLive(other, false, now, nameTTL) {
@@ -72,11 +110,11 @@ func (m *IPAM) recordName(tx *store.Tx, rec store.IPAMPool, a netip.Addr, name s
 	if name == "" {
 		return nil
 	}
-	prev, existed, err := tx.IPAMName(rec.Space, rec.Prefix, name)
+	prev, existed, err := tx.IPAMName(nameScope(rec), rec.Prefix, name)
 	if err != nil {
 		return err
 	}
-	if err := tx.PutIPAMName(store.IPAMName{Space: rec.Space, Subnet: rec.Prefix, Name: name, Address: a.String(), Given: now}); err != nil {
+	if err := tx.PutIPAMName(store.IPAMName{Space: nameScope(rec), Subnet: rec.Prefix, Name: name, Address: a.String(), Given: now}); err != nil {
 		return err
 	}
 	if existed && prev.Address != a.String() {
@@ -85,13 +123,14 @@ func (m *IPAM) recordName(tx *store.Tx, rec store.IPAMPool, a netip.Addr, name s
 	if existed {
 		return nil
 	}
-	return m.pruneNames(tx, rec, now)
+	return m.pruneNames(tx, rec, now, false)
 }
 
-// pruneNames forgets the names of rec's subnet pruneNames picks.
-func (m *IPAM) pruneNames(tx *store.Tx, rec store.IPAMPool, now time.Time) error {
-	names, err := tx.IPAMNames(rec.Space, rec.Prefix)
-	if err != nil || len(names) <= namesPerSubnet/2 && !anyExpired(names, now) {
+// pruneNames forgets the names of rec's subnet pruneNames picks (always,
+// or only when some may go).
+func (m *IPAM) pruneNames(tx *store.Tx, rec store.IPAMPool, now time.Time, always bool) error {
+	names, err := tx.IPAMNames(nameScope(rec), rec.Prefix)
+	if err != nil || !always && len(names) <= namesPerSubnet/2 && !anyExpired(names, now) {
 		return err
 	}
 	held, err := subnetHeld(tx, rec)
@@ -99,7 +138,7 @@ func (m *IPAM) pruneNames(tx *store.Tx, rec store.IPAMPool, now time.Time) error
 		return err
 	}
 	for _, name := range pruneNames(names, held, now, nameTTL, namesPerSubnet) {
-		if err := tx.DeleteIPAMName(rec.Space, rec.Prefix, name); err != nil {
+		if err := tx.DeleteIPAMName(nameScope(rec), rec.Prefix, name); err != nil {
 			return err
 		}
 		m.log.Info("endpoint name forgotten: unused too long, or too many names in the subnet", "subnet", rec.Prefix, "name", name,
@@ -108,9 +147,12 @@ func (m *IPAM) pruneNames(tx *store.Tx, rec store.IPAMPool, now time.Time) error
 	return nil
 }
 
+// anyExpired reports whether a name released nameTTL ago is there (a
+// name whose address is still held by it, by its record, is not: those
+// are never forgotten, and would make every new name prune).
 func anyExpired(names []store.IPAMName, now time.Time) bool {
 	for _, n := range names {
-		if !nameLive(n, false, now, nameTTL) {
+		if n.Released.After(n.Given) && !nameLive(n, false, now, nameTTL) {
 			return true
 		}
 	}
@@ -126,7 +168,7 @@ func subnetHeld(tx *store.Tx, rec store.IPAMPool) (func(string) bool, error) {
 	}
 	var ids []string
 	for _, p := range pools {
-		if p.Space == rec.Space && p.Prefix == rec.Prefix {
+		if nameScope(p) == nameScope(rec) && p.Prefix == rec.Prefix {
 			ids = append(ids, p.ID)
 		}
 	}
@@ -146,7 +188,7 @@ func (m *IPAM) nameReleased(tx *store.Tx, poolID string, a netip.Addr) error {
 	if err != nil || !ok || !tx.IPAMAddressUsed(poolID, a.String()) {
 		return err
 	}
-	n, ok, err := tx.IPAMNameOf(rec.Space, rec.Prefix, a.String())
+	n, ok, err := tx.IPAMNameOf(nameScope(rec), rec.Prefix, a.String())
 	if err != nil || !ok {
 		return err
 	}
@@ -185,7 +227,7 @@ func (m *IPAM) Names(context.Context) ([]NameState, error) {
 		for _, n := range names {
 			held := false
 			for _, p := range pools {
-				held = held || p.Space == n.Space && p.Prefix == n.Subnet && tx.IPAMAddressUsed(p.ID, n.Address)
+				held = held || nameScope(p) == n.Space && p.Prefix == n.Subnet && tx.IPAMAddressUsed(p.ID, n.Address)
 			}
 			if !nameLive(n, held, now, nameTTL) {
 				continue

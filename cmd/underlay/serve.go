@@ -148,6 +148,9 @@ func serve(c serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := im.SweepNames(ctx); err != nil {
+		log.Warn("could not forget the endpoint names unused too long; they stay until their subnet is used again", "error", err)
+	}
 	mux := pluginapi.NewMux("NetworkDriver", "IpamDriver")
 	d.Register(mux)
 	im.Register(mux)
