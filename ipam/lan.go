@@ -2,8 +2,10 @@ package ipam
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -169,17 +171,23 @@ func (s *lanSkips) skipped(link string, addr netip.Addr, now time.Time) bool {
 	return ok && e.live(now)
 }
 
-// count is how many addresses of pool on link are skipped at now.
-func (s *lanSkips) count(link string, pool netip.Prefix, now time.Time) int {
+// count is how many addresses of pool on link are skipped at now, and up
+// to max of them, lowest first, as "ADDRESS (MAC)".
+func (s *lanSkips) count(link string, pool netip.Prefix, now time.Time, max int) (int, []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
+	var keys []skipKey
 	for k, e := range s.at {
 		if k.link == link && pool.Contains(k.addr) && e.live(now) {
-			n++
+			keys = append(keys, k)
 		}
 	}
-	return n
+	slices.SortFunc(keys, func(a, b skipKey) int { return a.addr.Compare(b.addr) })
+	var some []string
+	for _, k := range keys[:min(len(keys), max)] {
+		some = append(some, fmt.Sprintf("%s (%s)", k.addr, s.at[k].mac))
+	}
+	return len(keys), some
 }
 
 // expire forgets the skips over at now and returns them.

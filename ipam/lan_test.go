@@ -338,7 +338,7 @@ func TestRequestAddressFullButForSkips(t *testing.T) {
 		}
 	}
 	_, err := e.m.RequestAddress(ctx, pool.ID, "", nil)
-	if !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "2 of its addresses are skipped as in use on the LAN of eth0") {
+	if !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "2 of its addresses are skipped as in use on the LAN of eth0") || !strings.Contains(err.Error(), "198.18.9.1 ("+lanMAC.String()+"), 198.18.9.3 ("+lanMAC.String()+")") {
 		t.Fatalf("full but for skips: %v", err)
 	}
 	// Within one request: the refusal names what it probed.

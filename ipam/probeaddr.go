@@ -59,8 +59,8 @@ func (m *IPAM) requestProbed(ctx context.Context, r addrRequest, addrs []netlink
 			if len(conflicts) > 0 && errors.Is(err, pluginapi.ErrConflict) {
 				return netip.Prefix{}, lanRefusal(rec, link.Name, conflicts, err)
 			}
-			if n := m.skips.count(link.Name, pool, now); n > 0 && errors.Is(err, pluginapi.ErrConflict) {
-				return netip.Prefix{}, fmt.Errorf("%w; %d of its addresses are skipped as in use on the LAN of %s (for up to %s after a host answered for them): keep them out of the pool, or switch the probe off with --ipam-opt address_probe=0", err, n, link.Name, lanSkipFor)
+			if n, some := m.skips.count(link.Name, pool, now, 5); n > 0 && errors.Is(err, pluginapi.ErrConflict) {
+				return netip.Prefix{}, fmt.Errorf("%w; %d of its addresses are skipped as in use on the LAN of %s (for up to %s after a host answered for them: %s): keep them out of the pool (--aux-address, or an --ip-range without them), or switch the probe off with --ipam-opt address_probe=0", err, n, link.Name, lanSkipFor, strings.Join(some, ", "))
 			}
 			return netip.Prefix{}, err
 		}
