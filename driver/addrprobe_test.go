@@ -108,7 +108,7 @@ func TestStaticAddressProbe(t *testing.T) {
 	f.d.prober = pr
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", rules.OptAddressProbe: "200ms"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	_, err := f.endpoint(netA, epA, "198.18.1.10/24", "")
-	wantErr(t, err, ErrConflict, "198.18.1.10", "02:99:00:00:00:01", "another address", "another --ip", "--aux-address", "--ip-range", "address_probe=0")
+	wantErr(t, err, ErrConflict, "198.18.1.10", "02:99:00:00:00:01", "another --ip", "--aux-address", "--ip-range", "address_probe=0")
 	if _, err := f.endpoint(netA, epB, "198.18.1.11/24", ""); err != nil {
 		t.Fatal(err)
 	}

@@ -34,14 +34,15 @@ type ConflictError struct {
 	Probing bool
 }
 
-// Error names the address, the MAC that answered, what it sent and the fix.
+// Error names the address, the MAC that answered and what it sent; the
+// fix is the caller's to word (a --ip, an IPAM pool, a DHCP offer).
 func (e *ConflictError) Error() string {
 	what := "answered for it"
 	if e.Probing {
 		what = "is probing for it at the same time"
 	}
-	return fmt.Sprintf("address %s is in use on the LAN of parent %s: the host with MAC %s %s (%s); use another address, or keep %s out of the addresses given to endpoints",
-		e.Addr, e.Parent, e.MAC, what, e.Seen, e.Addr)
+	return fmt.Sprintf("address %s is in use on the LAN of parent %s: the host with MAC %s %s (%s)",
+		e.Addr, e.Parent, e.MAC, what, e.Seen)
 }
 
 // Unwrap returns ErrConflict.
