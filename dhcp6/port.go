@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
+	"github.com/underlay-net/underlay/internal/netnsrun"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/mdlayher/packet"
-	"github.com/vishvananda/netns"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -298,31 +297,7 @@ func replyFilter() []bpf.Instruction {
 	}
 }
 
-// inNetns runs fn on a thread in the client's namespace (sockets stay in
-// the namespace they were made in). A thread that cannot return to its
-// namespace is ended with its goroutine, never reused.
+// inNetns runs fn on a thread in the DHCPv6 client's namespace (netnsrun.Do).
 func (c *Client) inNetns(fn func() error) error {
-	if !c.netns.IsOpen() {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("read this thread's network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(c.netns); err != nil {
-			errc <- fmt.Errorf("enter the DHCPv6 client's network namespace: %w", err)
-			return
-		}
-		err = fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
+	return netnsrun.Do(c.netns, "the DHCPv6 client's", fn)
 }

@@ -2,11 +2,10 @@ package probe
 
 import (
 	"fmt"
+	"github.com/underlay-net/underlay/internal/netnsrun"
 	"net"
-	"runtime"
 
 	"github.com/mdlayher/packet"
-	"github.com/vishvananda/netns"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -82,31 +81,5 @@ func join(c *packet.Conn, index, typ int, mac net.HardwareAddr) error {
 	return nil
 }
 
-// inNetns runs fn on a thread in the prober's namespace (sockets stay in
-// the namespace they were made in). A thread that cannot return to its
-// namespace is ended with its goroutine, never reused.
-func (p *Prober) inNetns(fn func() error) error {
-	if !p.netns.IsOpen() {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("read this thread's network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(p.netns); err != nil {
-			errc <- fmt.Errorf("enter the prober's network namespace: %w", err)
-			return
-		}
-		err = fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
-}
+// inNetns runs fn on a thread in the prober's namespace (netnsrun.Do).
+func (p *Prober) inNetns(fn func() error) error { return netnsrun.Do(p.netns, "the prober's", fn) }

@@ -5,11 +5,10 @@ package itest
 // between two such namespaces.
 
 import (
-	"errors"
 	"fmt"
+	"github.com/underlay-net/underlay/internal/netnsrun"
 	"net"
 	"net/netip"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,32 +50,7 @@ func RequireKernelLinks(t testing.TB, ns *Netns) {
 
 // Do runs fn on an OS thread that has joined the namespace; sockets fn
 // opens stay in the namespace.
-func (n *Netns) Do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// The thread stays locked, and so dies with the goroutine, unless
-		// it got back to its original namespace.
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(n.handle); err != nil {
-			errc <- fmt.Errorf("enter namespace: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+func (n *Netns) Do(fn func() error) error { return netnsrun.Do(n.handle, "the test's", fn) }
 
 // MoveLink moves the link name into the namespace to, renamed newName
 // there, and returns it as to sees it.
