@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -93,44 +92,9 @@ type Dnsmasq6 struct {
 // cleanup, and its output, log and lease file are logged if the test
 // failed.
 func (l *LAN6) ServeDHCPv6(rng string, extra ...string) *Dnsmasq6 {
-	t := l.t
-	t.Helper()
-	bin := DnsmasqBinary(t)
-	dir := t.TempDir()
-	d := &Dnsmasq{t: t, LeaseFile: filepath.Join(dir, "leases"), LogFile: filepath.Join(dir, "log"),
-		PidFile: filepath.Join(dir, "pid"), out: &strings.Builder{}}
-	args := []string{"--net=/proc/self/fd/3", "--", bin, "--keep-in-foreground", "--conf-file=/dev/null", "--port=0",
-		"--interface=" + LAN6ServerLink, "--bind-interfaces", "--dhcp-range=" + rng, "--enable-ra",
-		"--dhcp-leasefile=" + d.LeaseFile, "--dhcp-authoritative", "--log-dhcp", "--log-facility=" + d.LogFile,
-		"--pid-file=" + d.PidFile, "--user=root"}
-	d.cmd = exec.Command("nsenter", append(args, extra...)...)
-	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
-	f := l.Far.File()
-	defer f.Close()
-	d.cmd.ExtraFiles = []*os.File{f}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start dnsmasq: %v", err)
-	}
-	d.exited = make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(d.exited) }()
-	t.Cleanup(func() {
-		d.Stop()
-		if t.Failed() {
-			t.Logf("dnsmasq output:\n%s\ndnsmasq log:\n%s\nlease file:\n%s", d.out, d.Log(), read(d.LeaseFile))
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.Log(), "DHCPv6, IP range") {
-		select {
-		case <-d.exited:
-			t.Fatalf("dnsmasq exited: %s\n%s\n%s", d.cmd.ProcessState, d.out, d.Log())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dnsmasq did not start within 10s:\n%s\n%s", d.out, d.Log())
-		}
-	}
-	return &Dnsmasq6{d}
+	l.t.Helper()
+	return &Dnsmasq6{StartDnsmasq(l.t, DnsmasqConfig{NS: l.Far, Interface: LAN6ServerLink, Dir: l.t.TempDir(), Range: rng,
+		Extra: append([]string{"--enable-ra"}, extra...), Ready: "DHCPv6, IP range"})}
 }
 
 // Dnsmasq6Lease is one DHCPv6 line of dnsmasq's lease file: expiry, IAID

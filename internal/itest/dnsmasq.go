@@ -72,6 +72,9 @@ type DnsmasqConfig struct {
 	Options []string
 	// Extra are more arguments, e.g. "--no-ping".
 	Extra []string
+	// Ready is the log line that says it serves ("DHCP, IP range" when
+	// empty; "DHCPv6, IP range" for a DHCPv6 range).
+	Ready string
 }
 
 // Dnsmasq is a running dnsmasq.
@@ -122,7 +125,11 @@ func StartDnsmasq(t testing.TB, c DnsmasqConfig) *Dnsmasq {
 		}
 	})
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.Log(), "DHCP, IP range") {
+	ready := c.Ready
+	if ready == "" {
+		ready = "DHCP, IP range"
+	}
+	for !strings.Contains(d.Log(), ready) {
 		select {
 		case <-d.exited:
 			t.Fatalf("dnsmasq exited: %s\n%s\n%s", d.cmd.ProcessState, d.out, d.Log())
