@@ -301,13 +301,19 @@ func TestDHCPRestart(t *testing.T) {
 		t.Logf("%s: renewed %s after the live-restore restart (leased %s before it): %s", c.name,
 			now.Expiry.Add(-dhcpLeaseTime).Sub(restartedAt).Round(time.Second), restartedAt.Sub(c.l.Expiry.Add(-dhcpLeaseTime)).Round(time.Second), now.Line)
 	}
-	log := dockerdLog(from)
-	evs := leaseEvents(log)
-	for _, c := range cs {
-		if !hasEvent(evs, "renewed DHCP lease", c.v.endpoint) {
-			t.Errorf("the plugin logged no renewal of %s's endpoint %s after the restart:\n%s", c.name, short(c.v.endpoint), strings.Join(evs, "\n"))
+	// dnsmasq's lease file moves at its ACK; the plugin's line follows
+	// once it has the ACK and reaches dockerd's log through the engine's
+	// relay of the plugin's output (seen a moment behind on the current
+	// engine): give it a moment.
+	within(t, 10*time.Second, "the plugin logs the renewal of every container's lease", func() error {
+		evs := leaseEvents(dockerdLog(from))
+		for _, c := range cs {
+			if !hasEvent(evs, "renewed DHCP lease", c.v.endpoint) {
+				return fmt.Errorf("the plugin logged no renewal of %s's endpoint %s after the restart:\n%s", c.name, short(c.v.endpoint), strings.Join(evs, "\n"))
+			}
 		}
-	}
+		return nil
+	}, func() {})
 	// The endpoints c9m had before are gone from the plugin's state: none
 	// of their leases (due at their T1 by now) is renewed.
 	for _, old := range []dhcpView{m0, m1} {
