@@ -64,7 +64,7 @@ func TestDHCPOffersThatAreNotFree(t *testing.T) {
 		mac := e.lan.Far.MustLink(itest.LANServerLink).Attrs().HardwareAddr.String()
 		msg := e.d.Call("CreateEndpoint", network.CreateEndpointRequest{NetworkID: netB, EndpointID: epA,
 			Interface: &network.EndpointInterface{Address: "198.18.180.1/24"}}, nil)
-		for _, want := range []string{"198.18.180.1", mac, "another address"} {
+		for _, want := range []string{"198.18.180.1", mac, "another --ip", "--aux-address"} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("refusal %q lacks %q", msg, want)
 			}
