@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/probe"
@@ -51,7 +52,7 @@ const (
 func TestDHCPDeclinesOffersThatAreNotFree(t *testing.T) {
 	f, fl := dhcpFixture(t)
 	pr := &fakeProber{holders: map[netip.Addr]string{netip.MustParseAddr("198.18.180.101"): "02:99:00:00:00:01"}}
-	f.d.prober = pr
+	f.d.lan.Prober = pr
 	ctx := context.Background()
 	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err != nil {
 		t.Fatal(err)
@@ -105,7 +106,7 @@ func TestDHCPDeclinesOffersThatAreNotFree(t *testing.T) {
 func TestStaticAddressProbe(t *testing.T) {
 	f := newFixture(t)
 	pr := &fakeProber{holders: map[netip.Addr]string{netip.MustParseAddr("198.18.1.10"): "02:99:00:00:00:01"}}
-	f.d.prober = pr
+	f.d.lan.Prober = pr
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", rules.OptAddressProbe: "200ms"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	_, err := f.endpoint(netA, epA, "198.18.1.10/24", "")
 	wantErr(t, err, ErrConflict, "198.18.1.10", "02:99:00:00:00:01", "another --ip", "--aux-address", "--ip-range", "address_probe=0")
@@ -178,7 +179,7 @@ func (a *fakeAnnouncer) got() []string {
 func TestAnnouncementsAfterJoin(t *testing.T) {
 	f := newFixture(t)
 	an := &fakeAnnouncer{}
-	f.d.announcer = an
+	f.d.lan.Announcer = an
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", rules.OptAdvertiseMs: "200"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
 	ctx := context.Background()
 	r, err := f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA,
@@ -202,7 +203,7 @@ func TestAnnouncementsAfterJoin(t *testing.T) {
 	f.mustEndpoint(netB, epB, "198.18.2.10/24")
 	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth1", "type": "ipvlan", "ipvlan_mode": "l3"}, V4: []string{"198.18.3.0/24"}})
 	f.mustEndpoint(netC, epC, "198.18.3.10/24")
-	time.Sleep(2 * announceDelay)
+	time.Sleep(2 * lan.AnnounceDelay)
 	if got := an.got(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("announcements %v: want none for the engine's or ipvlan l3 networks", got)
 	}

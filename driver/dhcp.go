@@ -73,7 +73,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 	c := rules.DHCPOf(n)
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	budget := d.probeBudget(ctx, n)
+	budget := d.lan.Budget(ctx, n)
 	var declined []string
 	for {
 		l, err = d.lease.dhcp.Acquire(ctx, r)
@@ -85,23 +85,23 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 		}
 		addr := leaseAddr(l)
 		why := ""
-		claimed := d.claims.claim(n.Parent, addr, ep.ID)
+		claimed := d.claims.Claim(n.Parent, addr, ep.ID)
 		if !claimed {
 			why = "another endpoint being created was offered it too"
 		} else if why, err = d.heldElsewhere(n, ep, addr); err != nil {
-			d.claims.release(n.Parent, addr, ep.ID)
+			d.claims.Release(n.Parent, addr, ep.ID)
 			return store.Lease{}, unclaim, err
 		} else if why == "" {
-			if perr := d.probeAddr(ctx, n, ep, addr, budget); perr != nil {
+			if perr := d.lan.Probe(ctx, n, ep, addr, budget); perr != nil {
 				why = perr.Error()
 			}
 		}
 		if why == "" {
 			d.log.Info("leased address", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "router", l.Router, "server", l.ServerID, "expiry", l.Expiry)
-			return l, func() { d.claims.release(n.Parent, addr, ep.ID) }, nil
+			return l, func() { d.claims.Release(n.Parent, addr, ep.ID) }, nil
 		}
 		if claimed {
-			d.claims.release(n.Parent, addr, ep.ID)
+			d.claims.Release(n.Parent, addr, ep.ID)
 		}
 		declined = append(declined, fmt.Sprintf("%s: %s", addr, why))
 		d.log.Warn("declined a DHCP offer that is not free", "network", n.ID, "endpoint", ep.ID, "address", addr, "why", why)
@@ -113,4 +113,30 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 				ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, strings.Join(declined, "; "))
 		}
 	}
+}
+
+// heldElsewhere names another endpoint of this daemon on the parent whose
+// record holds addr ("" when none).
+func (d *Driver) heldElsewhere(n store.Network, ep store.Endpoint, addr netip.Addr) (string, error) {
+	var other string
+	err := d.store.View(func(tx *store.Tx) error {
+		nets, err := tx.NetworksOn(n.Parent)
+		if err != nil {
+			return err
+		}
+		for _, on := range nets {
+			eps, err := tx.Endpoints(on.ID)
+			if err != nil {
+				return err
+			}
+			for _, e := range eps {
+				if a, ok := rules.EndpointV4(e); ok && a == addr && e.ID != ep.ID {
+					other = fmt.Sprintf("endpoint %s of network %s holds it", dockerid.Short(e.ID), dockerid.Short(on.ID))
+					return nil
+				}
+			}
+		}
+		return nil
+	})
+	return other, err
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -118,9 +119,14 @@ func (noEvents) ReconcileAction(string)       {}
 func (noEvents) RepairAction(string)          {}
 
 // RouteLister lists the routes of every table (netlinkutil.Kernel).
-type RouteLister interface {
-	Routes(ctx context.Context) ([]netlinkutil.Route, error)
-}
+type RouteLister = lan.RouteLister
+
+// AddrProber probes addresses on a parent link (probe.Prober). A conflict
+// is an error wrapping probe.ErrConflict.
+type AddrProber = lan.Prober
+
+// AddrAnnouncer announces addresses on a parent link (probe.Prober).
+type AddrAnnouncer = lan.Announcer
 
 // Driver implements the remote NetworkDriver protocol.
 type Driver struct {
@@ -145,15 +151,12 @@ type Driver struct {
 	deleting selfDeletions
 	// failures are the repair steps' last failures, logged once (heal.go).
 	failures failureLog
-	// prober probes endpoints' addresses on their parents (addrprobe.go);
-	// claims are the DHCP offers creates in flight are checking.
-	prober AddrProber
-	claims claims
-	// announcer announces joined endpoints (announce.go); announcing are
-	// the runs under way.
-	announcer  AddrAnnouncer
-	announcing announcements
-	// ifnames are the interface names endpoints asked for (announce.go).
+	// lan probes endpoints' addresses on their parents and announces
+	// joined ones (driver/internal/lan); claims are the DHCP offers
+	// creates in flight are checking.
+	lan    *lan.LAN
+	claims lan.Claims
+	// ifnames are the interface names endpoints asked for (ifnames.go).
 	ifnames ifnames
 
 	janitorOnce sync.Once
@@ -196,9 +199,8 @@ func New(c Config) (*Driver, error) {
 	blocker, _ := c.Links.(AddrBlocker)
 	announcer, _ := c.Prober.(AddrAnnouncer)
 	d := &Driver{
-		prober:    c.Prober,
-		announcer: announcer,
-		store:     c.Store, links: c.Links, routes: c.Routes, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		lan:   &lan.LAN{Links: c.Links, Routes: c.Routes, Prober: c.Prober, Announcer: announcer, Log: c.Logger},
+		store: c.Store, links: c.Links, routes: c.Routes, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
@@ -244,7 +246,7 @@ func (d *Driver) Close() {
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
 	d.lease.timers.running.Wait()
-	d.announcing.stopAll()
+	d.lan.Close()
 }
 
 // NetworkChecker asks Docker whether a network still exists

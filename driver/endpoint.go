@@ -93,7 +93,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	}
 	leased := false // whether this request leased the address
 	if !rules.DHCPOf(*n).On && existing == nil {
-		if err := d.probeStatic(ctx, *n, ep); err != nil {
+		if err := d.lan.ProbeStatic(ctx, *n, ep); err != nil {
 			return nil, err
 		}
 	}
@@ -151,7 +151,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	d.point("create-endpoint/after-commit")
 	if existing != nil {
 		d.joins.drop(ep.ID) // the record was written anew, without a join
-		d.announcing.stop(ep.ID)
+		d.lan.StopAnnouncing(ep.ID)
 	}
 	d.ifnames.set(ep.ID, ifname)
 	d.log.Debug("created endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "mac", ep.MAC)
@@ -232,7 +232,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		return err
 	}
 	defer unlock()
-	d.announcing.stop(epID) // the endpoint leaves or goes: no more announcements of it
+	d.lan.StopAnnouncing(epID) // the endpoint leaves or goes: no more announcements of it
 	if ep != nil && n != nil && n.HostAddress != "" {
 		// The route goes and the record changes under the parent's lock,
 		// which the repair of the host link holds while it reads the

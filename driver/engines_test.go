@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 )
@@ -103,7 +104,7 @@ func TestIPv6OnlyNetwork(t *testing.T) {
 func TestAnnouncementsEndAndSkip(t *testing.T) {
 	f := newFixture(t)
 	an := &fakeAnnouncer{}
-	f.d.announcer = an
+	f.d.lan.Announcer = an
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	if err := f.d.Leave(context.Background(), &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
@@ -113,7 +114,7 @@ func TestAnnouncementsEndAndSkip(t *testing.T) {
 	f.mustEndpoint(netB, epB, "198.18.2.10/24")
 	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.3.0/24"}, Internal: true})
 	f.mustEndpoint(netC, epC, "198.18.3.10/24")
-	time.Sleep(2 * announceDelay)
+	time.Sleep(2 * lan.AnnounceDelay)
 	if got := an.got(); len(got) != 0 {
 		t.Fatalf("announced %v: want nothing after Leave, with nmsgs=0, or on an internal network", got)
 	}

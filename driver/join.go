@@ -62,7 +62,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", dockerid.Short(ep.ID), err)
 	}
 	if ctx.Err() == nil { // Docker still waits for this answer
-		d.announce(ctx, *n, *ep) // in the background
+		d.lan.Announce(ctx, *n, *ep) // in the background
 	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
 	resp := rules.JoinAnswer(*n, *ep)

@@ -277,7 +277,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/after-commit")
 	for _, ep := range eps {
-		d.announcing.stop(ep.ID)
+		d.lan.StopAnnouncing(ep.ID)
 		d.ifnames.set(ep.ID, "")
 		d.joins.drop(ep.ID)  // only now: a failed removal keeps its endpoints joined
 		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too

@@ -1,0 +1,33 @@
+package driver
+
+import "sync"
+
+// ifnames are the container interface names endpoints asked for
+// (com.docker.network.endpoint.ifname), from CreateEndpoint to Join, kept
+// in memory only: the state file's format stays as older versions read
+// it. A daemon restarted between an endpoint's CreateEndpoint and its Join
+// forgets the name, and the container gets Docker's (eth0).
+type ifnames struct {
+	mu sync.Mutex
+	by map[string]string
+}
+
+// set remembers (or, with "", forgets) an endpoint's name.
+func (n *ifnames) set(ep, name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if name == "" {
+		delete(n.by, ep)
+		return
+	}
+	if n.by == nil {
+		n.by = map[string]string{}
+	}
+	n.by[ep] = name
+}
+
+func (n *ifnames) get(ep string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.by[ep]
+}

@@ -1,0 +1,71 @@
+// Package lan holds what the driver asks and tells the LAN about an
+// endpoint's addresses: the address probe before CreateEndpoint answers
+// (probe.go), the announcements after Join (announce.go), and the claims
+// DHCP creates in flight hold on the offers they are checking (claims.go).
+//
+// Rule: it reaches the kernel only through its own small interfaces (a
+// link reader, a route lister, a prober, an announcer) and never the
+// store; the options it reads are the rules package's.
+package lan
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// Prober probes addresses on a parent link (probe.Prober). A conflict
+// is an error wrapping probe.ErrConflict.
+type Prober interface {
+	Probe(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, budget time.Duration) error
+	ProbeIPv6(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, budget time.Duration) error
+}
+
+// Announcer announces addresses on a parent link (probe.Prober).
+type Announcer interface {
+	Announce(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error
+	AnnounceIPv6(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error
+}
+
+// LinkReader reads a link by name (netlinkutil.Links).
+type LinkReader interface {
+	Get(ctx context.Context, name string) (vocab.Link, error)
+}
+
+// RouteLister lists the routes of every table (netlinkutil.Kernel).
+type RouteLister interface {
+	Routes(ctx context.Context) ([]vocab.Route, error)
+}
+
+// LAN probes and announces endpoints' addresses. Prober, Announcer and
+// Routes may be nil: nothing is probed, nothing announced, and only
+// networks with address_probe or DHCP are probed.
+type LAN struct {
+	Links     LinkReader
+	Routes    RouteLister
+	Prober    Prober
+	Announcer Announcer
+	Log       *slog.Logger
+
+	running announcements
+}
+
+// MAC is the MAC an endpoint's probes and announcements are sent from:
+// its own (macvlan), the parent's (ipvlan endpoints share it).
+func (l *LAN) MAC(ctx context.Context, n record.Network, ep record.Endpoint) (net.HardwareAddr, error) {
+	mac := ep.MAC
+	if n.Type == rules.TypeIpvlan {
+		p, err := l.Links.Get(ctx, n.Parent)
+		if err != nil {
+			return nil, err
+		}
+		mac = p.MAC
+	}
+	return net.ParseMAC(mac)
+}
