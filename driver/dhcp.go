@@ -2,12 +2,11 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 
+	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
@@ -16,43 +15,27 @@ import (
 // Addresses from the LAN's DHCP server (-o dhcp=true, with Docker's null
 // IPAM): CreateEndpoint leases an address for the endpoint and answers it,
 // Join answers the lease's router and classless routes, DeleteEndpoint
-// releases it, and leases.go renews it for as long as the endpoint exists.
+// releases it, and driver/internal/leases renews it for as long as the endpoint exists.
 // The lease client (LeaseClient) works from the host namespace on the
 // parent link; the lease is part of the endpoint's record.
 
 // LeaseRequest says for whom a lease is.
-type LeaseRequest struct {
-	// Parent is the link the server is reached on.
-	Parent string
-	// MAC is the client hardware address: the endpoint's MAC (macvlan) or
-	// the parent's (ipvlan).
-	MAC net.HardwareAddr
-	// ClientID is option 61, unique and stable per endpoint; set for
-	// ipvlan endpoints, which share the parent's MAC.
-	ClientID []byte
-	// Address is the address to ask for again (after a NAK or a restart).
-	Address netip.Addr
-	// Only, when valid, is the one address Acquire may take: an offer of
-	// another is not requested (winning a lost lease back: the container
-	// cannot be given another address).
-	Only netip.Addr
-}
+type LeaseRequest = leases.Request
 
 // LeaseClient talks DHCP for endpoints.
-type LeaseClient interface {
-	// Acquire runs DISCOVER/OFFER/REQUEST/ACK.
-	Acquire(ctx context.Context, r LeaseRequest) (store.Lease, error)
-	// Renew extends a lease; an error wrapping ErrLeaseNAK means the
-	// server refused it.
-	Renew(ctx context.Context, r LeaseRequest, l store.Lease) (store.Lease, error)
-	// Release gives a lease back.
-	Release(ctx context.Context, r LeaseRequest, l store.Lease) error
-	// Decline tells the server an offered address is in use (DHCPDECLINE).
-	Decline(ctx context.Context, r LeaseRequest, l store.Lease) error
-}
+type LeaseClient = leases.Client
 
 // ErrLeaseNAK is wrapped by LeaseClient errors for a server's DHCPNAK.
-var ErrLeaseNAK = errors.New("the DHCP server refused the lease (DHCPNAK)")
+var ErrLeaseNAK = leases.ErrNAK
+
+// AddrBlocker stops what leaves a parent from an address
+// (netlinkutil.Kernel). tag is the driver's mark.
+type AddrBlocker = leases.AddrBlocker
+
+// RunLeases loads every lease from the state file and renews each when due,
+// at most 32 at once, until ctx ends or the driver closes. Call it after
+// Restore.
+func (d *Driver) RunLeases(ctx context.Context) error { return d.lease.Run(ctx) }
 
 // acquireLease leases an address for a new endpoint of a DHCP network,
 // within the network's dhcp_timeout. An offer that is not free is
@@ -63,10 +46,10 @@ var ErrLeaseNAK = errors.New("the DHCP server refused the lease (DHCPNAK)")
 // recorded (or not).
 func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.Endpoint) (l store.Lease, unclaim func(), err error) {
 	unclaim = func() {}
-	if d.lease.dhcp == nil {
+	if d.lease.DHCP == nil {
 		return store.Lease{}, unclaim, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", dockerid.Short(n.ID))
 	}
-	r, err := d.lease.leaseRequest(ctx, n, ep)
+	r, err := d.lease.RequestOf(ctx, n, ep)
 	if err != nil {
 		return store.Lease{}, unclaim, err
 	}
@@ -76,14 +59,14 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 	budget := d.lan.Budget(ctx, n)
 	var declined []string
 	for {
-		l, err = d.lease.dhcp.Acquire(ctx, r)
+		l, err = d.lease.DHCP.Acquire(ctx, r)
 		if err != nil {
 			if len(declined) > 0 {
 				err = fmt.Errorf("%w (after declining %s)", err, strings.Join(declined, "; "))
 			}
 			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, c.Timeout, err)
 		}
-		addr := leaseAddr(l)
+		addr := leases.Addr(l)
 		why := ""
 		claimed := d.claims.Claim(n.Parent, addr, ep.ID)
 		if !claimed {
@@ -105,7 +88,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 		}
 		declined = append(declined, fmt.Sprintf("%s: %s", addr, why))
 		d.log.Warn("declined a DHCP offer that is not free", "network", n.ID, "endpoint", ep.ID, "address", addr, "why", why)
-		if derr := d.lease.dhcp.Decline(context.WithoutCancel(ctx), r, l); derr != nil {
+		if derr := d.lease.DHCP.Decline(context.WithoutCancel(ctx), r, l); derr != nil {
 			d.log.Warn("could not send DHCPDECLINE", "address", addr, "error", derr)
 		}
 		if len(declined) >= rules.MaxDeclines {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -147,7 +148,7 @@ func (f *fakeLeases) Release(ctx context.Context, r LeaseRequest, l store.Lease)
 func dhcpFixture(t *testing.T) (*fixture, *fakeLeases) {
 	f := newFixture(t)
 	fl := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
-	f.d.lease.dhcp = fl
+	f.d.lease.DHCP = fl
 	f.k.AddLink(netlinkutil.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
 	return f, fl
 }
@@ -196,7 +197,7 @@ func TestDHCPNetworkOptions(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal saying %q", tc.name, err, tc.want)
 		}
 	}
-	f.d.lease.dhcp = nil
+	f.d.lease.DHCP = nil
 	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err == nil || !strings.Contains(err.Error(), "without a DHCP client") {
 		t.Errorf("no DHCP client: %v", err)
 	}
@@ -237,7 +238,7 @@ func TestDHCPEndpointLifecycle(t *testing.T) {
 	}
 	// Renewal at T1 keeps the address and moves the expiry.
 	f.clock.Advance(61 * time.Second)
-	f.d.lease.renewLease(ctx, leaseKey{netA, ep1})
+	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	n, _ := f.record(netA)
 	var ep store.Endpoint
 	_ = f.db.View(func(tx *store.Tx) (err error) { ep, _, err = tx.Endpoint(n.ID, ep1); return err })
@@ -247,7 +248,7 @@ func TestDHCPEndpointLifecycle(t *testing.T) {
 	// A NAK: asked again for the same address, which it gets.
 	fl.nak = true
 	f.clock.Advance(61 * time.Second)
-	f.d.lease.renewLease(ctx, leaseKey{netA, ep1})
+	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if last := fl.requests[len(fl.requests)-1]; last.Address.String() != "198.18.180.100" {
 		t.Errorf("after a NAK the lease was asked for %s, want the same address", last.Address)
 	}
@@ -301,7 +302,7 @@ func TestDHCPExpiredLeaseAndNetworkDelete(t *testing.T) {
 	fl.byClient = map[string]string{} // the server forgot it (a restart)
 	fl.mu.Unlock()
 	f.clock.Advance(3 * time.Minute) // past the expiry
-	f.d.lease.renewLease(ctx, leaseKey{netA, ep1})
+	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if fl.renewals != 0 {
 		t.Errorf("an expired lease was renewed with a REQUEST (%d), which a server without its record ignores", fl.renewals)
 	}
@@ -315,9 +316,7 @@ func TestDHCPExpiredLeaseAndNetworkDelete(t *testing.T) {
 	if fl.renewals != 0 || len(fl.released) != 1 || fl.released[0] != r.Interface.Address {
 		t.Errorf("deleting the network released %v, want the endpoint's lease %s", fl.released, r.Interface.Address)
 	}
-	f.d.lease.timers.mu.Lock()
-	n := len(f.d.lease.timers.due)
-	f.d.lease.timers.mu.Unlock()
+	n := f.d.lease.Timers().Scheduled()
 	if n != 0 {
 		t.Errorf("%d leases still scheduled after the network went", n)
 	}
@@ -337,13 +336,13 @@ func TestNextLeaseAction(t *testing.T) {
 		{119 * time.Second, 120 * time.Second},
 		{120 * time.Second, 121 * time.Second}, // expired: marked lost a second later at most (never a hot loop)
 	} {
-		if got := nextLeaseAction(l, t0.Add(tc.at)).Sub(t0); got != tc.want {
+		if got := leases.NextAction(l, t0.Add(tc.at)).Sub(t0); got != tc.want {
 			t.Errorf("at %s: next at %s, want %s", tc.at, got, tc.want)
 		}
 	}
 	lost := l
 	lost.Lost = t0.Add(30 * time.Second) // refused by a NAK before T1
-	if got := nextLeaseAction(lost, t0.Add(40*time.Second)).Sub(t0); got != 70*time.Second {
+	if got := leases.NextAction(lost, t0.Add(40*time.Second)).Sub(t0); got != 70*time.Second {
 		t.Errorf("lost: next at %s, want every 30 s (70s)", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
+	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -133,7 +134,7 @@ type Driver struct {
 	store   Store
 	links   netlinkutil.Links
 	routes  RouteLister
-	lease   *leaser // DHCP leases of endpoints (leaser.go)
+	lease   *leases.Leaser // DHCP leases of endpoints (driver/internal/leases)
 	docker  NetworkChecker
 	grace   time.Duration
 	lookup  time.Duration
@@ -205,8 +206,8 @@ func New(c Config) (*Driver, error) {
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	d.lease = &leaser{store: c.Store, links: c.Links, dhcp: c.DHCP, blocker: blocker, mark: d.mark, log: c.Logger, now: c.Now,
-		timers: newLeaseTimers(), stop: d.stop, lockEndpoint: d.lockEndpoint}
+	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
+		Stop: d.stop, LockEndpoint: d.lockEndpoint})
 	return d, nil
 }
 
@@ -245,7 +246,7 @@ func (d *Driver) Close() {
 	}
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
-	d.lease.timers.running.Wait()
+	d.lease.Wait()
 	d.lan.Close()
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
@@ -105,7 +106,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
 		default:
 			if existing != nil && existing.Lease != nil { // asked again with another MAC: its lease is not this one's
-				d.lease.forgetLease(context.WithoutCancel(ctx), *n, *existing)
+				d.lease.Forget(context.WithoutCancel(ctx), *n, *existing)
 			}
 			l, unclaim, err := d.acquireLease(ctx, *n, ep)
 			defer unclaim() // once recorded, or not
@@ -113,8 +114,8 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 				return nil, err
 			}
 			ep.Lease, ep.IPv4, leased = &l, l.Addr, true
-			if err := d.lease.journalLease(ctx, *n, ep); err != nil {
-				_ = d.lease.releaseLease(context.WithoutCancel(ctx), *n, ep)
+			if err := d.lease.Journal(ctx, *n, ep); err != nil {
+				_ = d.lease.Release(context.WithoutCancel(ctx), *n, ep)
 				return nil, fmt.Errorf("record the lease of endpoint %s: %w", dockerid.Short(ep.ID), err)
 			}
 		}
@@ -137,8 +138,8 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		}
 		return tx.PutEndpoint(ep)
 	}); err != nil {
-		if leased && d.lease.releaseLease(context.WithoutCancel(ctx), *n, ep) {
-			d.lease.unjournal(*n, ep)
+		if leased && d.lease.Release(context.WithoutCancel(ctx), *n, ep) {
+			d.lease.Unjournal(*n, ep)
 		}
 		if errors.Is(err, store.ErrNoNetwork) {
 			return nil, notFound("network", req.NetworkID)
@@ -161,7 +162,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	}
 	if ep.Lease != nil {
 		answer.Address = ep.IPv4
-		d.lease.timers.set(leaseKey{n.ID, ep.ID}, nextLeaseAction(*ep.Lease, d.now()))
+		d.lease.Schedule(n.ID, ep.ID, leases.NextAction(*ep.Lease, d.now()))
 	}
 	if *answer == (network.EndpointInterface{}) {
 		return &network.CreateEndpointResponse{}, nil
@@ -198,7 +199,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	var of store.Network
 	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(n store.Network, ep store.Endpoint) func(*store.Tx) error {
 		deleted, of = &ep, n
-		journal := d.lease.journalDeletion(ctx, n, ep)
+		journal := d.lease.JournalDeletion(ctx, n, ep)
 		return func(tx *store.Tx) error {
 			if journal != nil {
 				if err := tx.PutPendingRelease(*journal); err != nil {
@@ -213,7 +214,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	if deleted != nil {
 		d.joins.drop(deleted.ID) // after the commit: a failed one keeps the join
 		if deleted.Lease != nil {
-			d.lease.forgetLease(context.WithoutCancel(ctx), of, *deleted)
+			d.lease.Forget(context.WithoutCancel(ctx), of, *deleted)
 		}
 	}
 	d.ifnames.set(req.EndpointID, "")

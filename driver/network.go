@@ -26,7 +26,7 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err != nil {
 		return err
 	}
-	if rules.DHCPOf(want).On && d.lease.dhcp == nil {
+	if rules.DHCPOf(want).On && d.lease.DHCP == nil {
 		return fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", dockerid.Short(want.ID))
 	}
 	refs := rules.IPAMRefs(req)
@@ -261,7 +261,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	d.point("delete-network/before-commit")
 	var journal []store.PendingRelease // held leases: released below, or at the next start
 	for _, ep := range eps {
-		if rec := d.lease.journalDeletion(ctx, n, ep); rec != nil {
+		if rec := d.lease.JournalDeletion(ctx, n, ep); rec != nil {
 			journal = append(journal, *rec)
 		}
 	}
@@ -281,7 +281,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 		d.ifnames.set(ep.ID, "")
 		d.joins.drop(ep.ID)  // only now: a failed removal keeps its endpoints joined
 		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too
-			d.lease.forgetLease(context.WithoutCancel(ctx), n, ep)
+			d.lease.Forget(context.WithoutCancel(ctx), n, ep)
 		}
 	}
 	d.point("delete-network/before-parent-delete")

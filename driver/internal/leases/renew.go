@@ -1,4 +1,4 @@
-package driver
+package leases
 
 import (
 	"context"
@@ -23,9 +23,9 @@ const (
 	maxLeaseSleep = time.Minute
 )
 
-// run loads every lease from the state file and renews each when due, at
+// Run loads every lease from the state file and renews each when due, at
 // most maxRenewals at once, until ctx ends or the driver closes (RunLeases).
-func (ls *leaser) run(ctx context.Context) error {
+func (ls *Leaser) Run(ctx context.Context) error {
 	now := ls.now()
 	var lost []rules.BlockKey
 	if err := ls.store.View(func(tx *store.Tx) error {
@@ -39,7 +39,7 @@ func (ls *leaser) run(ctx context.Context) error {
 					continue
 				}
 				if !ep.Lease.Lost.IsZero() {
-					lost = append(lost, rules.BlockKey{Parent: n.Parent, Addr: leaseAddr(*ep.Lease)})
+					lost = append(lost, rules.BlockKey{Parent: n.Parent, Addr: Addr(*ep.Lease)})
 				}
 				// A renewal that fell due while the daemon was down is
 				// sent now, not at the next retry time.
@@ -47,7 +47,7 @@ func (ls *leaser) run(ctx context.Context) error {
 				if now.Before(ep.Lease.T1) {
 					at = ep.Lease.T1
 				}
-				ls.timers.set(leaseKey{n.ID, ep.ID}, at)
+				ls.timers.Set(Key{n.ID, ep.ID}, at)
 			}
 			return err
 		})
@@ -69,7 +69,7 @@ func (ls *leaser) run(ctx context.Context) error {
 		defer ls.timers.running.Done()
 		defer cancel()
 		for {
-			due, at := ls.timers.next(ls.now())
+			due, at := ls.timers.Next(ls.now())
 			for _, k := range due {
 				select {
 				case sem <- struct{}{}:
@@ -82,7 +82,7 @@ func (ls *leaser) run(ctx context.Context) error {
 				go func() {
 					defer ls.timers.running.Done()
 					defer func() { <-sem }()
-					ls.renewLease(ctx, k)
+					ls.Renew(ctx, k)
 				}()
 			}
 			wait := maxLeaseSleep
@@ -106,13 +106,13 @@ func (ls *leaser) run(ctx context.Context) error {
 	return nil
 }
 
-// renewLease renews one lease, marks it lost once it expired or the
+// Renew renews one lease, marks it lost once it expired or the
 // server refused it, and asks for a lost one's address again; then it
 // schedules the next action. The endpoint's lock is held only to read the
 // record and to commit the outcome, not across the exchange with the
 // server: DeleteEndpoint does not wait for a silent LAN, it cancels the
-// exchange (leaseTimers.cancel).
-func (ls *leaser) renewLease(ctx context.Context, k leaseKey) {
+// exchange (Timers.cancel).
+func (ls *Leaser) Renew(ctx context.Context, k Key) {
 	n, ep, ok := ls.leaseRecord(ctx, k)
 	if !ok {
 		return
@@ -120,7 +120,7 @@ func (ls *leaser) renewLease(ctx context.Context, k leaseKey) {
 	old := *ep.Lease
 	now := ls.now()
 	if old.Lost.IsZero() && now.Before(old.T1) {
-		ls.timers.set(k, old.T1)
+		ls.timers.Set(k, old.T1)
 		return
 	}
 	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", old.Addr)
@@ -143,15 +143,15 @@ func (ls *leaser) renewLease(ctx context.Context, k leaseKey) {
 		}
 		ep.Lease = &old
 	}
-	r, err := ls.leaseRequest(rctx, n, ep)
+	r, err := ls.RequestOf(rctx, n, ep)
 	var l store.Lease
 	switch {
 	case err != nil:
 	case !old.Lost.IsZero():
 		l, err = ls.reacquire(rctx, r, old)
 	default:
-		l, err = ls.dhcp.Renew(rctx, r, old)
-		if errors.Is(err, ErrLeaseNAK) {
+		l, err = ls.DHCP.Renew(rctx, r, old)
+		if errors.Is(err, ErrNAK) {
 			if old, ok = ls.loseLease(ctx, k, n, ep, old, "the server refused to renew it (DHCPNAK): "+err.Error(), log); !ok {
 				return
 			}
@@ -160,20 +160,20 @@ func (ls *leaser) renewLease(ctx context.Context, k leaseKey) {
 		}
 	}
 	if err != nil {
-		next := nextLeaseAction(old, ls.now()) // after the exchange, which took its time
+		next := NextAction(old, ls.now()) // after the exchange, which took its time
 		if old.Lost.IsZero() {
 			log.Warn("could not renew DHCP lease; retrying", "t2", old.T2, "expiry", old.Expiry, "next", next, "error", err)
 		} else {
 			log.Debug("lost DHCP lease not won back yet; asking again", "next", next, "error", err)
 		}
-		ls.timers.set(k, next)
+		ls.timers.Set(k, next)
 		return
 	}
 	switch ls.commitLease(ctx, k, old, l, log) {
 	case leaseGone:
 		// The endpoint went meanwhile: the lease this exchange extended or
 		// won is not kept for anyone.
-		_ = ls.dhcp.Release(context.WithoutCancel(ctx), r, l)
+		_ = ls.DHCP.Release(context.WithoutCancel(ctx), r, l)
 		return
 	case leaseNotRecorded:
 		return // rescheduled: the record keeps the old lease, which the server extended
@@ -183,13 +183,13 @@ func (ls *leaser) renewLease(ctx context.Context, k leaseKey) {
 	} else {
 		log.Info("renewed DHCP lease", "expiry", l.Expiry, "t1", l.T1)
 	}
-	ls.timers.set(k, nextLeaseAction(l, ls.now()))
+	ls.timers.Set(k, NextAction(l, ls.now()))
 }
 
 // loseLease records a lease lost, then blocks its address (only once the
 // record says lost: a deletion in between leaves no block behind); false
 // when the record changed meanwhile or could not be written (rescheduled).
-func (ls *leaser) loseLease(ctx context.Context, k leaseKey, n store.Network, ep store.Endpoint, old store.Lease, why string, log *slog.Logger) (store.Lease, bool) {
+func (ls *Leaser) loseLease(ctx context.Context, k Key, n store.Network, ep store.Endpoint, old store.Lease, why string, log *slog.Logger) (store.Lease, bool) {
 	marked := rules.MarkLost(old, ls.now(), why)
 	if ls.commitLease(ctx, k, old, marked, log) != leaseRecorded {
 		return old, false
@@ -201,14 +201,14 @@ func (ls *leaser) loseLease(ctx context.Context, k leaseKey, n store.Network, ep
 // leaseRecord reads a lease's network and endpoint under the endpoint's
 // lock; false (and the lease forgotten or rescheduled) when there is
 // nothing to renew.
-func (ls *leaser) leaseRecord(ctx context.Context, k leaseKey) (store.Network, store.Endpoint, bool) {
-	ctx, unlock, n, ep, err := ls.lockEndpoint(ctx, k.network, k.endpoint)
+func (ls *Leaser) leaseRecord(ctx context.Context, k Key) (store.Network, store.Endpoint, bool) {
+	ctx, unlock, n, ep, err := ls.lockEndpoint(ctx, k.Network, k.Endpoint)
 	if err != nil {
-		ls.timers.set(k, ls.now().Add(dhcp.MinRetry))
+		ls.timers.Set(k, ls.now().Add(dhcp.MinRetry))
 		return store.Network{}, store.Endpoint{}, false
 	}
 	defer unlock()
-	if n == nil || ep == nil || ep.Lease == nil || ls.dhcp == nil {
+	if n == nil || ep == nil || ep.Lease == nil || ls.DHCP == nil {
 		ls.timers.drop(k)
 		return store.Network{}, store.Endpoint{}, false
 	}
@@ -229,11 +229,11 @@ const (
 
 // commitLease records l as the endpoint's lease under its lock if the
 // record still holds old (it was not deleted or replaced meanwhile).
-func (ls *leaser) commitLease(ctx context.Context, k leaseKey, old, l store.Lease, log *slog.Logger) leaseCommit {
-	_, unlock, _, ep, err := ls.lockEndpoint(context.WithoutCancel(ctx), k.network, k.endpoint)
+func (ls *Leaser) commitLease(ctx context.Context, k Key, old, l store.Lease, log *slog.Logger) leaseCommit {
+	_, unlock, _, ep, err := ls.lockEndpoint(context.WithoutCancel(ctx), k.Network, k.Endpoint)
 	if err != nil {
 		log.Error("record DHCP lease", "error", err)
-		ls.timers.set(k, ls.now().Add(dhcp.MinRetryShort))
+		ls.timers.Set(k, ls.now().Add(dhcp.MinRetryShort))
 		return leaseNotRecorded
 	}
 	defer unlock()
@@ -244,30 +244,30 @@ func (ls *leaser) commitLease(ctx context.Context, k leaseKey, old, l store.Leas
 	renewed.Lease = &l
 	if err := ls.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(renewed) }); err != nil {
 		log.Error("record DHCP lease", "error", err)
-		ls.timers.set(k, ls.now().Add(dhcp.MinRetryShort))
+		ls.timers.Set(k, ls.now().Add(dhcp.MinRetryShort))
 		return leaseNotRecorded
 	}
 	return leaseRecorded
 }
 
 // reacquire asks for a lost lease's address anew and takes only that one
-// (its mask may change): another is never requested (LeaseRequest.Only).
-func (ls *leaser) reacquire(ctx context.Context, r LeaseRequest, old store.Lease) (store.Lease, error) {
-	r.Only = leaseAddr(old)
-	l, err := ls.dhcp.Acquire(ctx, r)
+// (its mask may change): another is never requested (Request.Only).
+func (ls *Leaser) reacquire(ctx context.Context, r Request, old store.Lease) (store.Lease, error) {
+	r.Only = Addr(old)
+	l, err := ls.DHCP.Acquire(ctx, r)
 	if err != nil {
 		return l, err
 	}
-	if leaseAddr(l) != leaseAddr(old) {
+	if Addr(l) != Addr(old) {
 		// A client that ignores Only: not ours to keep.
-		_ = ls.dhcp.Release(ctx, r, l)
+		_ = ls.DHCP.Release(ctx, r, l)
 		return store.Lease{}, fmt.Errorf("the server offered %s instead of %s", l.Addr, old.Addr)
 	}
 	return l, nil
 }
 
-// leaseAddr is a lease's address without its prefix length.
-func leaseAddr(l store.Lease) netip.Addr {
+// Addr is a lease's address without its prefix length.
+func Addr(l store.Lease) netip.Addr {
 	p, _ := netip.ParsePrefix(l.Addr)
 	return p.Addr()
 }

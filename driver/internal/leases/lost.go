@@ -1,4 +1,4 @@
-package driver
+package leases
 
 import (
 	"context"
@@ -30,7 +30,7 @@ type AddrBlocker interface {
 // restoreBlocks makes the kernel's blocks those of the lost leases in the
 // state file: after a reboot they are gone, after a crash some may be
 // left over.
-func (ls *leaser) restoreBlocks(ctx context.Context, lost []rules.BlockKey) error {
+func (ls *Leaser) restoreBlocks(ctx context.Context, lost []rules.BlockKey) error {
 	if ls.blocker == nil {
 		return nil
 	}
@@ -65,8 +65,8 @@ func (ls *leaser) restoreBlocks(ctx context.Context, lost []rules.BlockKey) erro
 
 // blockLost blocks a lost lease's address on the parent, logging the loss
 // once.
-func (ls *leaser) blockLost(ctx context.Context, n store.Network, ep store.Endpoint, l store.Lease) {
-	a := leaseAddr(l)
+func (ls *Leaser) blockLost(ctx context.Context, n store.Network, ep store.Endpoint, l store.Lease) {
+	a := Addr(l)
 	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", l.LostWhy)
 	if ls.blocker == nil {
 		log.Error("DHCP lease lost, and this daemon cannot block the address: the container keeps sending from it; restart the container to get a new address")
@@ -80,11 +80,11 @@ func (ls *leaser) blockLost(ctx context.Context, n store.Network, ep store.Endpo
 }
 
 // wonBack unblocks the address of a lease that was lost and is held again.
-func (ls *leaser) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old store.Lease) {
+func (ls *Leaser) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old store.Lease) {
 	if old.Lost.IsZero() {
 		return
 	}
-	a := leaseAddr(old)
+	a := Addr(old)
 	if ls.blocker != nil {
 		if err := ls.blocker.Unblock(ctx, n.Parent, a, ls.mark); err != nil {
 			ls.log.Error("won a lost DHCP lease back, but unblocking the address failed", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
@@ -94,22 +94,22 @@ func (ls *leaser) wonBack(ctx context.Context, n store.Network, ep store.Endpoin
 	ls.log.Info("won a lost DHCP lease back: the container sends from its address again", "network", n.ID, "endpoint", ep.ID, "address", a, "lost_for", ls.now().Sub(old.Lost).Round(time.Second))
 }
 
-// forgetLease is what deleting an endpoint does with its lease: a held one
+// Forget is what deleting an endpoint does with its lease: a held one
 // is released; a lost one is not the daemon's to release, and its block
 // goes.
-func (ls *leaser) forgetLease(ctx context.Context, n store.Network, ep store.Endpoint) {
-	ls.timers.drop(leaseKey{n.ID, ep.ID})
+func (ls *Leaser) Forget(ctx context.Context, n store.Network, ep store.Endpoint) {
+	ls.timers.drop(Key{n.ID, ep.ID})
 	if ep.Lease == nil {
 		return
 	}
 	if ep.Lease.Lost.IsZero() {
-		if ls.releaseLease(ctx, n, ep) {
-			ls.unjournal(n, ep)
+		if ls.Release(ctx, n, ep) {
+			ls.Unjournal(n, ep)
 		}
 		return
 	}
 	if ls.blocker != nil {
-		if err := ls.blocker.Unblock(ctx, n.Parent, leaseAddr(*ep.Lease), ls.mark); err != nil {
+		if err := ls.blocker.Unblock(ctx, n.Parent, Addr(*ep.Lease), ls.mark); err != nil {
 			ls.log.Warn("could not unblock the address of a lost lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
 		}
 	}

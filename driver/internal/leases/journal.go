@@ -1,4 +1,4 @@
-package driver
+package leases
 
 import (
 	"context"
@@ -18,15 +18,15 @@ import (
 // expires on the server.
 
 // pendingRelease is the journal entry of an endpoint's lease.
-func (ls *leaser) pendingRelease(n store.Network, ep store.Endpoint, r LeaseRequest) store.PendingRelease {
+func (ls *Leaser) pendingRelease(n store.Network, ep store.Endpoint, r Request) store.PendingRelease {
 	return store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: r.Parent, MAC: r.MAC.String(),
 		ClientID: hex.EncodeToString(r.ClientID), Lease: *ep.Lease, Since: ls.now()}
 }
 
-// journalLease writes a lease just acquired to the journal before its
+// Journal writes a lease just acquired to the journal before its
 // endpoint's record is committed.
-func (ls *leaser) journalLease(ctx context.Context, n store.Network, ep store.Endpoint) error {
-	r, err := ls.leaseRequest(ctx, n, ep)
+func (ls *Leaser) Journal(ctx context.Context, n store.Network, ep store.Endpoint) error {
+	r, err := ls.RequestOf(ctx, n, ep)
 	if err != nil {
 		return err
 	}
@@ -34,13 +34,13 @@ func (ls *leaser) journalLease(ctx context.Context, n store.Network, ep store.En
 	return ls.store.Batch(func(tx *store.Tx) error { return tx.PutPendingRelease(rec) })
 }
 
-// journalDeletion is the journal entry written with an endpoint's deletion:
+// JournalDeletion is the journal entry written with an endpoint's deletion:
 // its held lease, to be released (nil without one to release).
-func (ls *leaser) journalDeletion(ctx context.Context, n store.Network, ep store.Endpoint) *store.PendingRelease {
+func (ls *Leaser) JournalDeletion(ctx context.Context, n store.Network, ep store.Endpoint) *store.PendingRelease {
 	if ep.Lease == nil || !ep.Lease.Lost.IsZero() {
 		return nil
 	}
-	r, err := ls.leaseRequest(ctx, n, ep)
+	r, err := ls.RequestOf(ctx, n, ep)
 	if err != nil {
 		return nil
 	}
@@ -48,8 +48,8 @@ func (ls *leaser) journalDeletion(ctx context.Context, n store.Network, ep store
 	return &rec
 }
 
-// unjournal forgets a lease once recorded or released.
-func (ls *leaser) unjournal(n store.Network, ep store.Endpoint) {
+// Unjournal forgets a lease once recorded or released.
+func (ls *Leaser) Unjournal(n store.Network, ep store.Endpoint) {
 	if ep.Lease == nil {
 		return
 	}
@@ -61,7 +61,7 @@ func (ls *leaser) unjournal(n store.Network, ep store.Endpoint) {
 // releaseJournaled gives back, at start, the journaled leases that no
 // endpoint's record holds (a kill -9 left them), and forgets the others.
 // A lease that cannot be released now is kept until it would have expired.
-func (ls *leaser) releaseJournaled(ctx context.Context) {
+func (ls *Leaser) releaseJournaled(ctx context.Context) {
 	var pending []store.PendingRelease
 	held := map[[3]string]bool{}
 	if err := ls.store.View(func(tx *store.Tx) (err error) {
@@ -84,11 +84,11 @@ func (ls *leaser) releaseJournaled(ctx context.Context) {
 	}
 	for _, p := range pending {
 		forget := held[[3]string{p.NetworkID, p.EndpointID, p.Lease.Addr}] || !ls.now().Before(p.Lease.Expiry)
-		if !forget && ls.dhcp != nil {
+		if !forget && ls.DHCP != nil {
 			mac, _ := net.ParseMAC(p.MAC)
 			id, _ := hex.DecodeString(p.ClientID)
 			rctx, cancel := context.WithTimeout(ctx, rules.DefaultDHCPTimeout)
-			err := ls.dhcp.Release(rctx, LeaseRequest{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease)
+			err := ls.DHCP.Release(rctx, Request{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease)
 			cancel()
 			if err != nil {
 				ls.log.Warn("could not release a lease a crash left: retrying at the next start until it expires", "endpoint", p.EndpointID, "address", p.Lease.Addr, "error", err)
