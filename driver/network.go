@@ -15,137 +15,47 @@ import (
 )
 
 // CreateNetwork creates a network or, when its ID comes back, reuses or
-// replaces it; see the rules in README.md. It parses the request, locks the
-// network, resolves the requested parent to the kernel link it really is,
-// locks that link, decides over a snapshot of the store, rules out stale
-// holders with Docker, reserves the parent durably, creates the parent link
-// if underlay owns it, and commits. On failure nothing of the new network
-// is left behind.
+// replaces it; see the rules in README.md. Its phases (create.go): parse
+// the request, lock the network, reuse the recorded copy if nothing
+// changed, resolve the requested parent to the kernel link it really is,
+// lock that link, decide over a snapshot of the store, clear the way (rule
+// out stale holders with Docker, remove a stale copy), look at the link
+// again if it may have changed, then reserve the parent durably, create
+// the parent link if underlay owns it, and commit. On failure nothing of
+// the new network is left behind.
 func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRequest) error {
-	want, err := rules.ParseNetwork(req)
+	c, err := d.parseCreate(req)
 	if err != nil {
 		return err
 	}
-	if rules.DHCPOf(want).On && d.lease.DHCP == nil {
-		return fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", dockerid.Short(want.ID))
-	}
-	refs := rules.IPAMRefs(req)
-	asked := rules.RequestedParent(want)
-	// The request's attributes on each of its log lines (not a With
-	// logger: it formats them at once, logged or not).
-	attrs := func(kv ...any) []any { return append([]any{"network", want.ID, "parent", asked}, kv...) }
-	ctx, unlockNet, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.NetworkKey(want.ID)))
+	ctx, unlockNet, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.NetworkKey(c.want.ID)))
 	if err != nil {
 		return err
 	}
 	defer unlockNet()
-
-	same, err := d.network(want.ID)
-	if err != nil {
+	if reused, err := c.reuseIfSame(ctx); reused || err != nil {
 		return err
 	}
-	var res rules.Resolution
-	resolved := false
-	if same != nil && same.Pending == nil && rules.SameConfig(want, *same) {
-		r, moving, err := d.parentMoved(ctx, want, *same)
-		if err != nil {
-			return err
-		}
-		if !moving {
-			_, unlock, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(same.Parent)))
-			if err != nil {
-				return err
-			}
-			defer unlock()
-			d.log.Info("network exists with the same configuration: reusing it", attrs("link", same.Parent)...)
-			return d.reuse(ctx, *same)
-		}
-		res, resolved = r, true
+	if err := c.resolveParent(ctx); err != nil {
+		return err
 	}
-	events := d.locks.Changes(keylock.Parent)
-	if !resolved {
-		if res, err = d.resolve(ctx, want); err != nil {
-			return err
-		}
-	}
-	want.Parent = res.Name
-	if res.Why != "" {
-		d.log.Info("parent resolved on this host", attrs("link", res.Name, "why", res.Why)...)
-	}
-	parents := []keylock.Req{keylock.Exclusive(keylock.ParentKey(want.Parent))}
-	if same != nil {
-		parents = append(parents, keylock.Exclusive(keylock.ParentKey(same.Parent)))
-	}
-	_, unlockParents, err := d.locks.Acquire(ctx, parents...)
+	unlockParents, err := c.lockParents(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlockParents()
-	// Whether the lookup above is still the kernel's view as far as
-	// underlay's own changes go (the check at the end).
-	fresh := same == nil && d.locks.Quiet(keylock.Parent, events, len(keylock.Merge(parents)))
-
-	var onParent []store.Network
-	if err := d.store.View(func(tx *store.Tx) (err error) {
-		onParent, err = tx.NetworksOn(want.Parent)
-		return err
-	}); err != nil {
+	if err := c.decide(); err != nil {
 		return err
 	}
-	dec := rules.Decide(want, same, onParent)
-	fresh = fresh && len(dec.Conflicts) == 0
-	d.log.Debug("create network decision", attrs("link", want.Parent, "verdict", dec.Verdict.String(), "conflicts", len(dec.Conflicts))...)
-	if dec.Verdict == rules.VerdictMove && len(dec.Conflicts) > 0 {
-		// A move the new link's rules refuse must not cost the network
-		// its working copy: rule out stale holders before anything goes.
-		release, err := d.clearStaleHolders(ctx, want, asked, dec.Conflicts)
-		defer release()
-		if err != nil {
-			return d.holdersRefused(d.stayPut(ctx, *same, want.Parent, err))
-		}
-		dec.Conflicts = nil
+	release, answered, err := c.clearTheWay(ctx)
+	defer release()
+	if answered || err != nil {
+		return err
 	}
-	switch dec.Verdict {
-	case rules.VerdictReuse: // the reuse path above answered this; a pending same is not reused
-	case rules.VerdictReplace, rules.VerdictMove:
-		if dec.Verdict == rules.VerdictMove {
-			d.log.Info("the parent option now resolves to another link on this host: moving the network there (its endpoints' links of earlier sandboxes go with the old copy)",
-				attrs("old_link", same.Parent, "link", want.Parent, "why", res.Why)...)
-		} else {
-			d.log.Warn("replacing stale duplicate of network (same ID, other configuration)",
-				attrs("old_parent", same.Parent, "old", rules.Describe(*same), "new", rules.Describe(want))...)
-		}
-		d.point("create-network/before-remove-stale")
-		if err := d.removeNetwork(ctx, *same); err != nil {
-			return fmt.Errorf("remove the stale copy of network %s: %w", dockerid.Short(want.ID), err)
-		}
-		d.point("create-network/after-remove-stale")
+	if err := c.recheckParent(ctx); err != nil {
+		return err
 	}
-	if len(dec.Conflicts) > 0 {
-		release, err := d.clearStaleHolders(ctx, want, asked, dec.Conflicts)
-		defer release()
-		if err != nil {
-			return d.holdersRefused(err)
-		}
-	}
-	if !fresh {
-		// The link may have come or gone while this request waited for its
-		// lock (a delete releasing it, the janitor, someone else), and
-		// removing stale networks may have released it: look again, now that
-		// no one else can create or delete it under this name. Skipped when
-		// no parent lock changed hands since the lookup and nothing was
-		// removed: then underlay changed no parent link in between. A link
-		// someone outside underlay deletes in that window (microseconds
-		// when the lock was free) is found as at any later time: the
-		// next Join re-creates a parent underlay owns, or fails naming it.
-		if res, err = d.resolve(ctx, want); err != nil {
-			return err
-		}
-		if res.Name != want.Parent {
-			return fmt.Errorf("%w: parent %s became link %s while this request waited for it (someone created it meanwhile): retry", ErrConflict, asked, res.Name)
-		}
-	}
-	return d.createNetwork(ctx, want, res.Create, refs)
+	return d.createNetwork(ctx, c.want, c.res.Create, c.refs)
 }
 
 // createNetwork reserves, builds and commits a new network. plan is the

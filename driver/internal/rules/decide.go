@@ -39,8 +39,8 @@ type Conflict struct {
 	Reason string
 }
 
-// decision is what CreateNetwork must do.
-type decision struct {
+// Decision is what CreateNetwork must do.
+type Decision struct {
 	Verdict verdict
 	// Conflicts are the holders that block the create; each may still turn
 	// out to be a stale record (Docker no longer knows it).
@@ -50,12 +50,12 @@ type decision struct {
 // Decide applies the parent rules. same is the stored network with the
 // requested ID, if any; onParent are the stored networks on the requested
 // parent (same excluded or not, it is skipped).
-func Decide(want record.Network, same *record.Network, onParent []record.Network) decision {
-	var d decision
+func Decide(want record.Network, same *record.Network, onParent []record.Network) Decision {
+	var d Decision
 	if same != nil {
 		switch {
 		case same.Pending == nil && SameConfig(want, *same) && (want.Parent == "" || want.Parent == same.Parent):
-			return decision{Verdict: VerdictReuse}
+			return Decision{Verdict: VerdictReuse}
 		case same.Pending == nil && SameConfig(want, *same):
 			d.Verdict = VerdictMove
 		default:
