@@ -183,12 +183,7 @@ func randomMAC() net.HardwareAddr {
 // the sandbox.
 func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
 	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(_ store.Network, ep store.Endpoint) func(*store.Tx) error {
-		d.joins.drop(ep.ID)
-		if ep.Sandbox == "" { // kept in memory, or not joined: no write
-			return nil
-		}
-		ep.Sandbox, ep.Boot = "", ""
-		return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
+		return d.joins.leave(ep) // joins.go: a join kept in memory, or none, writes nothing
 	})
 }
 

@@ -33,8 +33,8 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 			if n.HostAddress != "" {
 				inv.HostLinks[n.ID] = rules.ShimName(n.ID)
 			}
-			eps, err := tx.Endpoints(n.ID)
-			inv.Endpoints = append(inv.Endpoints, d.joins.overlayAll(eps)...)
+			eps, err := d.joins.endpoints(tx, n.ID)
+			inv.Endpoints = append(inv.Endpoints, eps...)
 			return err
 		}); err != nil {
 			return err

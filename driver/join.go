@@ -48,12 +48,8 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	}
 	d.point("join/after-link")
 	sandbox := rules.ValueOr(req.SandboxKey, "(unnamed)")
-	if !durableJoin(*n) && ep.Sandbox == "" {
-		d.joins.set(ep.ID, sandbox, d.boot) // joins.go: nothing to commit
-	} else if ep.Sandbox != sandbox || ep.Boot != d.boot {
-		joined := *ep
-		joined.Sandbox, joined.Boot = sandbox, d.boot
-		if err := d.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(joined) }); err != nil {
+	if commit := d.joins.join(*n, *ep, sandbox, d.boot); commit != nil { // joins.go: kept in memory, or committed
+		if err := d.store.Batch(commit); err != nil {
 			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), ep.Link, true)
 			return nil, fmt.Errorf("join endpoint %s: record the join: %w", dockerid.Short(ep.ID), err)
 		}

@@ -23,7 +23,11 @@ import (
 // host address. Until the endpoint leaves, a second Join of such an
 // endpoint is then not refused; `underlay ls` shows it as not joined.
 
-// joinTable holds the joins kept in memory, by endpoint ID.
+// joinTable is the one owner of endpoints' joins: where a join is kept
+// (memory or the endpoint's record, durableJoin) is its business alone.
+// Every read of a join goes through it (endpoints, overlay), and every
+// write (join, leave, drop); no reader fills in joins from memory itself.
+// The memory part holds the joins not committed, by endpoint ID.
 type joinTable struct {
 	mu sync.Mutex
 	m  map[string]join
@@ -60,12 +64,41 @@ func (j *joinTable) overlay(ep store.Endpoint) store.Endpoint {
 	return ep
 }
 
-// overlayAll is overlay over a list, in place.
-func (j *joinTable) overlayAll(eps []store.Endpoint) []store.Endpoint {
+// endpoints reads a network's endpoints with their joins, wherever each
+// is kept.
+func (j *joinTable) endpoints(tx *store.Tx, networkID string) ([]store.Endpoint, error) {
+	eps, err := tx.Endpoints(networkID)
 	for i := range eps {
 		eps[i] = j.overlay(eps[i])
 	}
-	return eps
+	return eps, err
+}
+
+// join keeps ep joined to sandbox in boot: in memory for a network whose
+// joins are not durable (nothing to commit: nil), else the commit of its
+// record (nil when the record already says so). A record written by an
+// older version with a join keeps it there.
+func (j *joinTable) join(n store.Network, ep store.Endpoint, sandbox, boot string) func(*store.Tx) error {
+	if !durableJoin(n) && ep.Sandbox == "" {
+		j.set(ep.ID, sandbox, boot)
+		return nil
+	}
+	if ep.Sandbox == sandbox && ep.Boot == boot {
+		return nil
+	}
+	ep.Sandbox, ep.Boot = sandbox, boot
+	return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
+}
+
+// leave forgets ep's join: from memory, and the commit clearing its record
+// when the record holds it (nil otherwise: no write).
+func (j *joinTable) leave(ep store.Endpoint) func(*store.Tx) error {
+	j.drop(ep.ID)
+	if ep.Sandbox == "" {
+		return nil
+	}
+	ep.Sandbox, ep.Boot = "", ""
+	return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
 }
 
 // durableJoin reports whether a network's joins are committed.

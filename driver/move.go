@@ -39,12 +39,12 @@ func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (rul
 	}
 	var eps []store.Endpoint
 	if err := d.store.View(func(tx *store.Tx) (err error) {
-		eps, err = tx.Endpoints(same.ID)
+		eps, err = d.joins.endpoints(tx, same.ID)
 		return err
 	}); err != nil {
 		return res, false, err
 	}
-	if rules.KeepParent(gone == nil, d.joins.overlayAll(eps), d.boot) {
+	if rules.KeepParent(gone == nil, eps, d.boot) {
 		d.log.Warn("the parent option now resolves to another link on this host, but endpoints of the network live on its link: keeping it (docker network rm and create move it)",
 			"network", same.ID, "link", same.Parent, "would_be", res.Name, "why", res.Why)
 		return res, false, nil

@@ -121,7 +121,7 @@ func (d *Driver) deleteRenamedShims(ctx context.Context, name string, addr netip
 // joinedRoutes lists the IPv4 addresses of a network's endpoints joined
 // in this boot: the /32 routes its shim carries.
 func (d *Driver) joinedRoutes(tx *store.Tx, networkID string) ([]netip.Addr, error) {
-	eps, err := tx.Endpoints(networkID)
+	eps, err := d.joins.endpoints(tx, networkID)
 	if err != nil {
 		return nil, err
 	}
