@@ -41,9 +41,9 @@ func (c *creation) attrs(kv ...any) []any {
 	return append([]any{"network", c.want.ID, "parent", c.asked}, kv...)
 }
 
-// parseCreate parses the request and refuses a DHCP network this daemon
+// newCreation parses the request and refuses a DHCP network this daemon
 // cannot lease for.
-func (d *Driver) parseCreate(req *network.CreateNetworkRequest) (*creation, error) {
+func newCreation(d *Driver, req *network.CreateNetworkRequest) (*creation, error) {
 	want, err := rules.ParseNetwork(req)
 	if err != nil {
 		return nil, err

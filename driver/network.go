@@ -24,7 +24,7 @@ import (
 // the parent link if underlay owns it, and commit. On failure nothing of
 // the new network is left behind.
 func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRequest) error {
-	c, err := d.parseCreate(req)
+	c, err := newCreation(d, req)
 	if err != nil {
 		return err
 	}
