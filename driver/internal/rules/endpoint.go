@@ -2,10 +2,6 @@ package rules
 
 import (
 	"net/netip"
-	"strings"
-	"unicode/utf8"
-
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 func EndpointAddr(s string, want6 bool) (string, error) {
@@ -32,15 +28,8 @@ func EndpointIfName(opts map[string]any) (string, error) {
 		return "", nil
 	}
 	name, _ := v.(string)
-	switch {
-	case name == "":
-		return "", Invalidf("%s is given without a name: give the container's interface name, such as lan0", OptEndpointIfName)
-	case len(name) > vocab.MaxNameLen:
-		return "", Invalidf("interface name %q (%s) is %d bytes long; Linux interface names are at most %d bytes: use a shorter name", name, OptEndpointIfName, len(name), vocab.MaxNameLen)
-	case name == "lo" || name == "." || name == "..":
-		return "", Invalidf("interface name %q (%s) is reserved in every container: use another name, such as lan0", name, OptEndpointIfName)
-	case strings.ContainsAny(name, "/: \t\n\r") || !utf8.ValidString(name):
-		return "", Invalidf("interface name %q (%s) is not a valid Linux interface name (no /, :, or white space): use letters, digits, - or _", name, OptEndpointIfName)
+	if err := checkIfName(name); err != nil {
+		return "", err
 	}
 	return name, nil
 }

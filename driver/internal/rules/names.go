@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 // Link names underlay gives the links it creates. Both are 15 bytes: a
@@ -48,4 +50,49 @@ func IsEndpointLinkName(name string) bool {
 // dummy parent.
 func isDummyName(name string) bool {
 	return len(name) == len(dummyPrefix)+idChars && strings.HasPrefix(name, dummyPrefix)
+}
+
+// The host link of a network with a host address.
+const shimPrefix = "ulh"
+
+// ShimName is the host's link on a network.
+func ShimName(networkID string) string { return shimPrefix + idPart(networkID) }
+
+// IsShimName reports whether a name has the form of a host link.
+func IsShimName(name string) bool {
+	return len(name) == len(shimPrefix)+idChars && strings.HasPrefix(name, shimPrefix)
+}
+
+// Names the user gives: a parent link (-o parent=) and a container's
+// interface (com.docker.network.endpoint.ifname).
+
+// checkParentName refuses parent names the kernel could never hold.
+func checkParentName(name string) error {
+	switch {
+	case name == "":
+		return nil
+	case len(name) > vocab.MaxNameLen && !longVLAN(name):
+		return Invalidf("parent %q is %d bytes long; Linux interface names are at most %d bytes: use the interface's real name", name, len(name), vocab.MaxNameLen)
+	case name == "lo":
+		return Invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")
+	case strings.ContainsAny(name, "/: \t\n") || name == "." || name == "..":
+		return Invalidf("parent %q is not a valid interface name", name)
+	}
+	return nil
+}
+
+// checkIfName refuses container interface names the kernel could never
+// hold or every container already has.
+func checkIfName(name string) error {
+	switch {
+	case name == "":
+		return Invalidf("%s is given without a name: give the container's interface name, such as lan0", OptEndpointIfName)
+	case len(name) > vocab.MaxNameLen:
+		return Invalidf("interface name %q (%s) is %d bytes long; Linux interface names are at most %d bytes: use a shorter name", name, OptEndpointIfName, len(name), vocab.MaxNameLen)
+	case name == "lo" || name == "." || name == "..":
+		return Invalidf("interface name %q (%s) is reserved in every container: use another name, such as lan0", name, OptEndpointIfName)
+	case strings.ContainsAny(name, "/: \t\n\r") || !utf8.ValidString(name):
+		return Invalidf("interface name %q (%s) is not a valid Linux interface name (no /, :, or white space): use letters, digits, - or _", name, OptEndpointIfName)
+	}
+	return nil
 }

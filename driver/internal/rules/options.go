@@ -182,21 +182,6 @@ func ValueOr(v, def string) string {
 	return v
 }
 
-// checkParentName refuses parent names the kernel could never hold.
-func checkParentName(name string) error {
-	switch {
-	case name == "":
-		return nil
-	case len(name) > vocab.MaxNameLen && !longVLAN(name):
-		return Invalidf("parent %q is %d bytes long; Linux interface names are at most %d bytes: use the interface's real name", name, len(name), vocab.MaxNameLen)
-	case name == "lo":
-		return Invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")
-	case strings.ContainsAny(name, "/: \t\n") || name == "." || name == "..":
-		return Invalidf("parent %q is not a valid interface name", name)
-	}
-	return nil
-}
-
 // GenericOptions extracts com.docker.network.generic as strings.
 func GenericOptions(opts map[string]any) (map[string]string, error) {
 	raw, ok := opts[LabelGeneric]

@@ -2,23 +2,12 @@ package rules
 
 import (
 	"net/netip"
-	"strings"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
-
-const shimPrefix = "ulh"
-
-// ShimName is the host's link on a network.
-func ShimName(networkID string) string { return shimPrefix + idPart(networkID) }
-
-// IsShimName reports whether a name has the form of a host link.
-func IsShimName(name string) bool {
-	return len(name) == len(shimPrefix)+idChars && strings.HasPrefix(name, shimPrefix)
-}
 
 // parseHostAddress validates host_address against the network's mode and
 // IPv4 pools; "" when it is not given.
