@@ -20,6 +20,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
+	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -131,23 +132,25 @@ type AddrAnnouncer = lan.Announcer
 
 // Driver implements the remote NetworkDriver protocol.
 type Driver struct {
-	store   Store
-	links   netlinkutil.Links
-	routes  RouteLister
-	lease   *leases.Leaser // DHCP leases of endpoints (driver/internal/leases)
-	docker  NetworkChecker
-	grace   time.Duration
-	lookup  time.Duration
-	mark    string
-	boot    string
-	scope   string
-	pending time.Duration
-	log     *slog.Logger
-	crash   func(string)
-	events  Events
-	now     func() time.Time
-	locks   *keylock.Locker
-	joins   *joinTable // joins not committed (joins.go)
+	store  Store
+	links  netlinkutil.Links
+	routes RouteLister
+	lease  *leases.Leaser // DHCP leases of endpoints (driver/internal/leases)
+	docker NetworkChecker
+	// staleCheck asks Docker about conflicting holders (driver/internal/stale).
+	staleCheck *stale.Checker
+	grace      time.Duration
+	lookup     time.Duration
+	mark       string
+	boot       string
+	scope      string
+	pending    time.Duration
+	log        *slog.Logger
+	crash      func(string)
+	events     Events
+	now        func() time.Time
+	locks      *keylock.Locker
+	joins      *joinTable // joins not committed (joins.go)
 	// deleting are the links underlay is deleting itself (heal.go).
 	deleting selfDeletions
 	// failures are the repair steps' last failures, logged once (heal.go).
@@ -206,6 +209,7 @@ func New(c Config) (*Driver, error) {
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	d.staleCheck = &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger}
 	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
 		Stop: d.stop, LockEndpoint: d.lockEndpoint})
 	return d, nil
