@@ -20,6 +20,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
+	"github.com/underlay-net/underlay/driver/internal/repairmemo"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -151,10 +152,10 @@ type Driver struct {
 	now        func() time.Time
 	locks      *keylock.Locker
 	joins      *joinTable // joins not committed (joins.go)
-	// deleting are the links underlay is deleting itself (heal.go).
-	deleting selfDeletions
-	// failures are the repair steps' last failures, logged once (heal.go).
-	failures failureLog
+	// deleting are the links underlay is deleting itself (driver/internal/repairmemo).
+	deleting repairmemo.SelfDeletions
+	// failures are the repair steps' last failures, logged once (driver/internal/repairmemo).
+	failures repairmemo.FailureLog
 	// lan probes endpoints' addresses on their parents and announces
 	// joined ones (driver/internal/lan); claims are the DHCP offers
 	// creates in flight are checking.

@@ -122,10 +122,10 @@ func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held str
 				continue
 			}
 			if err != nil {
-				d.failures.warn(log, s.Name, failure, err)
+				d.failures.Warn(log, s.Name, failure, err)
 				out.failed = true
 			} else {
-				d.failures.clear(s.Name)
+				d.failures.Clear(s.Name)
 				if s.Op == rules.OpShim {
 					log.Warn("made the missing host link of a network, with its routes")
 				}
@@ -286,7 +286,7 @@ func (d *Driver) deleteOwnedLink(ctx context.Context, name string, recorded bool
 		d.log.Warn("not deleting a link underlay did not create here", "link", name, "mark", l.Alias, "own_mark", d.mark)
 		return nil
 	}
-	d.deleting.add(l.Index, d.now())
+	d.deleting.Add(l.Index, d.now())
 	return d.links.DeleteLink(ctx, l)
 }
 

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"log/slog"
 	"maps"
 	"net/netip"
-	"sync"
-	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -124,39 +121,6 @@ func (d *Driver) follow(ctx context.Context, from, to, held string) error {
 	return nil
 }
 
-// selfDeletions remembers the links underlay itself is deleting, by index,
-// so the repair watcher does not take their announcements for repairs to
-// make. Entries not claimed within a minute (no watcher runs, the event
-// was lost) are dropped.
-type selfDeletions struct {
-	mu sync.Mutex
-	at map[int]time.Time
-}
-
-func (s *selfDeletions) add(index int, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.at == nil {
-		s.at = map[int]time.Time{}
-	}
-	for i, t := range s.at {
-		if now.Sub(t) > time.Minute {
-			delete(s.at, i)
-		}
-	}
-	s.at[index] = now
-}
-
-// claim reports whether underlay deleted the link with this index itself,
-// forgetting it.
-func (s *selfDeletions) claim(index int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.at[index]
-	delete(s.at, index)
-	return ok
-}
-
 // errRenamed is createParentLink's answer when the VLAN it would create
 // exists under another name with this instance's mark: an operator renamed
 // it, and the record must follow it.
@@ -178,35 +142,4 @@ func renamedTo(err error) (string, bool) {
 		return r.to, true
 	}
 	return "", false
-}
-
-// failureLog logs a repair step's failure once per link and message: a
-// parent gone for good fails every pass the same way, and one line per
-// state change is enough (the repeats go to debug).
-type failureLog struct {
-	mu   sync.Mutex
-	last map[string]string
-}
-
-func (f *failureLog) warn(log *slog.Logger, link, msg string, err error) {
-	f.mu.Lock()
-	text := msg + ": " + err.Error()
-	repeat := f.last[link] == text
-	if f.last == nil {
-		f.last = map[string]string{}
-	}
-	f.last[link] = text
-	f.mu.Unlock()
-	if repeat {
-		log.Debug(msg+" (again)", "error", err)
-		return
-	}
-	log.Warn(msg, "error", err)
-}
-
-// clear forgets a link's failure once its step succeeded.
-func (f *failureLog) clear(link string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.last, link)
 }

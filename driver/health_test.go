@@ -24,7 +24,7 @@ func TestRelevantLinkEvents(t *testing.T) {
 	ep := netlinkutil.Link{Name: rules.EndpointLinkName(epA), Index: 41, Kind: "macvlan", Alias: mark}
 	shim := netlinkutil.Link{Name: rules.ShimName(netA), Index: 42, Kind: "macvlan", Alias: mark}
 	user := netlinkutil.Link{Name: "user0", Index: 43, Kind: "device"}
-	f.d.deleting.add(44, time.Now())
+	f.d.deleting.Add(44, time.Now())
 	for _, tc := range []struct {
 		name    string
 		ev      netlinkutil.LinkEvent
@@ -59,7 +59,7 @@ func TestOwnDeletionsAreRemembered(t *testing.T) {
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	l, _ := f.k.Link("eth0.10")
 	f.del(netA)
-	if !f.d.deleting.claim(l.Index) {
+	if !f.d.deleting.Claim(l.Index) {
 		t.Fatal("DeleteNetwork's deletion of its VLAN was not remembered")
 	}
 }

@@ -160,7 +160,7 @@ func (d *Driver) relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	ours := l.Alias == d.mark
 	switch {
 	case ev.Deleted:
-		if !ours || d.deleting.claim(l.Index) {
+		if !ours || d.deleting.Claim(l.Index) {
 			return false
 		}
 		d.log.Warn("a link underlay owns went away; re-making it if networks need it", "link", l.Name, "kind", l.Kind)
