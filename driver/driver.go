@@ -20,6 +20,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
+	"github.com/underlay-net/underlay/driver/internal/macs"
 	"github.com/underlay-net/underlay/driver/internal/repairmemo"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -161,6 +162,8 @@ type Driver struct {
 	// creates in flight are checking.
 	lan    *lan.LAN
 	claims lan.Claims
+	// macs chooses endpoints' MACs (driver/internal/macs).
+	macs *macs.Chooser
 	// ifnames are the interface names endpoints asked for (ifnames.go).
 	ifnames ifnames
 
@@ -210,6 +213,7 @@ func New(c Config) (*Driver, error) {
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}
 	d.staleCheck = &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger}
 	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
 		Stop: d.stop, LockEndpoint: d.lockEndpoint})

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -90,7 +89,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		return nil, err
 	}
 	if ep.MAC == "" && n.Type == rules.TypeMacvlan {
-		ep.MAC, generated = d.endpointMAC(ctx, *n, ep, existing), true
+		ep.MAC, generated = d.macs.Choose(ctx, *n, ep, existing), true
 	}
 	leased := false // whether this request leased the address
 	if !rules.DHCPOf(*n).On && existing == nil {
@@ -168,14 +167,6 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		return &network.CreateEndpointResponse{}, nil
 	}
 	return &network.CreateEndpointResponse{Interface: answer}, nil
-}
-
-// randomMAC returns a locally administered unicast MAC.
-func randomMAC() net.HardwareAddr {
-	mac := make(net.HardwareAddr, 6)
-	_, _ = rand.Read(mac)
-	mac[0] = (mac[0] | 0x02) &^ 0x01
-	return mac
 }
 
 // Leave deletes the endpoint's link if libnetwork has already moved it back

@@ -1,0 +1,72 @@
+// Package macs chooses the MAC of a macvlan endpoint Docker gave none:
+// the stable MAC of its parent and address (mac_address_policy=stable,
+// the rules package's derivation), read from the kernel's links, or a
+// random one.
+//
+// Rule: the kernel only through its own LinkReader (reads, never
+// changes); the policy and the derivation are the rules package's.
+package macs
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"net"
+
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// LinkReader reads the kernel's links (netlinkutil.Links).
+type LinkReader interface {
+	Get(ctx context.Context, name string) (vocab.Link, error)
+	List(ctx context.Context) ([]vocab.Link, error)
+}
+
+// Chooser chooses endpoints' MACs.
+type Chooser struct {
+	Links LinkReader
+	Log   *slog.Logger
+}
+
+// Choose chooses the MAC of a macvlan endpoint Docker gave none: the one
+// it had when Docker asks again, else the policy's.
+func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoint, existing *record.Endpoint) string {
+	if existing != nil && existing.MAC != "" {
+		return existing.MAC
+	}
+	policy, err := rules.ParseMacPolicy(n.Options, n.Type)
+	addr := rules.FirstAddr(ep)
+	if err != nil || policy == rules.MacRandom || !addr.IsValid() || rules.DHCPOf(n).On {
+		return Random().String()
+	}
+	p, err := c.Links.Get(ctx, n.Parent)
+	if err != nil {
+		c.Log.Warn("using a random MAC: the parent could not be read for a stable one", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
+		return Random().String()
+	}
+	links, err := c.Links.List(ctx)
+	if err != nil {
+		c.Log.Warn("using a random MAC: the links could not be listed to check a stable one is free", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
+		return Random().String()
+	}
+	base := rules.MACBase(p, links)
+	if base == nil {
+		return Random().String()
+	}
+	mac := rules.StableMAC(base, p.VLAN, addr).String()
+	if rules.MACTaken(p, links, mac) {
+		c.Log.Warn("using a random MAC: the stable MAC for the endpoint's address is already in use on the parent", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "address", addr, "mac", mac)
+		return Random().String()
+	}
+	return mac
+}
+
+// Random returns a locally administered unicast MAC.
+func Random() net.HardwareAddr {
+	mac := make(net.HardwareAddr, 6)
+	_, _ = rand.Read(mac)
+	mac[0] = (mac[0] | 0x02) &^ 0x01
+	return mac
+}
