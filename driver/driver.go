@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/hostlink"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
@@ -162,6 +163,8 @@ type Driver struct {
 	// creates in flight are checking.
 	lan    *lan.LAN
 	claims lan.Claims
+	// shims make networks' host links (driver/internal/hostlink).
+	shims *hostlink.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
 	macs *macs.Chooser
 	// ifnames are the interface names endpoints asked for (ifnames.go).
@@ -213,6 +216,7 @@ func New(c Config) (*Driver, error) {
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.deleteOwnedLink}
 	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}
 	d.staleCheck = &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger}
 	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,

@@ -231,7 +231,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		defer unlockParent()
 	}
 	if ep != nil {
-		if err := d.routeToEndpoint(ctx, n, *ep, true); err != nil {
+		if err := d.shims.Route(ctx, n, *ep, true); err != nil {
 			return fmt.Errorf("remove the host's route to endpoint %s: %w", dockerid.Short(epID), err)
 		}
 	}

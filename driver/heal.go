@@ -43,7 +43,7 @@ func (d *Driver) heal(ctx context.Context, s rules.Step, held string) error {
 	case s.Op == rules.OpFollow:
 		return d.follow(ctx, s.Name, s.To, held)
 	case s.Shim.Network.ID != "":
-		return d.repairShim(ctx, s, held) // ensureShim logs what it healed
+		return d.repairShim(ctx, s, held) // hostlink.Shims.Ensure logs what it healed
 	default:
 		unlock, err := d.tryParent(s.Name, held)
 		if err != nil {

@@ -75,7 +75,7 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 	if n.HostAddress == "" {
 		return nil
 	}
-	if d.shimHealthy(ctx, n) && d.routeToEndpoint(ctx, &n, ep, false) == nil {
+	if d.shimHealthy(ctx, n) && d.shims.Route(ctx, &n, ep, false) == nil {
 		return nil
 	}
 	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
@@ -93,7 +93,7 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 	if a, ok := rules.EndpointV4(ep); ok && !slices.Contains(routes, a) {
 		routes = append(routes, a) // a join kept in memory (joins.go)
 	}
-	return d.ensureShim(ctx, n, routes)
+	return d.shims.Ensure(ctx, n, routes)
 }
 
 // shimHealthy reports whether the network's host link exists with this

@@ -67,7 +67,7 @@ func (d *Driver) reuse(ctx context.Context, n store.Network) error {
 	}); err != nil {
 		return err
 	}
-	return d.ensureShim(ctx, n, routes)
+	return d.shims.Ensure(ctx, n, routes)
 }
 
 // stayPut answers a move the new link refused: the network stays on its

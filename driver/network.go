@@ -125,7 +125,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 // commits the network with commit; a failed commit deletes the host link
 // again (the caller's own rollback undoes the rest).
 func (d *Driver) commitWithShim(ctx context.Context, want store.Network, parentCreated bool, commit func(*store.Tx) error) (err error) {
-	if err := d.ensureShim(ctx, want, nil); err != nil {
+	if err := d.shims.Ensure(ctx, want, nil); err != nil {
 		return err
 	}
 	defer func() {

@@ -44,7 +44,7 @@ func (d *Driver) repairShim(ctx context.Context, s rules.Step, held string) erro
 	}); err != nil || cur == nil || cur.HostAddress != n.HostAddress || cur.Parent != n.Parent {
 		return err // the network went away or changed meanwhile
 	}
-	return d.ensureShim(ctx, *cur, routes)
+	return d.shims.Ensure(ctx, *cur, routes)
 }
 
 // repair runs one repair pass over a fresh snapshot, with the executor

@@ -1,0 +1,162 @@
+// Package hostlink makes and keeps the host's own link on a network with
+// a host address (the shim) and its routes to the joined endpoints.
+//
+// Rule: the kernel only through its own Links interface, and deleting a
+// link only through the driver's DeleteOwned (which tells the repair
+// watcher); no store, no locks (the caller holds the parent's).
+package hostlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// Links is the part of the kernel the host link needs (netlinkutil.Links).
+type Links interface {
+	Get(ctx context.Context, name string) (netlinkutil.Link, error)
+	List(ctx context.Context) ([]netlinkutil.Link, error)
+	LinkAddrs(ctx context.Context, name string) ([]netip.Addr, error)
+	Heal(ctx context.Context, name string, h netlinkutil.Heal) error
+	AddShim(ctx context.Context, ep netlinkutil.Endpoint, addr netip.Addr) error
+	AddHostRoute(ctx context.Context, dst netip.Addr, dev string) error
+	DelHostRoute(ctx context.Context, dst netip.Addr, dev string) error
+}
+
+// Shims makes networks' host links.
+type Shims struct {
+	Links Links
+	Mark  string // this instance's link mark
+	Log   *slog.Logger
+	// DeleteOwned deletes a link of this instance (recorded: its record
+	// says it is one), telling the repair watcher it is underlay's doing.
+	DeleteOwned func(ctx context.Context, name string, recorded bool) error
+}
+
+// host_address: the host reaching its own containers. The kernel passes no
+// traffic between a parent and its macvlan/ipvlan children, so the host
+// gets a child of its own on the parent (the shim, named ulh + 12
+// characters of the network ID) with its address on the network, and a /32
+// route to every joined endpoint through it. Both are state: re-made at
+// start and by the repair watcher, removed with the network.
+
+// spec is the shim's link: a child of the network's type and mode.
+func (h *Shims) spec(n record.Network) netlinkutil.Endpoint {
+	return netlinkutil.Endpoint{Name: rules.ShimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: h.Mark}
+}
+
+// Ensure makes the network's host link healthy if it has a host
+// address: made when missing (replacing a link of its name that carries no
+// mark, and deleting a copy an operator renamed, so a network has one),
+// healed when down, without its address or with another MTU; then its
+// routes to the joined endpoints. The caller holds the parent's lock.
+func (h *Shims) Ensure(ctx context.Context, n record.Network, routes []netip.Addr) error {
+	if n.HostAddress == "" {
+		return nil
+	}
+	addr, perr := netip.ParseAddr(n.HostAddress)
+	if perr != nil {
+		return fmt.Errorf("%w: network %s has host address %q", store.ErrCorrupt, dockerid.Short(n.ID), n.HostAddress)
+	}
+	name := rules.ShimName(n.ID)
+	l, err := h.Links.Get(ctx, name)
+	switch {
+	case err == nil && l.Name == name && l.Alias == h.Mark:
+		if err := h.heal(ctx, n, l, addr); err != nil {
+			return err
+		}
+	case err == nil && l.Name == name && l.Alias != "":
+		return fmt.Errorf("%w: the host link %s of network %s carries the mark %q of another underlay instance, not %q: remove that link (ip link del %s) or the other instance's network",
+			pluginapi.ErrConflict, name, dockerid.Short(n.ID), l.Alias, h.Mark, name)
+	case err == nil && l.Name != name:
+		return fmt.Errorf("%w: %s, the host link name of network %s, is an altname of link %s: remove the altname", pluginapi.ErrConflict, name, dockerid.Short(n.ID), l.Name)
+	case err == nil || errors.Is(err, netlinkutil.ErrNotFound):
+		if err == nil {
+			h.Log.Warn("replacing a link of the host link's name that carries no mark (left by a crash while it was made)", "network", n.ID, "link", name)
+			if err := h.DeleteOwned(ctx, name, true); err != nil {
+				return err
+			}
+		}
+		if err := h.deleteRenamed(ctx, name, addr); err != nil {
+			return err
+		}
+		if err := h.Links.AddShim(ctx, h.spec(n), addr); err != nil {
+			return fmt.Errorf("create the host's link %s on %s for network %s: %w", name, n.Parent, dockerid.Short(n.ID), err)
+		}
+		h.Log.Info("host link ready", "network", n.ID, "link", name, "address", n.HostAddress, "parent", n.Parent)
+	default:
+		return err
+	}
+	for _, r := range routes {
+		if err := h.Links.AddHostRoute(ctx, r, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// heal puts back what an existing host link lost (up, its address,
+// its MTU), logging what was wrong once.
+func (h *Shims) heal(ctx context.Context, n record.Network, l netlinkutil.Link, addr netip.Addr) error {
+	have, err := h.Links.LinkAddrs(ctx, l.Name)
+	if err != nil {
+		return err
+	}
+	why := rules.BrokenBy(l, n.MTU, addr, have)
+	if why == "" {
+		return nil
+	}
+	if err := h.Links.Heal(ctx, l.Name, netlinkutil.Heal{MTU: n.MTU, Addr: addr}); err != nil {
+		return fmt.Errorf("put the host link %s of network %s back in order (%s): %w", l.Name, dockerid.Short(n.ID), why, err)
+	}
+	h.Log.Warn("put an owned link back in order", "network", n.ID, "link", l.Name, "was", why)
+	return nil
+}
+
+// deleteRenamed deletes the links of this instance that an operator
+// renamed from a host link name (a macvlan or ipvlan link with the mark,
+// neither an endpoint's nor a host link's name, carrying the host
+// address), before the host link is made again: one per network.
+func (h *Shims) deleteRenamed(ctx context.Context, name string, addr netip.Addr) error {
+	links, err := h.Links.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if l.Alias != h.Mark || !netlinkutil.IsEndpointKind(l.Kind) || rules.IsEndpointLinkName(l.Name) || rules.IsShimName(l.Name) {
+			continue
+		}
+		as, err := h.Links.LinkAddrs(ctx, l.Name)
+		if err != nil || !slices.Contains(as, addr) {
+			continue
+		}
+		h.Log.Warn("deleting a renamed copy of a host link", "link", l.Name, "host_link", name, "address", addr)
+		if err := h.DeleteOwned(ctx, l.Name, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Route adds (or, with del, removes) the host's /32 route to an
+// endpoint of a network with a host address.
+func (h *Shims) Route(ctx context.Context, n *record.Network, ep record.Endpoint, del bool) error {
+	a, ok := rules.EndpointV4(ep)
+	if n == nil || n.HostAddress == "" || !ok {
+		return nil
+	}
+	if del {
+		return h.Links.DelHostRoute(ctx, a, rules.ShimName(n.ID))
+	}
+	return h.Links.AddHostRoute(ctx, a, rules.ShimName(n.ID))
+}
