@@ -22,6 +22,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/macs"
+	"github.com/underlay-net/underlay/driver/internal/parentlink"
 	"github.com/underlay-net/underlay/driver/internal/repairmemo"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -163,6 +164,9 @@ type Driver struct {
 	// creates in flight are checking.
 	lan    *lan.LAN
 	claims lan.Claims
+	// parents create the parent links underlay owns
+	// (driver/internal/parentlink).
+	parents *parentlink.Maker
 	// shims make networks' host links (driver/internal/hostlink).
 	shims *hostlink.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
@@ -216,6 +220,7 @@ func New(c Config) (*Driver, error) {
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	d.parents = &parentlink.Maker{Links: c.Links, Mark: d.mark}
 	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.deleteOwnedLink}
 	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}
 	d.staleCheck = &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger}

@@ -203,7 +203,7 @@ func (d *Driver) recreate(ctx context.Context, s rules.Step, held string) error 
 		return err
 	}
 	d.log.Warn("re-creating missing parent link underlay created", "link", s.Name, "kind", s.Parent.Kind, "why", s.Why)
-	return d.createParentLink(ctx, s.Parent)
+	return d.parents.Create(ctx, s.Parent)
 }
 
 // release deletes (opRelease) or only forgets (opForget) an owned parent

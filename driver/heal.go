@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -119,27 +118,4 @@ func (d *Driver) follow(ctx context.Context, from, to, held string) error {
 	}
 	d.log.Warn("an owned VLAN was renamed: its record and networks follow it", "from", from, "to", to)
 	return nil
-}
-
-// errRenamed is createParentLink's answer when the VLAN it would create
-// exists under another name with this instance's mark: an operator renamed
-// it, and the record must follow it.
-type errRenamed struct {
-	vlan       int
-	base, from string
-	to         string
-}
-
-func (e errRenamed) Error() string {
-	return fmt.Sprintf("VLAN %d on %s, which underlay created as %s, was renamed to %s (it carries this underlay's mark)", e.vlan, e.base, e.from, e.to)
-}
-
-// renamedTo reports the new name of an owned VLAN createParentLink found
-// renamed.
-func renamedTo(err error) (string, bool) {
-	var r errRenamed
-	if errors.As(err, &r) {
-		return r.to, true
-	}
-	return "", false
 }

@@ -102,7 +102,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		}
 	}()
 	d.point("create-network/before-parent-link")
-	if err := d.createParentLink(ctx, *plan); err != nil {
+	if err := d.parents.Create(ctx, *plan); err != nil {
 		return fmt.Errorf("create parent %s for network %s: %w", plan.Name, dockerid.Short(want.ID), err)
 	}
 	created = true

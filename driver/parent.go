@@ -5,59 +5,16 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/underlay-net/underlay/driver/internal/parentlink"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
-	"golang.org/x/sys/unix"
 )
 
-// Parent links: checking the one a network asks for against the kernel,
-// creating the VLAN and dummy links underlay owns, and deleting them with
-// the last network on them.
-
-// createParentLink creates a parent link underlay owns. The kernel's
-// EEXIST is success only when the existing link is exactly the one planned
-// (made by a previous attempt of this network): a VLAN with the same ID
-// under another name, or another link with the name, is an error naming it.
-func (d *Driver) createParentLink(ctx context.Context, p store.ParentLink) error {
-	var err error
-	switch p.Kind {
-	case rules.KindVLAN:
-		err = d.links.AddVLAN(ctx, p.Name, p.Base, p.VLAN, p.MTU, d.mark)
-	case rules.KindDummy:
-		err = d.links.AddDummy(ctx, p.Name, p.MTU, d.mark)
-	default:
-		return fmt.Errorf("parent link %s has unknown kind %q", p.Name, p.Kind)
-	}
-	if !errors.Is(err, unix.EEXIST) {
-		return err
-	}
-	links, lerr := d.links.List(ctx)
-	if lerr != nil {
-		return fmt.Errorf("%w (and listing links to see which one: %w)", err, lerr)
-	}
-	if l, ok := rules.FindLink(links, p.Name); ok && rules.IsPlanned(l, p, links, d.mark) {
-		return nil
-	}
-	if p.Kind == rules.KindVLAN {
-		b, bok := rules.FindLink(links, p.Base)
-		for _, l := range links {
-			if !bok || l.Kind != rules.KindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
-				continue
-			}
-			if l.Alias == d.mark {
-				return errRenamed{vlan: p.VLAN, base: p.Base, from: p.Name, to: l.Name}
-			}
-			return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel already has that VLAN as %s, made by someone else (mark %q): use -o parent=%s, or remove %s", ErrConflict, p.VLAN, p.Base, p.Name, l.Name, l.Alias, l.Name, l.Name)
-		}
-		if _, named := rules.FindLink(links, p.Name); !named && bok {
-			return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel answers that it exists (%w), but no link of this namespace has that name or VLAN %d on %s: a link with that VLAN ID was probably moved into another network namespace (ip link set ... netns NS), where it keeps the ID; move it back (ip -n NS link set ... netns 1) or delete it there",
-				ErrConflict, p.VLAN, p.Base, p.Name, err, p.VLAN, p.Base)
-		}
-	}
-	return fmt.Errorf("%w: create %s link %s: a link of that name exists and is not the one planned: remove it or use another parent (%w)", ErrConflict, p.Kind, p.Name, err)
-}
+// Parent links: re-creating the VLAN and dummy links underlay owns when
+// they are missing (creating one is driver/internal/parentlink's), and
+// following an owned VLAN an operator renamed.
 
 // recreateParentLink creates an owned parent link that is missing, first
 // re-creating its base when that is an owned VLAN that vanished too (a VLAN
@@ -81,7 +38,7 @@ func (d *Driver) recreateParentLink(ctx context.Context, p store.ParentLink) err
 		}
 	}
 	d.log.Info("re-creating missing parent link underlay created", "parent", p.Name, "kind", p.Kind)
-	return d.createParentLink(ctx, p)
+	return d.parents.Create(ctx, p)
 }
 
 // ensureParent makes sure a stored network's parent exists, re-creating a
@@ -129,7 +86,7 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, err
 		return n.Parent, nil
 	}
 	err = d.recreateParentLink(ctx, owned)
-	if to, renamed := renamedTo(err); renamed {
+	if to, renamed := parentlink.RenamedTo(err); renamed {
 		if ferr := d.follow(ctx, n.Parent, to, n.Parent); ferr != nil {
 			return n.Parent, fmt.Errorf("parent %s of network %s was renamed to %s, and its record could not follow: %w", n.Parent, dockerid.Short(n.ID), to, ferr)
 		}
