@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/hostlink"
+	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
@@ -154,7 +155,7 @@ type Driver struct {
 	events     Events
 	now        func() time.Time
 	locks      *keylock.Locker
-	joins      *joinTable // joins not committed (joins.go)
+	joins      *joins.Table // every join, wherever kept (driver/internal/joins)
 	// deleting are the links underlay is deleting itself (driver/internal/repairmemo).
 	deleting repairmemo.SelfDeletions
 	// failures are the repair steps' last failures, logged once (driver/internal/repairmemo).
@@ -217,7 +218,7 @@ func New(c Config) (*Driver, error) {
 		lan:   &lan.LAN{Links: c.Links, Routes: c.Routes, Prober: c.Prober, Announcer: announcer, Log: c.Logger},
 		store: c.Store, links: c.Links, routes: c.Routes, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
-		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: newJoinTable(),
+		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: joins.NewTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	d.parents = &parentlink.Maker{Links: c.Links, Mark: d.mark}

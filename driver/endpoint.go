@@ -150,7 +150,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	}
 	d.point("create-endpoint/after-commit")
 	if existing != nil {
-		d.joins.drop(ep.ID) // the record was written anew, without a join
+		d.joins.Drop(ep.ID) // the record was written anew, without a join
 		d.lan.StopAnnouncing(ep.ID)
 	}
 	d.ifnames.set(ep.ID, ifname)
@@ -174,7 +174,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 // the sandbox.
 func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
 	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(_ store.Network, ep store.Endpoint) func(*store.Tx) error {
-		return d.joins.leave(ep) // joins.go: a join kept in memory, or none, writes nothing
+		return d.joins.Leave(ep) // driver/internal/joins: a join kept in memory, or none, writes nothing
 	})
 }
 
@@ -198,7 +198,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 		return err
 	}
 	if deleted != nil {
-		d.joins.drop(deleted.ID) // after the commit: a failed one keeps the join
+		d.joins.Drop(deleted.ID) // after the commit: a failed one keeps the join
 		if deleted.Lease != nil {
 			d.lease.Forget(context.WithoutCancel(ctx), of, *deleted)
 		}

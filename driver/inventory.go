@@ -33,7 +33,7 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 			if n.HostAddress != "" {
 				inv.HostLinks[n.ID] = rules.ShimName(n.ID)
 			}
-			eps, err := d.joins.endpoints(tx, n.ID)
+			eps, err := d.joins.Endpoints(tx, n.ID)
 			inv.Endpoints = append(inv.Endpoints, eps...)
 			return err
 		}); err != nil {

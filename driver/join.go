@@ -33,7 +33,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	if ep == nil {
 		return nil, notFound("endpoint", req.EndpointID)
 	}
-	if cur := d.joins.overlay(*ep); cur.Sandbox != "" && cur.Boot == d.boot {
+	if cur := d.joins.Overlay(*ep); cur.Sandbox != "" && cur.Boot == d.boot {
 		if _, err := d.links.Get(ctx, ep.Link); errors.Is(err, netlinkutil.ErrNotFound) {
 			return nil, fmt.Errorf("%w: endpoint %s is already joined to sandbox %s and its link %s is in that sandbox: a second link would carry the same MAC; leave it first (docker network disconnect)",
 				ErrConflict, dockerid.Short(ep.ID), cur.Sandbox, ep.Link)
@@ -48,7 +48,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	}
 	d.point("join/after-link")
 	sandbox := rules.ValueOr(req.SandboxKey, "(unnamed)")
-	if commit := d.joins.join(*n, *ep, sandbox, d.boot); commit != nil { // joins.go: kept in memory, or committed
+	if commit := d.joins.Join(*n, *ep, sandbox, d.boot); commit != nil { // driver/internal/joins: kept in memory, or committed
 		if err := d.store.Batch(commit); err != nil {
 			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), ep.Link, true)
 			return nil, fmt.Errorf("join endpoint %s: record the join: %w", dockerid.Short(ep.ID), err)

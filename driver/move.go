@@ -39,7 +39,7 @@ func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (rul
 	}
 	var eps []store.Endpoint
 	if err := d.store.View(func(tx *store.Tx) (err error) {
-		eps, err = d.joins.endpoints(tx, same.ID)
+		eps, err = d.joins.Endpoints(tx, same.ID)
 		return err
 	}); err != nil {
 		return res, false, err

@@ -189,7 +189,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	for _, ep := range eps {
 		d.lan.StopAnnouncing(ep.ID)
 		d.ifnames.set(ep.ID, "")
-		d.joins.drop(ep.ID)  // only now: a failed removal keeps its endpoints joined
+		d.joins.Drop(ep.ID)  // only now: a failed removal keeps its endpoints joined
 		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too
 			d.lease.Forget(context.WithoutCancel(ctx), n, ep)
 		}

@@ -15,7 +15,7 @@ import (
 // joinedRoutes lists the IPv4 addresses of a network's endpoints joined
 // in this boot: the /32 routes its shim carries.
 func (d *Driver) joinedRoutes(tx *store.Tx, networkID string) ([]netip.Addr, error) {
-	eps, err := d.joins.endpoints(tx, networkID)
+	eps, err := d.joins.Endpoints(tx, networkID)
 	if err != nil {
 		return nil, err
 	}

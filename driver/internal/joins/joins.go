@@ -1,4 +1,11 @@
-package driver
+// Package joins is the one owner of endpoints' joins (Table): where a
+// join is kept, in memory or in the endpoint's record (Durable), is its
+// business alone; every read and write of a join goes through it.
+//
+// Rule: the store only through the transaction it is handed (it commits
+// nothing itself: Join and Leave return the commit for the caller's
+// batch); no kernel, no locks (the caller holds the endpoint's).
+package joins
 
 import (
 	"sync"
@@ -23,35 +30,37 @@ import (
 // host address. Until the endpoint leaves, a second Join of such an
 // endpoint is then not refused; `underlay ls` shows it as not joined.
 
-// joinTable is the one owner of endpoints' joins: where a join is kept
-// (memory or the endpoint's record, durableJoin) is its business alone.
-// Every read of a join goes through it (endpoints, overlay), and every
-// write (join, leave, drop); no reader fills in joins from memory itself.
+// Table is the one owner of endpoints' joins: where a join is kept
+// (memory or the endpoint's record, Durable) is its business alone.
+// Every read of a join goes through it (Endpoints, Overlay), and every
+// write (Join, Leave, Drop); no reader fills in joins from memory itself.
 // The memory part holds the joins not committed, by endpoint ID.
-type joinTable struct {
+type Table struct {
 	mu sync.Mutex
 	m  map[string]join
 }
 
 type join struct{ sandbox, boot string }
 
-func newJoinTable() *joinTable { return &joinTable{m: map[string]join{}} }
+// NewTable returns a table with no join in memory.
+func NewTable() *Table { return &Table{m: map[string]join{}} }
 
-func (j *joinTable) set(epID, sandbox, boot string) {
+func (j *Table) set(epID, sandbox, boot string) {
 	j.mu.Lock()
 	j.m[epID] = join{sandbox, boot}
 	j.mu.Unlock()
 }
 
-func (j *joinTable) drop(epID string) {
+// Drop forgets an endpoint's join kept in memory.
+func (j *Table) Drop(epID string) {
 	j.mu.Lock()
 	delete(j.m, epID)
 	j.mu.Unlock()
 }
 
-// overlay returns ep with its join filled in from memory when its record
+// Overlay returns ep with its join filled in from memory when its record
 // has none.
-func (j *joinTable) overlay(ep store.Endpoint) store.Endpoint {
+func (j *Table) Overlay(ep store.Endpoint) store.Endpoint {
 	if ep.Sandbox != "" {
 		return ep
 	}
@@ -64,22 +73,22 @@ func (j *joinTable) overlay(ep store.Endpoint) store.Endpoint {
 	return ep
 }
 
-// endpoints reads a network's endpoints with their joins, wherever each
+// Endpoints reads a network's endpoints with their joins, wherever each
 // is kept.
-func (j *joinTable) endpoints(tx *store.Tx, networkID string) ([]store.Endpoint, error) {
+func (j *Table) Endpoints(tx *store.Tx, networkID string) ([]store.Endpoint, error) {
 	eps, err := tx.Endpoints(networkID)
 	for i := range eps {
-		eps[i] = j.overlay(eps[i])
+		eps[i] = j.Overlay(eps[i])
 	}
 	return eps, err
 }
 
-// join keeps ep joined to sandbox in boot: in memory for a network whose
+// Join keeps ep joined to sandbox in boot: in memory for a network whose
 // joins are not durable (nothing to commit: nil), else the commit of its
 // record (nil when the record already says so). A record written by an
 // older version with a join keeps it there.
-func (j *joinTable) join(n store.Network, ep store.Endpoint, sandbox, boot string) func(*store.Tx) error {
-	if !durableJoin(n) && ep.Sandbox == "" {
+func (j *Table) Join(n store.Network, ep store.Endpoint, sandbox, boot string) func(*store.Tx) error {
+	if !Durable(n) && ep.Sandbox == "" {
 		j.set(ep.ID, sandbox, boot)
 		return nil
 	}
@@ -90,10 +99,10 @@ func (j *joinTable) join(n store.Network, ep store.Endpoint, sandbox, boot strin
 	return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
 }
 
-// leave forgets ep's join: from memory, and the commit clearing its record
+// Leave forgets ep's join: from memory, and the commit clearing its record
 // when the record holds it (nil otherwise: no write).
-func (j *joinTable) leave(ep store.Endpoint) func(*store.Tx) error {
-	j.drop(ep.ID)
+func (j *Table) Leave(ep store.Endpoint) func(*store.Tx) error {
+	j.Drop(ep.ID)
 	if ep.Sandbox == "" {
 		return nil
 	}
@@ -101,5 +110,7 @@ func (j *joinTable) leave(ep store.Endpoint) func(*store.Tx) error {
 	return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
 }
 
-// durableJoin reports whether a network's joins are committed.
-func durableJoin(n store.Network) bool { return n.HostAddress != "" }
+// Durable reports whether a network's joins are committed (networks with
+// a host address: the host's routes to joined endpoints come back after a
+// restart).
+func Durable(n store.Network) bool { return n.HostAddress != "" }
