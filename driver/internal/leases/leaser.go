@@ -78,7 +78,7 @@ type Config struct {
 // New returns a leaser with no lease scheduled.
 func New(c Config) *Leaser {
 	return &Leaser{DHCP: c.DHCP, store: c.Store, links: c.Links, blocker: c.Blocker, mark: c.Mark, log: c.Log, now: c.Now,
-		timers: newTimers(), stop: c.Stop, lockEndpoint: c.LockEndpoint}
+		timers: NewTimers(), stop: c.Stop, lockEndpoint: c.LockEndpoint}
 }
 
 // Timers are the due times of the leases this leaser renews.
@@ -91,7 +91,7 @@ func (ls *Leaser) Schedule(network, endpoint string, at time.Time) {
 
 // Wait waits for the renewal loop and its renewals to end (after Stop is
 // closed).
-func (ls *Leaser) Wait() { ls.timers.running.Wait() }
+func (ls *Leaser) Wait() { ls.timers.Wait() }
 
 // RequestOf is the request for an endpoint's lease.
 func (ls *Leaser) RequestOf(ctx context.Context, n store.Network, ep store.Endpoint) (Request, error) {

@@ -98,7 +98,7 @@ func (ls *Leaser) wonBack(ctx context.Context, n store.Network, ep store.Endpoin
 // is released; a lost one is not the daemon's to release, and its block
 // goes.
 func (ls *Leaser) Forget(ctx context.Context, n store.Network, ep store.Endpoint) {
-	ls.timers.drop(Key{n.ID, ep.ID})
+	ls.timers.Drop(Key{n.ID, ep.ID})
 	if ep.Lease == nil {
 		return
 	}

@@ -54,55 +54,13 @@ func (ls *Leaser) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	ls.timers.running.Add(1)
-	go func(ctx context.Context) { // not before serving: a RELEASE may wait on a parent
-		defer ls.timers.running.Done()
+	ls.timers.Go(func() { // not before serving: a RELEASE may wait on a parent
 		ls.releaseJournaled(ctx)
-	}(ctx)
+	})
 	if err := ls.restoreBlocks(ctx, lost); err != nil {
 		ls.log.Error("could not block the addresses of lost DHCP leases again: their containers may send from addresses they do not hold", "error", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	sem := make(chan struct{}, maxRenewals)
-	ls.timers.running.Add(1)
-	go func() {
-		defer ls.timers.running.Done()
-		defer cancel()
-		for {
-			due, at := ls.timers.Next(ls.now())
-			for _, k := range due {
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return
-				case <-ls.stop:
-					return
-				}
-				ls.timers.running.Add(1)
-				go func() {
-					defer ls.timers.running.Done()
-					defer func() { <-sem }()
-					ls.Renew(ctx, k)
-				}()
-			}
-			wait := maxLeaseSleep
-			if !at.IsZero() {
-				wait = min(at.Sub(ls.now()), maxLeaseSleep)
-			}
-			timer := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return
-			case <-ls.stop:
-				timer.Stop()
-				return
-			case <-ls.timers.wake:
-			case <-timer.C:
-			}
-			timer.Stop()
-		}
-	}()
+	ls.timers.Loop(ctx, ls.stop, ls.now, ls.Renew)
 	return nil
 }
 
@@ -132,10 +90,10 @@ func (ls *Leaser) Renew(ctx context.Context, k Key) {
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if !ls.timers.exchange(k, cancel) {
+	if !ls.timers.Exchange(k, cancel) {
 		return // the endpoint is being deleted
 	}
-	defer ls.timers.exchanged(k)
+	defer ls.timers.Exchanged(k)
 	if old.Lost.IsZero() && !now.Before(old.Expiry) {
 		// Expired: lost, whether or not the server can be asked now.
 		if old, ok = ls.loseLease(ctx, k, n, ep, old, "the lease expired without a renewal", log); !ok {
@@ -209,7 +167,7 @@ func (ls *Leaser) leaseRecord(ctx context.Context, k Key) (store.Network, store.
 	}
 	defer unlock()
 	if n == nil || ep == nil || ep.Lease == nil || ls.DHCP == nil {
-		ls.timers.drop(k)
+		ls.timers.Drop(k)
 		return store.Network{}, store.Endpoint{}, false
 	}
 	return *n, *ep, true

@@ -51,14 +51,15 @@ type Timers struct {
 	running sync.WaitGroup
 }
 
-func newTimers() *Timers {
+// NewTimers returns timers with nothing scheduled.
+func NewTimers() *Timers {
 	return &Timers{due: map[Key]time.Time{}, inFlight: map[Key]bool{}, wake: make(chan struct{}, 1),
 		cancels: map[Key]context.CancelFunc{}, dropped: map[Key]bool{}}
 }
 
-// exchange registers the cancel of a lease's exchange with its server;
+// Exchange registers the cancel of a lease's exchange with its server;
 // false when the lease was dropped since it was taken (do not start).
-func (t *Timers) exchange(k Key, cancel context.CancelFunc) bool {
+func (t *Timers) Exchange(k Key, cancel context.CancelFunc) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.dropped[k] {
@@ -69,8 +70,8 @@ func (t *Timers) exchange(k Key, cancel context.CancelFunc) bool {
 	return true
 }
 
-// exchanged ends what exchange began.
-func (t *Timers) exchanged(k Key) {
+// Exchanged ends what Exchange began.
+func (t *Timers) Exchanged(k Key) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.cancels, k)
@@ -90,9 +91,9 @@ func (t *Timers) Set(k Key, at time.Time) {
 	}
 }
 
-// drop forgets a lease and cancels its exchange under way, if any: an
+// Drop forgets a lease and cancels its exchange under way, if any: an
 // endpoint being deleted does not wait for a silent server.
-func (t *Timers) drop(k Key) {
+func (t *Timers) Drop(k Key) {
 	t.mu.Lock()
 	delete(t.due, k)
 	if t.inFlight[k] {
@@ -137,4 +138,60 @@ func (t *Timers) Scheduled() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.due)
+}
+
+// Go runs f as one of the timers' goroutines (Wait waits for it).
+func (t *Timers) Go(f func()) {
+	t.running.Add(1)
+	go func() {
+		defer t.running.Done()
+		f()
+	}()
+}
+
+// Wait waits for the loop and the renewals Go started.
+func (t *Timers) Wait() { t.running.Wait() }
+
+// Loop calls renew for each lease when it falls due, at most maxRenewals
+// at once, until ctx ends or stop closes; it returns at once, the loop
+// runs as one of the timers' goroutines. renew must schedule the lease
+// again (Set) or leave it dropped.
+func (t *Timers) Loop(ctx context.Context, stop <-chan struct{}, now func() time.Time, renew func(context.Context, Key)) {
+	ctx, cancel := context.WithCancel(ctx)
+	sem := make(chan struct{}, maxRenewals)
+	t.Go(func() {
+		defer cancel()
+		for {
+			due, at := t.Next(now())
+			for _, k := range due {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				case <-stop:
+					return
+				}
+				t.Go(func() {
+					defer func() { <-sem }()
+					renew(ctx, k)
+				})
+			}
+			wait := maxLeaseSleep
+			if !at.IsZero() {
+				wait = min(at.Sub(now()), maxLeaseSleep)
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-stop:
+				timer.Stop()
+				return
+			case <-t.wake:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+	})
 }
