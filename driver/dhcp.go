@@ -32,10 +32,15 @@ var ErrLeaseNAK = leases.ErrNAK
 // (netlinkutil.Kernel). tag is the driver's mark.
 type AddrBlocker = leases.AddrBlocker
 
-// RunLeases loads every lease from the state file and renews each when due,
-// at most 32 at once, until ctx ends or the driver closes. Call it after
-// Restore.
-func (d *Driver) RunLeases(ctx context.Context) error { return d.lease.Run(ctx) }
+// RunLeases loads every lease (DHCP and DHCPv6) from the state file and
+// renews each when due, at most 32 at once per family, until ctx ends or
+// the driver closes. Call it after Restore.
+func (d *Driver) RunLeases(ctx context.Context) error {
+	if err := d.lease.Run(ctx); err != nil {
+		return err
+	}
+	return d.lease6.Run(ctx)
+}
 
 // acquireLease leases an address for a new endpoint of a DHCP network,
 // within the network's dhcp_timeout. An offer that is not free is

@@ -22,6 +22,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
+	"github.com/underlay-net/underlay/driver/internal/leases6"
 	"github.com/underlay-net/underlay/driver/internal/macs"
 	"github.com/underlay-net/underlay/driver/internal/parentlink"
 	"github.com/underlay-net/underlay/driver/internal/repairmemo"
@@ -53,6 +54,9 @@ type Config struct {
 	// DHCP leases addresses for the endpoints of dhcp=true networks; nil
 	// refuses such networks.
 	DHCP LeaseClient
+	// DHCPv6 leases IPv6 addresses for the endpoints of
+	// ipv6_mode=dhcpv6 networks; nil refuses their endpoints.
+	DHCPv6 leases6.Client
 	// Routes lists the host's routes, which parent=auto picks a link by;
 	// nil refuses parent=auto.
 	Routes RouteLister
@@ -140,7 +144,8 @@ type Driver struct {
 	store  Store
 	links  netlinkutil.Links
 	routes RouteLister
-	lease  *leases.Leaser // DHCP leases of endpoints (driver/internal/leases)
+	lease  *leases.Leaser  // DHCP leases of endpoints (driver/internal/leases)
+	lease6 *leases6.Leaser // DHCPv6 leases of endpoints (driver/internal/leases6)
 	docker NetworkChecker
 	// staleCheck asks Docker about conflicting holders (driver/internal/stale).
 	staleCheck *stale.Checker
@@ -227,6 +232,8 @@ func New(c Config) (*Driver, error) {
 	d.staleCheck = &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger}
 	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
 		Stop: d.stop, LockEndpoint: d.lockEndpoint})
+	d.lease6 = leases6.New(leases6.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCPv6, Log: c.Logger, Now: c.Now,
+		Stop: d.stop, LockEndpoint: d.lockEndpoint})
 	return d, nil
 }
 
@@ -266,6 +273,7 @@ func (d *Driver) Close() {
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
 	d.lease.Wait()
+	d.lease6.Wait()
 	d.lan.Close()
 }
 

@@ -119,6 +119,13 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			}
 		}
 	}
+	answer6, undo6, err := d.lanIPv6(ctx, *n, &ep, existing)
+	if err != nil {
+		if leased && d.lease.Release(context.WithoutCancel(ctx), *n, ep) {
+			d.lease.Unjournal(*n, ep)
+		}
+		return nil, err
+	}
 	d.point("create-endpoint/before-commit")
 	if err := d.store.Batch(func(tx *store.Tx) error {
 		ep.Link = rules.EndpointLinkName(ep.ID)
@@ -140,6 +147,7 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 		if leased && d.lease.Release(context.WithoutCancel(ctx), *n, ep) {
 			d.lease.Unjournal(*n, ep)
 		}
+		undo6()
 		if errors.Is(err, store.ErrNoNetwork) {
 			return nil, notFound("network", req.NetworkID)
 		}
@@ -162,6 +170,10 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	if ep.Lease != nil {
 		answer.Address = ep.IPv4
 		d.lease.Schedule(n.ID, ep.ID, leases.NextAction(*ep.Lease, d.now()))
+	}
+	if answer6 {
+		answer.AddressIPv6 = ep.IPv6
+		d.lease6.Schedule(*n, ep)
 	}
 	if *answer == (network.EndpointInterface{}) {
 		return &network.CreateEndpointResponse{}, nil
@@ -202,6 +214,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 		if deleted.Lease != nil {
 			d.lease.Forget(context.WithoutCancel(ctx), of, *deleted)
 		}
+		d.lease6.Release(context.WithoutCancel(ctx), of, *deleted)
 	}
 	d.ifnames.set(req.EndpointID, "")
 	return nil

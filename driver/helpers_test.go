@@ -10,6 +10,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/driver/internal/leases6"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
@@ -63,6 +64,8 @@ type fixture struct {
 	boot   string
 	points []string
 	mu     sync.Mutex
+	// dhcp6 is the DHCPv6 client open gives the driver (ipv6_test.go).
+	dhcp6 leases6.Client
 }
 
 // newFixture returns a driver over a fake kernel holding eth0 and eth1
@@ -85,7 +88,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, CrashPoint: func(p string) {
+	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, CrashPoint: func(p string) {
 		f.mu.Lock()
 		f.points = append(f.points, p)
 		f.mu.Unlock()

@@ -193,6 +193,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too
 			d.lease.Forget(context.WithoutCancel(ctx), n, ep)
 		}
+		d.lease6.Release(context.WithoutCancel(ctx), n, ep)
 	}
 	d.point("delete-network/before-parent-delete")
 	if err := d.releaseParent(ctx, n.Parent); err != nil {

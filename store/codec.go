@@ -34,6 +34,7 @@ const (
 	fieldBoot      = 10 // string
 	fieldLeaseJSON = 11 // string: the Lease as JSON (rare, and it changes)
 	fieldBootUUID  = 12 // 16 bytes: a boot ID, a UUID in lowercase
+	fieldLease6    = 13 // string: the Lease6 as JSON (ipv6_mode=dhcpv6 only)
 )
 
 // minLinkIDChars is how many characters of the endpoint ID a link name must
@@ -85,6 +86,13 @@ func encodeEndpoint(ep Endpoint) ([]byte, error) {
 			return nil, fmt.Errorf("encode the lease of endpoint %s: %w", ep.ID, err)
 		}
 		str(fieldLeaseJSON, string(raw))
+	}
+	if ep.Lease6 != nil {
+		raw, err := json.Marshal(ep.Lease6)
+		if err != nil {
+			return nil, fmt.Errorf("encode the DHCPv6 lease of endpoint %s: %w", ep.ID, err)
+		}
+		str(fieldLease6, string(raw))
 	}
 	return out, nil
 }
@@ -205,6 +213,13 @@ func decodeEndpoint(networkID, id string, v []byte) (Endpoint, error) {
 				ep.Lease = new(Lease)
 				if err := json.Unmarshal([]byte(s), ep.Lease); err != nil {
 					f.err = fmt.Errorf("lease: %w", err)
+				}
+			}
+		case fieldLease6:
+			if s := f.str(); f.err == nil {
+				ep.Lease6 = new(Lease6)
+				if err := json.Unmarshal([]byte(s), ep.Lease6); err != nil {
+					f.err = fmt.Errorf("DHCPv6 lease: %w", err)
 				}
 			}
 		default:

@@ -12,6 +12,7 @@ type (
 	ParentLink  = record.ParentLink
 	Lease       = record.Lease
 	LeaseRoute  = record.LeaseRoute
+	Lease6      = record.Lease6
 )
 
 // Lease states, as metrics, underlay ls and doctor show them.

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/go-connections/sockets"
 	"github.com/underlay-net/underlay/control"
 	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/dockerapi"
 	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -113,7 +114,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	probed := probe.NewMemo(0, nil)
 	d, err := driver.New(driver.Config{
 		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
-		DHCP: leaseClient{c: dhcp.New(dhcp.WithLogger(log))}, Prober: probed.Wrap(prober),
+		DHCP: leaseClient{c: dhcp.New(dhcp.WithLogger(log))}, DHCPv6: dhcp6.New(dhcp6.WithLogger(log)), Prober: probed.Wrap(prober),
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log), Events: m,
 	})

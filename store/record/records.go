@@ -84,6 +84,9 @@ type Endpoint struct {
 	Boot    string `json:"boot,omitempty"`
 	// Lease is the DHCP lease of an endpoint of a dhcp=true network.
 	Lease *Lease `json:"lease,omitempty"`
+	// Lease6 is the DHCPv6 lease of an endpoint of an ipv6_mode=dhcpv6
+	// network.
+	Lease6 *Lease6 `json:"lease6,omitempty"`
 }
 
 // ParentLink is a parent link underlay created (a VLAN sub-interface or an

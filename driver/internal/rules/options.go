@@ -51,7 +51,7 @@ const (
 	maxMTU = 65535
 )
 
-var validOptions = []string{OptAdvertiseMs, OptAdvertiseNMsgs, OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptMacAddressPolicy, OptMacvlanMode, OptMTU, OptParent, OptType}
+var validOptions = []string{OptAdvertiseMs, OptAdvertiseNMsgs, OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptIPv6Mode, OptMacAddressPolicy, OptMacvlanMode, OptMTU, OptParent, OptType}
 
 // The mode and flag names come from the one list in vocab.
 var (
@@ -67,6 +67,7 @@ type netOptions struct {
 	Parent, Type, Mode, Flag string
 	MTU                      int
 	DHCP                     DHCPConfig
+	IPv6Mode                 string // ipv6.go
 	// Given holds the options as the user gave them.
 	Given map[string]string
 }
@@ -152,6 +153,9 @@ func ParseOptions(given map[string]string) (netOptions, error) {
 		return netOptions{}, err
 	}
 	o.DHCP = dhcp
+	if o.IPv6Mode, err = ParseIPv6Mode(opts); err != nil {
+		return netOptions{}, err
+	}
 	if _, err := parseAnnounce(opts); err != nil {
 		return netOptions{}, err
 	}
@@ -284,10 +288,17 @@ func ParseNetwork(req *network.CreateNetworkRequest) (record.Network, error) {
 	if err := CheckDHCPNetwork(o.DHCP, req, o, internal); err != nil {
 		return record.Network{}, err
 	}
-	if o.DHCP.On {
-		v4 = nil // the null IPAM's 0.0.0.0/0: addresses come per lease
+	if err := CheckIPv6Mode(o.IPv6Mode, req, o, internal); err != nil {
+		return record.Network{}, err
 	}
-	if len(v4)+len(v6) == 0 && !o.DHCP.On {
+	lan6 := o.IPv6Mode != IPv6Static
+	if o.DHCP.On || (lan6 && nullPool(req.IPv4Data)) {
+		v4 = nil // the null IPAM's 0.0.0.0/0: addresses come per lease, or there are none
+	}
+	if lan6 {
+		v6 = nil // the null IPAM's ::/0: addresses come from the LAN
+	}
+	if len(v4)+len(v6) == 0 && !o.DHCP.On && !lan6 {
 		return record.Network{}, Invalidf("network %s has no IPAM data (IPv4Data and IPv6Data are empty): create it with --subnet, or with Docker's default IPAM driver", dockerid.Short(req.NetworkID))
 	}
 	if err := overlapsWithin(allPools(record.Network{IPv4: v4, IPv6: v6})); err != nil {

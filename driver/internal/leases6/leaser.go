@@ -1,0 +1,198 @@
+// Package leases6 carries out the DHCPv6 lease effects of endpoints of
+// ipv6_mode=dhcpv6 networks for the driver: acquiring an address (IA_NA)
+// for a new endpoint, renewing it at T1 and rebinding it at T2 for as long
+// as the endpoint exists (across restarts: the lease is in the endpoint's
+// record), and releasing it when the endpoint goes.
+//
+// Rule: it reaches the store, the kernel and the DHCPv6 client only
+// through its own small interfaces (Store, LinkGetter, Client) and the
+// driver's locks only through LockEndpoint; when to act is dhcp6.Plan's;
+// the renewal loop is leases.Timers'.
+package leases6
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/driver/internal/leases"
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Client talks DHCPv6 for endpoints (*dhcp6.Client).
+type Client interface {
+	Acquire(ctx context.Context, r dhcp6.Request) (dhcp6.Lease, error)
+	Renew(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) (dhcp6.Lease, error)
+	Rebind(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) (dhcp6.Lease, error)
+	Release(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) error
+}
+
+// Store is the state as the leaser uses it (*store.DB).
+type Store interface {
+	View(func(*store.Tx) error) error
+	Batch(func(*store.Tx) error) error
+}
+
+// LinkGetter reads a link (netlinkutil.Links): an ipvlan endpoint's
+// messages go out with its parent's MAC.
+type LinkGetter interface {
+	Get(ctx context.Context, name string) (netlinkutil.Link, error)
+}
+
+// LockEndpoint takes an endpoint's lock and reads its records; the
+// returned func unlocks (the driver's lockEndpoint).
+type LockEndpoint = leases.LockEndpoint
+
+// Config is what a Leaser is made of.
+type Config struct {
+	Store        Store
+	Links        LinkGetter
+	DHCP         Client // nil: this daemon has no DHCPv6 client
+	Log          *slog.Logger
+	Now          func() time.Time
+	Stop         <-chan struct{} // closed when the driver closes
+	LockEndpoint LockEndpoint
+}
+
+// Leaser carries out the DHCPv6 lease effects of endpoints.
+type Leaser struct {
+	dhcp         Client
+	store        Store
+	links        LinkGetter
+	log          *slog.Logger
+	now          func() time.Time
+	stop         <-chan struct{}
+	lockEndpoint LockEndpoint
+	timers       *leases.Timers
+}
+
+// New returns a leaser with nothing scheduled.
+func New(c Config) *Leaser {
+	return &Leaser{dhcp: c.DHCP, store: c.Store, links: c.Links, log: c.Log, now: c.Now, stop: c.Stop,
+		lockEndpoint: c.LockEndpoint, timers: leases.NewTimers()}
+}
+
+// HasClient says whether the leaser has a DHCPv6 client.
+func (ls *Leaser) HasClient() bool { return ls.dhcp != nil }
+
+// Wait waits for the renewal loop and the renewals in flight (after the
+// driver closed).
+func (ls *Leaser) Wait() { ls.timers.Wait() }
+
+// Timers are the due times of the leases (for tests).
+func (ls *Leaser) Timers() *leases.Timers { return ls.timers }
+
+// RequestOf is the client identity and link of an endpoint's lease: on
+// macvlan the endpoint's MAC and its DUID-LL, on ipvlan (whose endpoints
+// share the parent's MAC) the parent's MAC and a DUID derived from the
+// endpoint's ID. The IAID is derived from the endpoint's ID.
+func (ls *Leaser) RequestOf(ctx context.Context, n store.Network, ep store.Endpoint) (dhcp6.Request, error) {
+	r := dhcp6.Request{Parent: n.Parent, IAID: dhcp6.EndpointIAID(ep.ID)}
+	if n.Type == rules.TypeIpvlan {
+		l, err := ls.links.Get(ctx, n.Parent)
+		if err != nil {
+			return r, fmt.Errorf("read the MAC of parent %s for the DHCPv6 lease of endpoint %s: %w", n.Parent, dockerid.Short(ep.ID), err)
+		}
+		mac, err := net.ParseMAC(l.MAC)
+		if err != nil {
+			return r, fmt.Errorf("parent %s has no usable MAC (%q) for the DHCPv6 lease of endpoint %s: %w", n.Parent, l.MAC, dockerid.Short(ep.ID), err)
+		}
+		r.MAC, r.DUID = mac, dhcp6.EndpointDUID(ep.ID)
+		return r, nil
+	}
+	mac, err := net.ParseMAC(ep.MAC)
+	if err != nil {
+		return r, fmt.Errorf("endpoint %s has no usable MAC (%q) for its DHCPv6 lease: %w", dockerid.Short(ep.ID), ep.MAC, err)
+	}
+	r.MAC, r.DUID = mac, dhcp6.DUIDFromMAC(mac)
+	return r, nil
+}
+
+// Acquire leases an address for a new endpoint within timeout.
+func (ls *Leaser) Acquire(ctx context.Context, n store.Network, ep store.Endpoint, timeout time.Duration) (store.Lease6, error) {
+	if ls.dhcp == nil {
+		return store.Lease6{}, fmt.Errorf("network %s has ipv6_mode=dhcpv6 but this daemon has no DHCPv6 client", dockerid.Short(n.ID))
+	}
+	r, err := ls.RequestOf(ctx, n, ep)
+	if err != nil {
+		return store.Lease6{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	l, err := ls.dhcp.Acquire(ctx, r)
+	if err != nil {
+		return store.Lease6{}, fmt.Errorf("endpoint %s of network %s: no DHCPv6 lease from a server on %s within %s: %w; check that the LAN's DHCPv6 server serves %s (or use ipv6_mode=slaac)", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, timeout, err, n.Parent)
+	}
+	rec := Record(l, r)
+	ls.log.Info("leased IPv6 address", "network", n.ID, "endpoint", ep.ID, "address", rec.Addr, "server", rec.ServerID, "valid", l.Valid)
+	return rec, nil
+}
+
+// Schedule has the endpoint's lease renewed when due.
+func (ls *Leaser) Schedule(n store.Network, ep store.Endpoint) {
+	if ep.Lease6 == nil {
+		return
+	}
+	ls.timers.Set(leases.Key{Network: n.ID, Endpoint: ep.ID}, next(*ep.Lease6, ls.now()))
+}
+
+// Release gives an endpoint's lease back (best effort: the server frees
+// it at its end otherwise) and stops renewing it. It does not wait for a
+// silent server longer than a Release's retransmissions.
+func (ls *Leaser) Release(ctx context.Context, n store.Network, ep store.Endpoint) {
+	ls.timers.Drop(leases.Key{Network: n.ID, Endpoint: ep.ID})
+	if ep.Lease6 == nil || ls.dhcp == nil || !ep.Lease6.Lost.IsZero() {
+		return
+	}
+	r, err := ls.RequestOf(ctx, n, ep)
+	if err == nil {
+		err = ls.dhcp.Release(ctx, Lease(*ep.Lease6), r)
+	}
+	if err != nil {
+		ls.log.Warn("could not release a DHCPv6 lease: the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr, "error", err)
+		return
+	}
+	ls.log.Info("released IPv6 address", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr)
+}
+
+// Record is a lease in the endpoint's record.
+func Record(l dhcp6.Lease, r dhcp6.Request) store.Lease6 {
+	return store.Lease6{Addr: l.Addr.String(), DUID: hex.EncodeToString(r.DUID), IAID: hex.EncodeToString(l.IAID[:]),
+		ServerID: hex.EncodeToString(l.ServerID), Acquired: l.Acquired, T1: l.T1, T2: l.T2, Preferred: l.Preferred, Valid: l.Valid}
+}
+
+// Lease is the record's lease as the client takes it.
+func Lease(rec store.Lease6) dhcp6.Lease {
+	addr, _ := netip.ParseAddr(rec.Addr)
+	sid, _ := hex.DecodeString(rec.ServerID)
+	var iaid [4]byte
+	if b, err := hex.DecodeString(rec.IAID); err == nil && len(b) == 4 {
+		iaid = [4]byte(b)
+	}
+	return dhcp6.Lease{Addr: addr, ServerID: sid, IAID: iaid, Acquired: rec.Acquired, T1: rec.T1, T2: rec.T2, Preferred: rec.Preferred, Valid: rec.Valid}
+}
+
+// next is when to act on a lease next: dhcp6.Plan's Next, every
+// lostRetry once lost, and a minute from now for a lease never due
+// (infinite times: the loop re-plans every minute anyway).
+func next(rec store.Lease6, now time.Time) time.Time {
+	if !rec.Lost.IsZero() {
+		return now.Add(lostRetry)
+	}
+	s := dhcp6.Plan(Lease(rec), now)
+	if s.Next.IsZero() {
+		return now.Add(time.Hour)
+	}
+	return s.Next
+}
+
+// lostRetry is how often a lost lease's address is asked for again.
+const lostRetry = 30 * time.Second

@@ -1,0 +1,184 @@
+package leases6
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/driver/internal/leases"
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/store"
+)
+
+// exchangeTimeout bounds one renewal's exchange with the servers.
+const exchangeTimeout = 10 * time.Second
+
+// Run loads every DHCPv6 lease from the state file and renews each when
+// due until ctx ends or the driver closes. Call it after Restore.
+func (ls *Leaser) Run(ctx context.Context) error {
+	now := ls.now()
+	if err := ls.store.View(func(tx *store.Tx) error {
+		return tx.ForEachNetwork(func(n store.Network) error {
+			if rules.IPv6ModeOf(n) != rules.IPv6DHCPv6 {
+				return nil
+			}
+			eps, err := tx.Endpoints(n.ID)
+			for _, ep := range eps {
+				if ep.Lease6 != nil {
+					// A renewal that fell due while the daemon was down
+					// is sent now.
+					at := next(*ep.Lease6, now)
+					if at.Before(now) {
+						at = now
+					}
+					ls.timers.Set(leases.Key{Network: n.ID, Endpoint: ep.ID}, at)
+				}
+			}
+			return err
+		})
+	}); err != nil {
+		return err
+	}
+	ls.timers.Loop(ctx, ls.stop, ls.now, ls.Renew)
+	return nil
+}
+
+// Renew acts on one lease as its plan says: Renew while renewing, Rebind
+// while rebinding, and once it expired or the server no longer holds it,
+// ask for the same address again (Solicit with it as the hint); another
+// address is given back, not taken: Docker cannot be told a new one. The
+// endpoint's lock is held only to read the record and to commit.
+func (ls *Leaser) Renew(ctx context.Context, k leases.Key) {
+	n, ep, ok := ls.record(ctx, k)
+	if !ok {
+		return
+	}
+	old := *ep.Lease6
+	r, err := ls.RequestOf(ctx, n, ep)
+	if err != nil {
+		ls.log.Warn("cannot renew a DHCPv6 lease", "network", n.ID, "endpoint", ep.ID, "error", err)
+		ls.timers.Set(k, ls.now().Add(lostRetry))
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
+	defer cancel()
+	if !ls.timers.Exchange(k, cancel) {
+		return // the endpoint is being deleted
+	}
+	defer ls.timers.Exchanged(k)
+	now := ls.now()
+	l := Lease(old)
+	s := dhcp6.Plan(l, now)
+	var got dhcp6.Lease
+	switch {
+	case !old.Lost.IsZero() || s.Phase == dhcp6.Expired:
+		if old.Lost.IsZero() {
+			ls.lost(ctx, k, old, "it expired without a renewal")
+		}
+		ls.winBack(ctx, k, n, ep, r)
+		return
+	case s.Phase == dhcp6.Bound:
+		ls.timers.Set(k, s.Next)
+		return
+	case s.Phase == dhcp6.Renewing:
+		got, err = ls.dhcp.Renew(ctx, l, r)
+	default:
+		got, err = ls.dhcp.Rebind(ctx, l, r)
+	}
+	switch {
+	case errors.Is(err, dhcp6.ErrNoBinding):
+		ls.lost(ctx, k, old, err.Error())
+		ls.winBack(ctx, k, n, ep, r)
+	case err != nil:
+		ls.log.Debug("DHCPv6 renewal failed; the lease stands until it expires", "endpoint", ep.ID, "address", old.Addr, "error", err)
+		ls.timers.Set(k, dhcp6.Plan(l, ls.now()).Next)
+	default:
+		rec := Record(got, r)
+		if ls.commit(ctx, k, old, rec) {
+			ls.log.Info("renewed IPv6 address", "network", n.ID, "endpoint", ep.ID, "address", rec.Addr, "valid", got.Valid)
+			ls.timers.Set(k, next(rec, ls.now()))
+		}
+	}
+}
+
+// winBack asks for a lost lease's address again; another address is
+// given back at once.
+func (ls *Leaser) winBack(ctx context.Context, k leases.Key, n store.Network, ep store.Endpoint, r dhcp6.Request) {
+	old := *ep.Lease6
+	want := Lease(old).Addr
+	r.Hint = want
+	got, err := ls.dhcp.Acquire(ctx, r)
+	switch {
+	case err != nil:
+		ls.log.Debug("could not win a lost DHCPv6 lease back", "endpoint", ep.ID, "address", old.Addr, "error", err)
+	case got.Addr != want:
+		if rerr := ls.dhcp.Release(context.WithoutCancel(ctx), got, r); rerr != nil {
+			ls.log.Debug("could not release an address offered instead of a lost one", "address", got.Addr, "error", rerr)
+		}
+	default:
+		rec := Record(got, r)
+		if ls.commit(ctx, k, lostAs(old, ls.now()), rec) {
+			ls.log.Info("won a lost IPv6 address back", "network", n.ID, "endpoint", ep.ID, "address", rec.Addr)
+			ls.timers.Set(k, next(rec, ls.now()))
+		}
+		return
+	}
+	ls.timers.Set(k, ls.now().Add(lostRetry))
+}
+
+// lost marks the lease lost in the record (logged once, at ERROR).
+func (ls *Leaser) lost(ctx context.Context, k leases.Key, old store.Lease6, why string) {
+	rec := lostAs(old, ls.now())
+	rec.LostWhy = why
+	if ls.commit(ctx, k, old, rec) {
+		ls.log.Error("lost a DHCPv6 lease: the container keeps the address until it is won back or the container restarts; underlay asks for it again every 30s",
+			"network", k.Network, "endpoint", k.Endpoint, "address", old.Addr, "why", why)
+	}
+}
+
+func lostAs(l store.Lease6, now time.Time) store.Lease6 {
+	if l.Lost.IsZero() {
+		l.Lost = now
+	}
+	return l
+}
+
+// record reads an endpoint's lease under its lock; false (and the lease
+// dropped) when the endpoint or its lease is gone.
+func (ls *Leaser) record(ctx context.Context, k leases.Key) (store.Network, store.Endpoint, bool) {
+	_, unlock, n, ep, err := ls.lockEndpoint(ctx, k.Network, k.Endpoint)
+	if err != nil {
+		ls.timers.Set(k, ls.now().Add(lostRetry))
+		return store.Network{}, store.Endpoint{}, false
+	}
+	defer unlock()
+	if n == nil || ep == nil || ep.Lease6 == nil {
+		ls.timers.Drop(k)
+		return store.Network{}, store.Endpoint{}, false
+	}
+	return *n, *ep, true
+}
+
+// commit writes rec as the endpoint's lease if the record still holds
+// old (the endpoint was not deleted or re-created meanwhile).
+func (ls *Leaser) commit(ctx context.Context, k leases.Key, old, rec store.Lease6) bool {
+	_, unlock, n, ep, err := ls.lockEndpoint(ctx, k.Network, k.Endpoint)
+	if err != nil {
+		ls.log.Warn("could not record a DHCPv6 lease", "endpoint", k.Endpoint, "error", err)
+		return false
+	}
+	defer unlock()
+	if n == nil || ep == nil || ep.Lease6 == nil || ep.Lease6.Addr != old.Addr || !ep.Lease6.Acquired.Equal(old.Acquired) {
+		ls.timers.Drop(k)
+		return false
+	}
+	e := *ep
+	e.Lease6 = &rec
+	if err := ls.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(e) }); err != nil {
+		ls.log.Warn("could not record a DHCPv6 lease", "endpoint", k.Endpoint, "error", fmt.Errorf("record endpoint %s: %w", k.Endpoint, err))
+		return false
+	}
+	return true
+}

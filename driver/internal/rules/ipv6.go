@@ -1,0 +1,99 @@
+package rules
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// IPv6 from the LAN (-o ipv6_mode): static (Docker's IPAM gives the
+// address, today's behaviour), slaac (the container's interface takes
+// the LAN's router advertisements and forms its own addresses) or dhcpv6
+// (underlay leases an address per endpoint from the LAN's DHCPv6 server).
+const OptIPv6Mode = "ipv6_mode"
+
+// IPv6 modes, as -o ipv6_mode names them.
+const (
+	IPv6Static = "static"
+	IPv6SLAAC  = "slaac"
+	IPv6DHCPv6 = "dhcpv6"
+)
+
+// IPv6Modes lists the valid ipv6_mode values, the default first.
+var IPv6Modes = []string{IPv6Static, IPv6SLAAC, IPv6DHCPv6}
+
+// ParseIPv6Mode validates -o ipv6_mode (syntax only); absent or empty is
+// static.
+func ParseIPv6Mode(opts map[string]string) (string, error) {
+	m := ValueOr(opts[OptIPv6Mode], IPv6Static)
+	if !oneOf(m, IPv6Modes) {
+		return "", Invalidf("ipv6_mode %q is not valid: use one of %s", m, strings.Join(IPv6Modes, ", "))
+	}
+	return m, nil
+}
+
+// IPv6ModeOf is a stored network's IPv6 mode (validated at CreateNetwork).
+func IPv6ModeOf(n record.Network) string {
+	m, err := ParseIPv6Mode(n.Options)
+	if err != nil {
+		return IPv6Static
+	}
+	return m
+}
+
+// nullPool6 reports whether IPv6 data is Docker's null IPAM's: one pool
+// ::/0 in the address space "null".
+func nullPool6(data []*network.IPAMData) bool {
+	return len(data) == 1 && data[0] != nil && data[0].AddressSpace == "null" && data[0].Pool == "::/0"
+}
+
+// CheckIPv6Mode refuses what a network of the mode cannot be. The LAN
+// modes need Docker's null IPAM for IPv6 (--ipv6 --ipam-driver null): a
+// static pool would give every container an address besides the LAN's.
+func CheckIPv6Mode(mode string, req *network.CreateNetworkRequest, o netOptions, internal bool) error {
+	if mode == IPv6Static {
+		return nil
+	}
+	switch {
+	case len(req.IPv6Data) == 0:
+		return Invalidf("ipv6_mode=%s takes IPv6 from the LAN, but the network has no IPv6: create it with --ipv6 --ipam-driver null", mode)
+	case !nullPool6(req.IPv6Data):
+		pool := "none"
+		if req.IPv6Data[0] != nil {
+			pool = req.IPv6Data[0].Pool
+		}
+		return Invalidf("ipv6_mode=%s takes IPv6 addresses from the LAN, but Docker's IPAM gave the network the IPv6 pool %s: create it with --ipv6 --ipam-driver null (and no --subnet); IPv4 then comes from -o dhcp=true, or there is none", mode, pool)
+	case len(req.IPv4Data) > 0 && !nullPool(req.IPv4Data):
+		return Invalidf("ipv6_mode=%s needs Docker's null IPAM, but the network has the IPv4 pool %s: create it with --ipam-driver null (IPv4 from -o dhcp=true, or --ipv4=false)", mode, req.IPv4Data[0].Pool)
+	case internal || o.Parent == "":
+		return Invalidf("ipv6_mode=%s needs a parent on the LAN with the router (and DHCPv6 server): give -o parent=IFACE, and do not make the network --internal", mode)
+	case o.Type == TypeIpvlan && o.Mode != "l2":
+		return Invalidf("ipv6_mode=%s needs ipvlan_mode=l2: in %s mode the LAN's router advertisements and DHCPv6 server do not reach the containers", mode, o.Mode)
+	case mode == IPv6SLAAC && o.Type == TypeIpvlan:
+		return Invalidf("ipv6_mode=slaac is not supported on ipvlan networks yet (their endpoints share the parent's MAC, so underlay cannot tell Docker the link-local address the kernel will form): use type=macvlan, or ipv6_mode=dhcpv6")
+	case o.Given[OptHostAddress] != "":
+		return Invalidf("host_address needs the network's subnet, which an ipv6_mode=%s network does not have: drop host_address", mode)
+	}
+	return nil
+}
+
+// SLAACAddress is what CreateEndpoint answers as the IPv6 address of an
+// endpoint of an ipv6_mode=slaac network: its link-local address (EUI-64
+// from its MAC, as the kernel forms it), /64. An endpoint with an IPv6
+// address is one whose interface the engines leave IPv6 on (the current
+// engine disables IPv6 on an interface given none); its global addresses
+// and default route then come from the LAN's router advertisements.
+func SLAACAddress(mac net.HardwareAddr) (string, bool) {
+	if len(mac) != 6 {
+		return "", false
+	}
+	var b [16]byte
+	b[0], b[1] = 0xfe, 0x80
+	b[8], b[9], b[10] = mac[0]^0x02, mac[1], mac[2]
+	b[11], b[12] = 0xff, 0xfe
+	b[13], b[14], b[15] = mac[3], mac[4], mac[5]
+	return netip.PrefixFrom(netip.AddrFrom16(b), 64).String(), true
+}

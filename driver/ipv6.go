@@ -1,0 +1,60 @@
+package driver
+
+import (
+	"context"
+	"net"
+
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/store"
+)
+
+// IPv6 from the LAN (-o ipv6_mode=slaac|dhcpv6, driver/internal/rules
+// ipv6.go): CreateEndpoint answers the endpoint's IPv6 address, which
+// Docker configures on the container's interface and which keeps IPv6
+// on there (the engines disable it on an interface given none):
+//   - slaac: the endpoint's link-local address; the container's kernel
+//     forms its global addresses and default route from the LAN's router
+//     advertisements, and follows prefix changes, by itself;
+//   - dhcpv6: an address leased from the LAN's DHCPv6 server
+//     (driver/internal/leases6), /128 as DHCPv6 gives no prefix length
+//     (the on-link prefix and the default route come from the router
+//     advertisements); renewed while the endpoint exists, released when
+//     it goes.
+
+// lanIPv6 sets ep.IPv6 (and ep.Lease6) for an endpoint of a network whose
+// IPv6 comes from the LAN; answer says whether CreateEndpoint answers it.
+// undo gives back a lease this call took (call it when the endpoint is
+// not recorded).
+func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (answer bool, undo func(), err error) {
+	undo = func() {}
+	mode := rules.IPv6ModeOf(n)
+	if mode == rules.IPv6Static {
+		return false, undo, nil
+	}
+	if ep.IPv6 != "" {
+		return false, undo, rules.Invalidf("endpoint %s of network %s comes with IPv6 address %s, but the network takes IPv6 from the LAN (ipv6_mode=%s): run containers without --ip6", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv6, mode)
+	}
+	if mode == rules.IPv6SLAAC {
+		mac, err := net.ParseMAC(ep.MAC)
+		addr, ok := rules.SLAACAddress(mac)
+		if err != nil || !ok {
+			return false, undo, rules.Invalidf("endpoint %s of ipv6_mode=slaac network %s has no MAC of its own (%q): use a macvlan network", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.MAC)
+		}
+		ep.IPv6 = addr
+		return true, undo, nil
+	}
+	if existing != nil && existing.Lease6 != nil && existing.MAC == ep.MAC {
+		ep.Lease6, ep.IPv6 = existing.Lease6, existing.IPv6 // Docker asked again
+		return true, undo, nil
+	}
+	if existing != nil && existing.Lease6 != nil { // asked again with another MAC: not this one's lease
+		d.lease6.Release(context.WithoutCancel(ctx), n, *existing)
+	}
+	l, err := d.lease6.Acquire(ctx, n, *ep, rules.DHCPOf(n).Timeout)
+	if err != nil {
+		return false, undo, err
+	}
+	ep.Lease6, ep.IPv6 = &l, l.Addr+"/128"
+	return true, func() { d.lease6.Release(context.WithoutCancel(ctx), n, *ep) }, nil
+}
