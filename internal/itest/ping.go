@@ -14,15 +14,21 @@ import (
 // from) to dst until an echo reply from dst arrives or timeout passes, as
 // `ping -I src dst` would; it returns nil once one arrived. It uses a raw
 // ICMP socket opened in from (root), so it needs no ping binary and no
-// ping_group_range.
+// ping_group_range. IPv6 addresses ping with ICMPv6.
 func Ping(from *Netns, src, dst string, timeout time.Duration) error {
 	s, d := netip.MustParseAddr(src), netip.MustParseAddr(dst)
-	if !s.Is4() || !d.Is4() {
-		return fmt.Errorf("ping %s -> %s: IPv4 only", src, dst)
+	if s.Is4() != d.Is4() {
+		return fmt.Errorf("ping %s -> %s: not one address family", src, dst)
+	}
+	// ICMPv6 (RFC 4443): echo request 128, reply 129; the kernel fills in
+	// the checksum, with the pseudo-header.
+	proto, request, reply := "ip4:icmp", byte(8), byte(0)
+	if s.Is6() {
+		proto, request, reply = "ip6:ipv6-icmp", 128, 129
 	}
 	var c net.PacketConn
 	if err := from.Do(func() (err error) {
-		c, err = net.ListenPacket("ip4:icmp", src)
+		c, err = net.ListenPacket(proto, src)
 		return err
 	}); err != nil {
 		return fmt.Errorf("ICMP socket on %s: %w", src, err)
@@ -36,7 +42,7 @@ func Ping(from *Netns, src, dst string, timeout time.Duration) error {
 	buf := make([]byte, 1500)
 	var lastErr error
 	for seq := uint16(1); time.Now().Before(deadline); seq++ {
-		if _, err := c.WriteTo(echoRequest(id, seq), to); err != nil {
+		if _, err := c.WriteTo(echoRequest(request, id, seq), to); err != nil {
 			lastErr = err
 		}
 		wait := time.Now().Add(200 * time.Millisecond)
@@ -55,7 +61,7 @@ func Ping(from *Netns, src, dst string, timeout time.Duration) error {
 			// A raw socket sees every ICMP message of the namespace: only
 			// the reply to this pinger from dst counts.
 			ip, ok := peer.(*net.IPAddr)
-			if ok && ip.IP.Equal(d.AsSlice()) && k >= 8 && buf[0] == 0 && buf[1] == 0 && binary.BigEndian.Uint16(buf[4:]) == id {
+			if ok && ip.IP.Equal(d.AsSlice()) && k >= 8 && buf[0] == reply && buf[1] == 0 && binary.BigEndian.Uint16(buf[4:]) == id {
 				return nil
 			}
 		}
@@ -72,9 +78,9 @@ func isTimeout(err error) bool {
 }
 
 // echoRequest is an ICMP echo request with its checksum.
-func echoRequest(id, seq uint16) []byte {
+func echoRequest(typ byte, id, seq uint16) []byte {
 	b := make([]byte, 8, 8+16)
-	b[0] = 8 // echo request, code 0
+	b[0] = typ // echo request, code 0
 	binary.BigEndian.PutUint16(b[4:], id)
 	binary.BigEndian.PutUint16(b[6:], seq)
 	b = append(b, "underlay itest.."...)

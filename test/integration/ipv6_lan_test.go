@@ -1,0 +1,251 @@
+package integration
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// IPv6 from the LAN (-o ipv6_mode=slaac|dhcpv6) through the real binary:
+// `underlay serve` in a namespace whose parents are veths to LANs of
+// their own (itest.LAN6), each with dnsmasq as router (RAs) and, for
+// dhcpv6, DHCPv6 server. The test does what libnetwork and the engine
+// do with an endpoint (CreateEndpoint, Join, the link moved into a
+// "container" namespace, the answered address put on it with NODAD, the
+// link up) and checks what the container's namespace then has, and the
+// server's lease file. ipvlan endpoints need the VM (this host's kernel
+// has no ipvlan); their DHCPv6 identities are tested at unit level
+// (driver) and against dnsmasq (dhcp6).
+
+// lan6Network is a CreateNetwork as the current engine sends it for
+// `docker network create --ipv6 --ipam-driver null -o parent=PARENT -o
+// ipv6_mode=MODE`.
+func lan6Network(id, parent, mode string) *network.CreateNetworkRequest {
+	return &network.CreateNetworkRequest{NetworkID: id,
+		Options:  map[string]any{"com.docker.network.generic": map[string]any{"parent": parent, "ipv6_mode": mode}, "com.docker.network.enable_ipv6": true},
+		IPv4Data: []*network.IPAMData{{AddressSpace: "null", Pool: "0.0.0.0/0"}},
+		IPv6Data: []*network.IPAMData{{AddressSpace: "null", Pool: "::/0"}}}
+}
+
+// container6 is an endpoint as the engine plugs it into a container: the
+// link Join named moved into a namespace of its own as eth0, the address
+// CreateEndpoint answered on it (NODAD, as the engine adds it), up.
+type container6 struct {
+	ns   *itest.Netns
+	mac  net.HardwareAddr
+	addr netip.Prefix // as CreateEndpoint answered it
+}
+
+func plug6(t *testing.T, d *itest.Daemon, host *itest.Netns, netID, epID string) container6 {
+	t.Helper()
+	var ce network.CreateEndpointResponse
+	d.MustCall("CreateEndpoint", network.CreateEndpointRequest{NetworkID: netID, EndpointID: epID,
+		Interface: &network.EndpointInterface{}}, &ce)
+	if ce.Interface == nil || ce.Interface.AddressIPv6 == "" || ce.Interface.Address != "" {
+		t.Fatalf("CreateEndpoint %s answered %+v: want an IPv6 address (and a MAC), no IPv4", epID[:12], ce.Interface)
+	}
+	addr, err := netip.ParsePrefix(ce.Interface.AddressIPv6)
+	if err != nil {
+		t.Fatalf("CreateEndpoint answered IPv6 address %q: %v", ce.Interface.AddressIPv6, err)
+	}
+	var j network.JoinResponse
+	d.MustCall("Join", network.JoinRequest{NetworkID: netID, EndpointID: epID, SandboxKey: "/var/run/docker/netns/" + epID[:12]}, &j)
+	c := container6{ns: itest.NewNetns(t), addr: addr}
+	link := host.MustLink(j.InterfaceName.SrcName)
+	if err := host.NL.LinkSetNsFd(link, int(c.ns.Handle())); err != nil {
+		t.Fatalf("move %s into the container's namespace: %v", j.InterfaceName.SrcName, err)
+	}
+	l := c.ns.MustLink(j.InterfaceName.SrcName)
+	if err := c.ns.NL.LinkSetName(l, "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	l = c.ns.MustLink("eth0")
+	c.mac = l.Attrs().HardwareAddr
+	if ce.Interface.MacAddress != "" && ce.Interface.MacAddress != c.mac.String() {
+		t.Fatalf("CreateEndpoint answered MAC %s, the link has %s", ce.Interface.MacAddress, c.mac)
+	}
+	if err := c.ns.NL.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), 128)}, Flags: unix.IFA_F_NODAD}); err != nil {
+		t.Fatalf("put %s on the container's eth0: %v", addr, err)
+	}
+	c.ns.Up("eth0")
+	return c
+}
+
+// addrs6 are eth0's IPv6 addresses.
+func (c container6) addrs6(t *testing.T) []netlink.Addr {
+	addrs, err := c.ns.NL.AddrList(c.ns.MustLink("eth0"), unix.AF_INET6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs
+}
+
+func (c container6) String(t *testing.T) string {
+	var s []string
+	for _, a := range c.addrs6(t) {
+		s = append(s, fmt.Sprintf("%s (flags %#x, preferred %d s, valid %d s)", a.IPNet, a.Flags, a.PreferedLft, a.ValidLft))
+	}
+	routes, _ := c.ns.NL.RouteList(nil, unix.AF_INET6)
+	for _, r := range routes {
+		s = append(s, "route "+r.String())
+	}
+	return strings.Join(s, "\n")
+}
+
+// waitAddr waits until eth0 has a usable (not tentative) address a.
+func (c container6) waitAddr(t *testing.T, a netip.Addr, timeout time.Duration, what string) {
+	t.Helper()
+	if !itest.WaitFor(timeout, func() bool {
+		for _, x := range c.addrs6(t) {
+			if got, _ := netip.AddrFromSlice(x.IP); got == a && x.Flags&unix.IFA_F_TENTATIVE == 0 {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("%s: eth0 has no address %s within %s:\n%s", what, a, timeout, c.String(t))
+	}
+}
+
+// waitDefaultVia waits until the container has an IPv6 default route via
+// the router's link-local address (from its advertisements).
+func (c container6) waitDefaultVia(t *testing.T, router netip.Addr, timeout time.Duration) {
+	t.Helper()
+	if !itest.WaitFor(timeout, func() bool {
+		routes, err := c.ns.NL.RouteList(nil, unix.AF_INET6)
+		if err != nil {
+			return false
+		}
+		for _, r := range routes {
+			if r.Dst == nil || r.Dst.String() == "::/0" {
+				if gw, _ := netip.AddrFromSlice(r.Gw); gw == router {
+					return true
+				}
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("no IPv6 default route via the router's %s within %s:\n%s", router, timeout, c.String(t))
+	}
+}
+
+// linkLocal is the link-local address of a link in a namespace.
+func linkLocal(t *testing.T, ns *itest.Netns, name string) netip.Addr {
+	t.Helper()
+	addrs, err := ns.NL.AddrList(ns.MustLink(name), unix.AF_INET6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if a.IP.IsLinkLocalUnicast() {
+			ip, _ := netip.AddrFromSlice(a.IP)
+			return ip
+		}
+	}
+	t.Fatalf("%s has no link-local address", name)
+	return netip.Addr{}
+}
+
+// eui64 is prefix's address for mac by SLAAC (RFC 4862 with the EUI-64
+// interface identifier of RFC 4291 appendix A).
+func eui64(prefix netip.Prefix, mac net.HardwareAddr) netip.Addr {
+	b := prefix.Addr().As16()
+	b[8], b[9], b[10], b[11], b[12] = mac[0]^0x02, mac[1], mac[2], 0xff, 0xfe
+	b[13], b[14], b[15] = mac[3], mac[4], mac[5]
+	return netip.AddrFrom16(b)
+}
+
+func TestIPv6FromTheLAN(t *testing.T) {
+	ns := itest.NewNetns(t)
+	slaacLAN := itest.NewLAN6(t, ns, "lan6s", netip.MustParsePrefix("2001:db8:61::1/64"))
+	dhcpLAN := itest.NewLAN6(t, ns, "lan6d", netip.MustParsePrefix("2001:db8:60::1/64"))
+	// Router advertisements every 4 s (dnsmasq's default is up to 10 min).
+	ra := "--ra-param=" + itest.LAN6ServerLink + ",4"
+	itest.StartDnsmasq(t, itest.DnsmasqConfig{NS: slaacLAN.Far, Interface: itest.LAN6ServerLink, Dir: t.TempDir(),
+		Range: "::,constructor:" + itest.LAN6ServerLink + ",ra-only,64,2m", Extra: []string{"--enable-ra", ra}, Ready: "router advertisement on"})
+	srv6 := dhcpLAN.ServeDHCPv6("2001:db8:60::100,2001:db8:60::1ff,64,2m", ra)
+	d := itest.StartDaemon(t, ns, itest.DaemonOptions{})
+
+	t.Run("slaac", func(t *testing.T) {
+		t.Parallel()
+		const netID = "5a5a5a5a5a5a00000000000000000000000000000000000000000000000000a1"
+		const epID = "5e5e5e5e5e5e00000000000000000000000000000000000000000000000000e1"
+		d.MustCall("CreateNetwork", lan6Network(netID, "lan6s", "slaac"), nil)
+		c := plug6(t, d, ns, netID, epID)
+		ll, _ := netip.AddrFromSlice(net.IP(eui64(netip.MustParsePrefix("fe80::/64"), c.mac).AsSlice()))
+		if c.addr != netip.PrefixFrom(ll, 64) {
+			t.Fatalf("CreateEndpoint answered %s, want the endpoint's link-local %s/64", c.addr, ll)
+		}
+		global := eui64(netip.MustParsePrefix("2001:db8:61::/64"), c.mac)
+		c.waitAddr(t, global, 20*time.Second, "the advertised prefix 2001:db8:61::/64")
+		c.waitDefaultVia(t, linkLocal(t, slaacLAN.Far, itest.LAN6ServerLink), 20*time.Second)
+		if err := itest.Ping(c.ns, global.String(), "2001:db8:61::1", 5*time.Second); err != nil {
+			t.Fatalf("the container does not reach the router: %v", err)
+		}
+		// The LAN's prefix changes: a second one is advertised, and the
+		// container forms its address in it by itself.
+		srv := slaacLAN.Far.MustLink(itest.LAN6ServerLink)
+		if err := slaacLAN.Far.NL.AddrAdd(srv, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("2001:db8:62::1"), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}); err != nil {
+			t.Fatal(err)
+		}
+		next := eui64(netip.MustParsePrefix("2001:db8:62::/64"), c.mac)
+		c.waitAddr(t, next, 20*time.Second, "the new prefix 2001:db8:62::/64")
+		if err := itest.Ping(c.ns, next.String(), "2001:db8:62::1", 5*time.Second); err != nil {
+			t.Fatalf("the container does not reach the router from its new address: %v", err)
+		}
+		if strings.Contains(d.Log(), "DHCPv6") {
+			t.Errorf("a slaac network talked DHCPv6:\n%s", d.Log())
+		}
+	})
+
+	t.Run("dhcpv6", func(t *testing.T) {
+		t.Parallel()
+		const netID = "6d6d6d6d6d6d00000000000000000000000000000000000000000000000000a2"
+		const epID = "6e6e6e6e6e6e00000000000000000000000000000000000000000000000000e2"
+		d.MustCall("CreateNetwork", lan6Network(netID, "lan6d", "dhcpv6"), nil)
+		c := plug6(t, d, ns, netID, epID)
+		if c.addr.Bits() != 128 || !netip.MustParsePrefix("2001:db8:60::/64").Contains(c.addr.Addr()) {
+			t.Fatalf("CreateEndpoint answered %s: want an address of dnsmasq's range, /128", c.addr)
+		}
+		l, ok := srv6.Lease6(c.addr.Addr())
+		if !ok || l.DUID != itest.HexColons(dhcp6.DUIDFromMAC(c.mac)) {
+			t.Fatalf("dnsmasq's lease of %s: %q (found %v), want one for the DUID-LL of the endpoint's MAC %s:\n%v", c.addr, l.Line, ok, c.mac, srv6.Leases6())
+		}
+		c.waitAddr(t, c.addr.Addr(), 5*time.Second, "the leased address")
+		c.waitDefaultVia(t, linkLocal(t, dhcpLAN.Far, itest.LAN6ServerLink), 20*time.Second)
+		if err := itest.Ping(c.ns, c.addr.Addr().String(), "2001:db8:60::1", 5*time.Second); err != nil {
+			t.Fatalf("the container does not reach the router from its leased address: %v\n%s", err, c.String(t))
+		}
+		// Durable: a daemon restarted before T1 (60 s of dnsmasq's 2 min)
+		// renews the lease from its record, for the same client.
+		d.Restart()
+		if !itest.WaitFor(80*time.Second, func() bool {
+			now, ok := srv6.Lease6(c.addr.Addr())
+			return ok && now.Expiry.After(l.Expiry) && now.DUID == l.DUID
+		}) {
+			t.Fatalf("the lease of %s was not renewed within 80 s (it expires %s):\n%v\n%s", c.addr, l.Expiry, srv6.Leases6(), d.Log())
+		}
+		// The engine moves the link back at Leave; DeleteEndpoint gives the lease back.
+		link := c.ns.MustLink("eth0")
+		if err := c.ns.NL.LinkSetNsFd(link, int(ns.Handle())); err != nil {
+			t.Fatal(err)
+		}
+		d.MustCall("Leave", network.LeaveRequest{NetworkID: netID, EndpointID: epID}, nil)
+		d.MustCall("DeleteEndpoint", network.DeleteEndpointRequest{NetworkID: netID, EndpointID: epID}, nil)
+		if !itest.WaitFor(5*time.Second, func() bool { _, ok := srv6.Lease6(c.addr.Addr()); return !ok }) {
+			t.Fatalf("%s is still in dnsmasq's lease file after DeleteEndpoint:\n%v", c.addr, srv6.Leases6())
+		}
+		if !strings.Contains(d.Log(), "released IPv6 address") {
+			t.Errorf("the daemon's log does not say it released the lease:\n%s", d.Log())
+		}
+	})
+}
