@@ -86,6 +86,10 @@ func teardownAll(e *env) error {
 	if err := teardownDHCPLAN(); err != nil {
 		errs = append(errs, err)
 	}
+	// The IPv6 LAN of TestIPv6LAN (dnsmasq, its namespace, its veth).
+	if err := teardownIPv6LAN(); err != nil {
+		errs = append(errs, err)
+	}
 	if e != nil {
 		e.stopRegistry()
 	}

@@ -53,6 +53,7 @@ func (e *env) checkHostUntouched() error {
 	}
 	errs = append(errs, nodesLeft())
 	errs = append(errs, dhcpLANLeft())
+	errs = append(errs, ipv6LANLeft())
 	if m := strings.Count(readFile("/proc/self/mountinfo"), " "+runDir) + strings.Count(readFile("/proc/self/mountinfo"), " "+dataDir); m > 0 {
 		errs = append(errs, fmt.Errorf("%d mounts left under %s or %s", m, runDir, dataDir))
 	}
