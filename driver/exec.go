@@ -61,7 +61,7 @@ func (d *Driver) readShims(tx *store.Tx) (map[string]rules.ShimState, error) {
 		if n.HostAddress == "" || n.Pending != nil {
 			return nil
 		}
-		routes, err := d.joinedRoutes(tx, n.ID)
+		routes, err := d.joins.JoinedV4(tx, n.ID, d.boot)
 		out[rules.ShimName(n.ID)] = rules.ShimState{Network: n, Routes: routes}
 		return err
 	})

@@ -75,7 +75,7 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 	if n.HostAddress == "" {
 		return nil
 	}
-	if d.shimHealthy(ctx, n) && d.shims.Route(ctx, &n, ep, false) == nil {
+	if d.shims.Healthy(ctx, n) && d.shims.Route(ctx, &n, ep, false) == nil {
 		return nil
 	}
 	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
@@ -85,7 +85,7 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 	defer unlockParent()
 	var routes []netip.Addr // every joined endpoint's, this one's included
 	if err := d.store.View(func(tx *store.Tx) (err error) {
-		routes, err = d.joinedRoutes(tx, n.ID)
+		routes, err = d.joins.JoinedV4(tx, n.ID, d.boot)
 		return err
 	}); err != nil {
 		return err
@@ -94,18 +94,6 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 		routes = append(routes, a) // a join kept in memory (joins.go)
 	}
 	return d.shims.Ensure(ctx, n, routes)
-}
-
-// shimHealthy reports whether the network's host link exists with this
-// instance's mark, up, with its address and MTU.
-func (d *Driver) shimHealthy(ctx context.Context, n store.Network) bool {
-	l, err := d.links.Get(ctx, rules.ShimName(n.ID))
-	if err != nil || l.Name != rules.ShimName(n.ID) || l.Alias != d.mark {
-		return false
-	}
-	have, err := d.links.LinkAddrs(ctx, l.Name)
-	addr, perr := netip.ParseAddr(n.HostAddress)
-	return err == nil && perr == nil && rules.BrokenBy(l, n.MTU, addr, have) == ""
 }
 
 // addEndpointLink creates the link, replacing a leftover of an earlier

@@ -62,7 +62,7 @@ func (d *Driver) reuse(ctx context.Context, n store.Network) error {
 	n.Parent = parent
 	var routes []netip.Addr
 	if err := d.store.View(func(tx *store.Tx) (err error) {
-		routes, err = d.joinedRoutes(tx, n.ID)
+		routes, err = d.joins.JoinedV4(tx, n.ID, d.boot)
 		return err
 	}); err != nil {
 		return err

@@ -39,7 +39,7 @@ func (d *Driver) repairShim(ctx context.Context, s rules.Step, held string) erro
 			return err
 		}
 		cur = &nv
-		routes, err = d.joinedRoutes(tx, n.ID)
+		routes, err = d.joins.JoinedV4(tx, n.ID, d.boot)
 		return err
 	}); err != nil || cur == nil || cur.HostAddress != n.HostAddress || cur.Parent != n.Parent {
 		return err // the network went away or changed meanwhile

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
@@ -10,23 +9,8 @@ import (
 )
 
 // host_address: the host link and its routes are made by
-// driver/internal/hostlink; what the store says of them is read here.
-
-// joinedRoutes lists the IPv4 addresses of a network's endpoints joined
-// in this boot: the /32 routes its shim carries.
-func (d *Driver) joinedRoutes(tx *store.Tx, networkID string) ([]netip.Addr, error) {
-	eps, err := d.joins.Endpoints(tx, networkID)
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, ep := range eps {
-		if a, ok := rules.EndpointV4(ep); ok && ep.Sandbox != "" && ep.Boot == d.boot {
-			out = append(out, a)
-		}
-	}
-	return out, nil
-}
+// driver/internal/hostlink, the routes it carries are the joins'
+// (joins.Table.JoinedV4); the store's check of a new endpoint is here.
 
 // hostRouteFree refuses an endpoint of a network with a host address whose
 // IPv4 address an endpoint of another such network has: the host routes

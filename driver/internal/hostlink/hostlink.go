@@ -160,3 +160,15 @@ func (h *Shims) Route(ctx context.Context, n *record.Network, ep record.Endpoint
 	}
 	return h.Links.AddHostRoute(ctx, a, rules.ShimName(n.ID))
 }
+
+// Healthy reports whether the network's host link exists with this
+// instance's mark, up, with its address and MTU.
+func (h *Shims) Healthy(ctx context.Context, n record.Network) bool {
+	l, err := h.Links.Get(ctx, rules.ShimName(n.ID))
+	if err != nil || l.Name != rules.ShimName(n.ID) || l.Alias != h.Mark {
+		return false
+	}
+	have, err := h.Links.LinkAddrs(ctx, l.Name)
+	addr, perr := netip.ParseAddr(n.HostAddress)
+	return err == nil && perr == nil && rules.BrokenBy(l, n.MTU, addr, have) == ""
+}

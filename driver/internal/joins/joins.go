@@ -8,8 +8,10 @@
 package joins
 
 import (
+	"net/netip"
 	"sync"
 
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -81,6 +83,22 @@ func (j *Table) Endpoints(tx *store.Tx, networkID string) ([]store.Endpoint, err
 		eps[i] = j.Overlay(eps[i])
 	}
 	return eps, err
+}
+
+// JoinedV4 lists the IPv4 addresses of a network's endpoints joined in
+// boot: the /32 routes its host link carries.
+func (j *Table) JoinedV4(tx *store.Tx, networkID, boot string) ([]netip.Addr, error) {
+	eps, err := j.Endpoints(tx, networkID)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, ep := range eps {
+		if a, ok := rules.EndpointV4(ep); ok && ep.Sandbox != "" && ep.Boot == boot {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // Join keeps ep joined to sandbox in boot: in memory for a network whose
