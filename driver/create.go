@@ -93,7 +93,7 @@ func (c *creation) resolveParent(ctx context.Context) (err error) {
 	d := c.d
 	c.events = d.locks.Changes(keylock.Parent)
 	if !c.resolved {
-		if c.res, err = d.resolve(ctx, c.want); err != nil {
+		if c.res, err = d.resolver.Resolve(ctx, c.want); err != nil {
 			return err
 		}
 	}
@@ -201,7 +201,7 @@ func (c *creation) recheckParent(ctx context.Context) (err error) {
 	if c.fresh {
 		return nil
 	}
-	if c.res, err = c.d.resolve(ctx, c.want); err != nil {
+	if c.res, err = c.d.resolver.Resolve(ctx, c.want); err != nil {
 		return err
 	}
 	if c.res.Name != c.want.Parent {

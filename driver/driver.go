@@ -143,7 +143,6 @@ type AddrAnnouncer = lan.Announcer
 type Driver struct {
 	store  Store
 	links  netlinkutil.Links
-	routes RouteLister
 	lease  *leases.Leaser  // DHCP leases of endpoints (driver/internal/leases)
 	lease6 *leases6.Leaser // DHCPv6 leases of endpoints (driver/internal/leases6)
 	docker NetworkChecker
@@ -170,9 +169,10 @@ type Driver struct {
 	// creates in flight are checking.
 	lan    *lan.LAN
 	claims lan.Claims
-	// parents create the parent links underlay owns
-	// (driver/internal/parentlink).
-	parents *parentlink.Maker
+	// resolver resolves networks' parent options on this host, parents
+	// create the parent links underlay owns (driver/internal/parentlink).
+	resolver *parentlink.Resolver
+	parents  *parentlink.Maker
 	// shims make networks' host links (driver/internal/hostlink).
 	shims *hostlink.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
@@ -221,11 +221,12 @@ func New(c Config) (*Driver, error) {
 	announcer, _ := c.Prober.(AddrAnnouncer)
 	d := &Driver{
 		lan:   &lan.LAN{Links: c.Links, Routes: c.Routes, Prober: c.Prober, Announcer: announcer, Log: c.Logger},
-		store: c.Store, links: c.Links, routes: c.Routes, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		store: c.Store, links: c.Links, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: joins.NewTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	d.resolver = &parentlink.Resolver{Links: c.Links, Routes: c.Routes}
 	d.parents = &parentlink.Maker{Links: c.Links, Mark: d.mark}
 	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.deleteOwnedLink}
 	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}

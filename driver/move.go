@@ -26,7 +26,7 @@ import (
 // the network lives on it (keepParent). A resolution that fails is left
 // to the reuse path, which says what is missing.
 func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (rules.Resolution, bool, error) {
-	res, err := d.resolve(ctx, want)
+	res, err := d.resolver.Resolve(ctx, want)
 	if err != nil || res.Name == same.Parent {
 		return res, false, nil
 	}

@@ -64,7 +64,7 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, err
 		// A link underlay did not create is gone: if the network asked for
 		// a VLAN by IFACE.VID and it resolves to this very name, create it
 		// and own it from now on; otherwise say what is missing.
-		res, err := d.resolve(ctx, n)
+		res, err := d.resolver.Resolve(ctx, n)
 		if err != nil {
 			return n.Parent, fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, dockerid.Short(n.ID), err)
 		}

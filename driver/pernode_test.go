@@ -149,7 +149,7 @@ func TestAutoParentThroughTheDriver(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	eth1, _ := f.k.Link("eth1")
-	f.d.routes = routeList{{Dst: netip.MustParsePrefix("198.18.1.0/24"), LinkIndex: eth1.Index, Table: netlinkutil.MainTable}}
+	f.d.resolver.Routes = routeList{{Dst: netip.MustParsePrefix("198.18.1.0/24"), LinkIndex: eth1.Index, Table: netlinkutil.MainTable}}
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "auto"}})
 	if n, _ := f.record(netA); n.Parent != "eth1" || n.Options[rules.OptParent] != "auto" {
 		t.Fatalf("record: link %s, option %q; want eth1 (its connected route holds the subnet) and auto", n.Parent, n.Options[rules.OptParent])
@@ -163,7 +163,7 @@ func TestAutoParentThroughTheDriver(t *testing.T) {
 		t.Errorf("AllocateNetwork(parent=auto.0) = %v, want a refusal", err)
 	}
 	// Without a route view, auto is refused with the fix.
-	f.d.routes = nil
+	f.d.resolver.Routes = nil
 	if err := f.create(netReq{ID: netB, Opts: map[string]string{rules.OptParent: "auto"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}}); err == nil || !strings.Contains(err.Error(), "-o parent=IFACE") {
 		t.Errorf("auto without routes: %v", err)
 	}

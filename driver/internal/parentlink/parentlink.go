@@ -1,10 +1,12 @@
-// Package parentlink creates the parent links underlay owns (a VLAN on a
-// base, a dummy for an internal network), telling an existing link that is
-// exactly the one planned (success) from one that is not (a conflict
-// naming it) and an owned VLAN an operator renamed (RenamedTo).
+// Package parentlink resolves a network's parent option to the link it
+// names on this host (Resolver, resolve.go) and creates the parent links
+// underlay owns (Maker: a VLAN on a base, a dummy for an internal
+// network), telling an existing link that is exactly the one planned
+// (success) from one that is not (a conflict naming it) and an owned VLAN
+// an operator renamed (RenamedTo).
 //
-// Rule: the kernel only through its own Links interface; no store, no
-// locks (the caller holds the parent's).
+// Rule: the kernel only through its own interfaces (Links, LinkReader,
+// RouteLister); no store, no locks (the caller holds the parent's).
 package parentlink
 
 import (

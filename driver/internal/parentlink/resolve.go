@@ -1,4 +1,4 @@
-package driver
+package parentlink
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Per-node parents. One network definition serves nodes whose NICs are
@@ -21,17 +21,35 @@ import (
 //	                        network's IPv4 subnet, else the default route's
 //	parent=auto.VID         VLAN VID on the link auto picks
 //
-// pickParent turns the option into the one name this node resolves as if
-// the user had given it (resolve.go); it is pure, over the node's links
-// and routes. The record keeps the option as asked and the link it
-// resolved to; reuse compares what was asked.
+// rules.ResolveParent turns the option into the one name this node
+// resolves as if the user had given it; it is pure, over the node's links
+// and routes, which the Resolver reads. The record keeps the option as
+// asked and the link it resolved to; reuse compares what was asked.
 
-// resolve resolves the network's parent on this host. A plain name that
+// LinkReader reads the host's links (netlinkutil.Links).
+type LinkReader interface {
+	Get(ctx context.Context, name string) (netlinkutil.Link, error)
+	List(ctx context.Context) ([]netlinkutil.Link, error)
+}
+
+// RouteLister lists the routes of every table (netlinkutil.Kernel).
+type RouteLister interface {
+	Routes(ctx context.Context) ([]netlinkutil.Route, error)
+}
+
+// Resolver resolves a network's parent option on this host. Routes may be
+// nil: parent=auto is then refused.
+type Resolver struct {
+	Links  LinkReader
+	Routes RouteLister
+}
+
+// Resolve resolves the network's parent on this host. A plain name that
 // exists as an ordinary parent needs one lookup (the kernel resolves
 // altnames); anything else (a VLAN to find or create, a link to refuse
 // naming its lower link, candidates, auto) lists every link once, and
 // auto the routes too.
-func (d *Driver) resolve(ctx context.Context, n store.Network) (rules.Resolution, error) {
+func (r *Resolver) Resolve(ctx context.Context, n record.Network) (rules.Resolution, error) {
 	spec, err := rules.ParseParent(rules.RequestedParent(n))
 	if err != nil {
 		return rules.Resolution{}, err
@@ -41,7 +59,7 @@ func (d *Driver) resolve(ctx context.Context, n store.Network) (rules.Resolution
 		if len(spec.Candidates) == 1 {
 			name = spec.Candidates[0]
 		}
-		l, err := d.links.Get(ctx, name)
+		l, err := r.Links.Get(ctx, name)
 		switch {
 		case err == nil && !netlinkutil.IsEndpointKind(l.Kind):
 			return rules.ResolveParent(n, []netlinkutil.Link{l}, nil)
@@ -49,16 +67,16 @@ func (d *Driver) resolve(ctx context.Context, n store.Network) (rules.Resolution
 			return rules.Resolution{}, err
 		}
 	}
-	links, err := d.links.List(ctx)
+	links, err := r.Links.List(ctx)
 	if err != nil {
 		return rules.Resolution{}, err
 	}
 	var routes []netlinkutil.Route
 	if spec.Auto {
-		if d.routes == nil {
+		if r.Routes == nil {
 			return rules.Resolution{}, fmt.Errorf("parent=%s needs the host's routes, and this daemon was built without access to them: pass -o parent=IFACE", rules.RequestedParent(n))
 		}
-		if routes, err = d.routes.Routes(ctx); err != nil {
+		if routes, err = r.Routes.Routes(ctx); err != nil {
 			return rules.Resolution{}, err
 		}
 	}
