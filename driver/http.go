@@ -28,20 +28,20 @@ func (d *Driver) Register(mux *http.ServeMux) {
 	route(d, mux, "GetCapabilities", func(ctx context.Context, _ *struct{}) (any, error) {
 		return d.GetCapabilities(ctx), nil
 	})
-	route(d, mux, "GwAllocCheck", func(ctx context.Context, r *GwAllocCheckRequest) (any, error) {
-		return d.GwAllocCheck(ctx, r)
+	route(d, mux, "GwAllocCheck", func(_ context.Context, r *GwAllocCheckRequest) (any, error) {
+		return rules.GwAllocCheck(r)
 	})
 	route(d, mux, "CreateNetwork", func(ctx context.Context, r *network.CreateNetworkRequest) (any, error) {
 		return nil, d.CreateNetwork(ctx, r)
 	})
-	route(d, mux, "AllocateNetwork", func(ctx context.Context, r *network.AllocateNetworkRequest) (any, error) {
-		return d.AllocateNetwork(ctx, r)
+	route(d, mux, "AllocateNetwork", func(_ context.Context, r *network.AllocateNetworkRequest) (any, error) {
+		return rules.AllocateNetwork(r)
 	})
 	route(d, mux, "DeleteNetwork", func(ctx context.Context, r *network.DeleteNetworkRequest) (any, error) {
 		return nil, d.DeleteNetwork(ctx, r)
 	})
-	route(d, mux, "FreeNetwork", func(ctx context.Context, r *network.FreeNetworkRequest) (any, error) {
-		return nil, d.FreeNetwork(ctx, r)
+	route(d, mux, "FreeNetwork", func(_ context.Context, r *network.FreeNetworkRequest) (any, error) {
+		return nil, rules.FreeNetwork(r)
 	})
 	route(d, mux, "CreateEndpoint", func(ctx context.Context, r *network.CreateEndpointRequest) (any, error) {
 		return d.CreateEndpoint(ctx, r)

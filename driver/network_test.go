@@ -383,14 +383,14 @@ func TestDeleteUnknownIsNotAnError(t *testing.T) {
 
 func TestAllocateNetworkAnswersValidatedOptions(t *testing.T) {
 	f := newFixture(t)
-	resp, err := f.d.AllocateNetwork(context.Background(), &network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parent": "eth0", "ipvlan_mode": "l3"}})
+	resp, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parent": "eth0", "ipvlan_mode": "l3"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.Options["parent"] != "eth0" || resp.Options["ipvlan_mode"] != "l3" || len(resp.Options) != 2 {
 		t.Fatalf("AllocateNetwork answered %v", resp.Options)
 	}
-	_, err = f.d.AllocateNetwork(context.Background(), &network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parnet": "eth0"}})
+	_, err = rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parnet": "eth0"}})
 	wantErr(t, err, rules.ErrInvalid, "parnet")
 	if caps := f.d.GetCapabilities(context.Background()); caps.Scope != "local" || caps.ConnectivityScope != "global" {
 		t.Fatalf("capabilities %+v", caps)

@@ -147,7 +147,6 @@ func TestRefusedMoveKeepsTheNetwork(t *testing.T) {
 
 func TestAutoParentThroughTheDriver(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	eth1, _ := f.k.Link("eth1")
 	f.d.resolver.Routes = routeList{{Dst: netip.MustParsePrefix("198.18.1.0/24"), LinkIndex: eth1.Index, Table: netlinkutil.MainTable}}
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "auto"}})
@@ -156,10 +155,10 @@ func TestAutoParentThroughTheDriver(t *testing.T) {
 	}
 	// AllocateNetwork checks the syntax only: the manager may have no such
 	// links or routes.
-	if _, err := f.d.AllocateNetwork(ctx, &network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.7"}}); err != nil {
+	if _, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.7"}}); err != nil {
 		t.Errorf("AllocateNetwork(parent=auto.7): %v", err)
 	}
-	if _, err := f.d.AllocateNetwork(ctx, &network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.0"}}); !errors.Is(err, rules.ErrInvalid) {
+	if _, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.0"}}); !errors.Is(err, rules.ErrInvalid) {
 		t.Errorf("AllocateNetwork(parent=auto.0) = %v, want a refusal", err)
 	}
 	// Without a route view, auto is refused with the fix.

@@ -1,24 +1,22 @@
-package driver
+package rules
 
 import (
-	"context"
-
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
-// The swarm manager's calls (global scope) and the capabilities that make
-// a network a swarm network.
+// The swarm manager's calls (global scope) and the gateway check current
+// engines make before CreateNetwork: answers that are functions of the
+// request alone.
 
 // AllocateNetwork validates the driver options on the swarm manager
 // (global scope) and answers them, so every node's CreateNetwork receives
 // them: answering nothing would lose the parent.
-func (d *Driver) AllocateNetwork(_ context.Context, req *network.AllocateNetworkRequest) (*network.AllocateNetworkResponse, error) {
+func AllocateNetwork(req *network.AllocateNetworkRequest) (*network.AllocateNetworkResponse, error) {
 	if req.NetworkID == "" {
-		return nil, rules.Invalidf("AllocateNetwork without NetworkID")
+		return nil, Invalidf("AllocateNetwork without NetworkID")
 	}
-	o, err := rules.ParseOptions(req.Options)
+	o, err := ParseOptions(req.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -27,27 +25,11 @@ func (d *Driver) AllocateNetwork(_ context.Context, req *network.AllocateNetwork
 
 // FreeNetwork is the manager's counterpart of AllocateNetwork; underlay
 // holds nothing for it.
-func (d *Driver) FreeNetwork(_ context.Context, req *network.FreeNetworkRequest) error {
+func FreeNetwork(req *network.FreeNetworkRequest) error {
 	if req.NetworkID == "" {
-		return rules.Invalidf("FreeNetwork without NetworkID")
+		return Invalidf("FreeNetwork without NetworkID")
 	}
 	return nil
-}
-
-// Capabilities is libnetwork's GetCapabilities answer (go-plugins-helpers'
-// lacks GwAllocChecker).
-type Capabilities struct {
-	Scope             string
-	ConnectivityScope string
-	// GwAllocChecker asks current engines to call GwAllocCheck before
-	// CreateNetwork; engines that do not know it ignore it.
-	GwAllocChecker bool
-}
-
-// GetCapabilities answers the configured scope; the links reach beyond the
-// host, so connectivity is global, as for Docker's built-in drivers.
-func (d *Driver) GetCapabilities(context.Context) *Capabilities {
-	return &Capabilities{Scope: d.scope, ConnectivityScope: "global", GwAllocChecker: true}
 }
 
 // GwAllocCheckRequest and GwAllocCheckResponse are libnetwork's
@@ -71,21 +53,21 @@ type GwAllocCheckResponse struct {
 // LAN too: their gateway address stays reserved, so that no container is
 // given a router's address. A gateway the user gives (--gateway) is
 // Docker's to keep whatever the answer.
-func (d *Driver) GwAllocCheck(_ context.Context, req *GwAllocCheckRequest) (*GwAllocCheckResponse, error) {
-	generic, err := rules.GenericOptions(req.Options)
+func GwAllocCheck(req *GwAllocCheckRequest) (*GwAllocCheckResponse, error) {
+	generic, err := GenericOptions(req.Options)
 	if err != nil {
 		return nil, err
 	}
-	o, err := rules.ParseOptions(generic)
+	o, err := ParseOptions(generic)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := rules.BoolOption(req.Options, rules.LabelInternal); err != nil {
+	if _, err := BoolOption(req.Options, LabelInternal); err != nil {
 		return nil, err
 	}
 	// An internal network with a parent is on the LAN all the same: its
 	// subnet's gateway address may be a router there, which no container
 	// must be given.
-	skip := o.Parent == "" || (o.Type == rules.TypeIpvlan && o.Mode != netlinkutil.IpvlanL2)
+	skip := o.Parent == "" || (o.Type == TypeIpvlan && o.Mode != vocab.IpvlanL2)
 	return &GwAllocCheckResponse{SkipIPv4: skip, SkipIPv6: skip}, nil
 }
