@@ -154,10 +154,10 @@ func (c *creation) clearTheWay(ctx context.Context) (release func(), answered bo
 	if dec.Verdict == rules.VerdictMove && len(dec.Conflicts) > 0 {
 		// A move the new link's rules refuse must not cost the network
 		// its working copy: rule out stale holders before anything goes.
-		r, err := d.clearStaleHolders(ctx, want, c.asked, dec.Conflicts)
+		r, err := d.holders.Clear(ctx, want, c.asked, dec.Conflicts)
 		releases = append(releases, r)
 		if err != nil {
-			return release, true, d.holdersRefused(d.stayPut(ctx, *same, want.Parent, err))
+			return release, true, d.holders.Refused(d.stayPut(ctx, *same, want.Parent, err))
 		}
 		dec.Conflicts = nil
 	}
@@ -178,10 +178,10 @@ func (c *creation) clearTheWay(ctx context.Context) (release func(), answered bo
 		d.point("create-network/after-remove-stale")
 	}
 	if len(dec.Conflicts) > 0 {
-		r, err := d.clearStaleHolders(ctx, want, c.asked, dec.Conflicts)
+		r, err := d.holders.Clear(ctx, want, c.asked, dec.Conflicts)
 		releases = append(releases, r)
 		if err != nil {
-			return release, false, d.holdersRefused(err)
+			return release, false, d.holders.Refused(err)
 		}
 	}
 	return release, false, nil

@@ -146,20 +146,21 @@ type Driver struct {
 	lease  *leases.Leaser  // DHCP leases of endpoints (driver/internal/leases)
 	lease6 *leases6.Leaser // DHCPv6 leases of endpoints (driver/internal/leases6)
 	docker NetworkChecker
-	// staleCheck asks Docker about conflicting holders (driver/internal/stale).
-	staleCheck *stale.Checker
-	grace      time.Duration
-	lookup     time.Duration
-	mark       string
-	boot       string
-	scope      string
-	pending    time.Duration
-	log        *slog.Logger
-	crash      func(string)
-	events     Events
-	now        func() time.Time
-	locks      *keylock.Locker
-	joins      *joins.Table // every join, wherever kept (driver/internal/joins)
+	// holders rules out a create's conflicting holders with Docker
+	// (driver/internal/stale).
+	holders *stale.Holders
+	grace   time.Duration
+	lookup  time.Duration
+	mark    string
+	boot    string
+	scope   string
+	pending time.Duration
+	log     *slog.Logger
+	crash   func(string)
+	events  Events
+	now     func() time.Time
+	locks   *keylock.Locker
+	joins   *joins.Table // every join, wherever kept (driver/internal/joins)
 	// deleting are the links underlay is deleting itself (driver/internal/repairmemo).
 	deleting repairmemo.SelfDeletions
 	// failures are the repair steps' last failures, logged once (driver/internal/repairmemo).
@@ -230,7 +231,10 @@ func New(c Config) (*Driver, error) {
 	d.parents = &parentlink.Maker{Links: c.Links, Mark: d.mark}
 	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.deleteOwnedLink}
 	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}
-	d.staleCheck = &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger}
+	d.holders = &stale.Holders{
+		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},
+		Locks: d.locks, Remove: d.removeNetwork, Events: c.Events, Log: c.Logger,
+	}
 	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
 		Stop: d.stop, LockEndpoint: d.lockEndpoint})
 	d.lease6 = leases6.New(leases6.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCPv6, Log: c.Logger, Now: c.Now,

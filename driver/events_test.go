@@ -45,7 +45,7 @@ func (e *eventLog) want(t *testing.T, want map[string]int) {
 func TestEventsConflictAndStaleHolder(t *testing.T) {
 	f := newFixture(t)
 	ev := &eventLog{}
-	f.d.events = ev
+	f.count(ev)
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	f.docker.setLive(netA)
 	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}}), ErrConflict)
@@ -63,7 +63,7 @@ func TestEventsConflictAndStaleHolder(t *testing.T) {
 func TestEventsJanitorRollback(t *testing.T) {
 	f := newFixture(t)
 	ev := &eventLog{}
-	f.d.events = ev
+	f.count(ev)
 	entered, release := make(chan struct{}), make(chan struct{})
 	f.k.SetFault(func(op, name string) error {
 		if op == "vlan" {
@@ -105,10 +105,8 @@ func TestEventsRestoreAndRepair(t *testing.T) {
 	if err := f.k.Delete(context.Background(), "eth0.10"); err != nil { // a reboot took it
 		t.Fatal(err)
 	}
-	f.close()
-	f.open()
 	ev := &eventLog{}
-	f.d.events = ev
+	f.count(ev)
 	if err := f.d.Restore(context.Background()); err != nil {
 		t.Fatal(err)
 	}

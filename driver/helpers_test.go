@@ -66,6 +66,8 @@ type fixture struct {
 	mu     sync.Mutex
 	// dhcp6 is the DHCPv6 client open gives the driver (ipv6_test.go).
 	dhcp6 leases6.Client
+	// events, when set before open, is told what the driver does.
+	events Events
 }
 
 // newFixture returns a driver over a fake kernel holding eth0 and eth1
@@ -88,7 +90,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, CrashPoint: func(p string) {
+	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, Events: f.events, CrashPoint: func(p string) {
 		f.mu.Lock()
 		f.points = append(f.points, p)
 		f.mu.Unlock()
@@ -97,6 +99,15 @@ func (f *fixture) open() {
 		f.t.Fatal(err)
 	}
 	f.db, f.d = db, d
+}
+
+// count opens the driver again with ev told what it does (its
+// components are told from the start).
+func (f *fixture) count(ev Events) {
+	f.t.Helper()
+	f.close()
+	f.events = ev
+	f.open()
 }
 
 func (f *fixture) close() {
