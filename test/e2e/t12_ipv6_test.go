@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -125,51 +123,10 @@ func (e *env) makeIPv6LAN(t *testing.T, cfg itest.DnsmasqConfig, addrs ...string
 // teardownIPv6LAN kills every process in the IPv6 LAN's namespace
 // (dnsmasq), deletes the LAN's veth and the namespace, and removes
 // dnsmasq's files. Nothing of it is in the host's namespace.
-func teardownIPv6LAN() error {
-	var errs []error
-	for i := 0; i < 2; i++ {
-		pids := processesInNetns(ipv6NSPath)
-		if len(pids) == 0 {
-			break
-		}
-		if i == 1 {
-			errs = append(errs, fmt.Errorf("processes in %s still running after SIGKILL: %v", ipv6NS, pids))
-			break
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		for _, pid := range pids {
-			waitGone(pid, 10*time.Second)
-		}
-	}
-	if _, err := os.Stat(nsPath); err == nil {
-		if _, err := exec.Command("ip", "-n", nsName, "link", "show", ipv6Parent).CombinedOutput(); err == nil {
-			if out, err := exec.Command("ip", "-n", nsName, "link", "del", ipv6Parent).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("ip -n %s link del %s: %v: %s", nsName, ipv6Parent, err, out))
-			}
-		}
-	}
-	if err := delNetns(ipv6NS); err != nil {
-		errs = append(errs, err)
-	}
-	if err := os.RemoveAll(ipv6Dir()); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
+func teardownIPv6LAN() error { return teardownLAN(ipv6NS, ipv6NSPath, ipv6Parent, ipv6Dir()) }
 
 // ipv6LANLeft reports what is left of the IPv6 LAN after cleanup.
-func ipv6LANLeft() error {
-	var errs []error
-	if pids := processesInNetns(ipv6NSPath); len(pids) > 0 {
-		errs = append(errs, fmt.Errorf("processes left in %s: %v", ipv6NS, pids))
-	}
-	if _, err := os.Lstat(ipv6NSPath); err == nil {
-		errs = append(errs, fmt.Errorf("namespace %s left", ipv6NS))
-	}
-	return errors.Join(errs...)
-}
+func ipv6LANLeft() error { return lanLeft(ipv6NS, ipv6NSPath) }
 
 // inet6 parses the inet6 addresses of `ip -6 addr` output (iproute2's or
 // busybox's).

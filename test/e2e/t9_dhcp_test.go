@@ -90,15 +90,23 @@ func dhcpServer() itest.DnsmasqConfig {
 // teardownDHCPLAN kills every process in the DHCP LAN's namespace
 // (dnsmasq), deletes the LAN's veth and the namespace, and removes
 // dnsmasq's files. Nothing of it is in the host's namespace.
-func teardownDHCPLAN() error {
+func teardownDHCPLAN() error { return teardownLAN(dhcpNS, dhcpNSPath, dhcpParent, dhcpDir()) }
+
+// dhcpLANLeft reports what is left of the DHCP LAN after cleanup.
+func dhcpLANLeft() error { return lanLeft(dhcpNS, dhcpNSPath) }
+
+// teardownLAN kills every process in a test LAN's namespace ns (at
+// nsPath), deletes its parent veth from the suite's namespace, the
+// namespace itself and dir.
+func teardownLAN(ns, nsPath, parent, dir string) error {
 	var errs []error
 	for i := 0; i < 2; i++ {
-		pids := processesInNetns(dhcpNSPath)
+		pids := processesInNetns(nsPath)
 		if len(pids) == 0 {
 			break
 		}
 		if i == 1 {
-			errs = append(errs, fmt.Errorf("processes in %s still running after SIGKILL: %v", dhcpNS, pids))
+			errs = append(errs, fmt.Errorf("processes in %s still running after SIGKILL: %v", ns, pids))
 			break
 		}
 		for _, pid := range pids {
@@ -109,29 +117,29 @@ func teardownDHCPLAN() error {
 		}
 	}
 	if _, err := os.Stat(nsPath); err == nil {
-		if _, err := exec.Command("ip", "-n", nsName, "link", "show", dhcpParent).CombinedOutput(); err == nil {
-			if out, err := exec.Command("ip", "-n", nsName, "link", "del", dhcpParent).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("ip -n %s link del %s: %v: %s", nsName, dhcpParent, err, out))
+		if _, err := exec.Command("ip", "-n", nsName, "link", "show", parent).CombinedOutput(); err == nil {
+			if out, err := exec.Command("ip", "-n", nsName, "link", "del", parent).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("ip -n %s link del %s: %v: %s", nsName, parent, err, out))
 			}
 		}
 	}
-	if err := delNetns(dhcpNS); err != nil {
+	if err := delNetns(ns); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.RemoveAll(dhcpDir()); err != nil {
+	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// dhcpLANLeft reports what is left of the DHCP LAN after cleanup.
-func dhcpLANLeft() error {
+// lanLeft reports what is left of a test LAN's namespace after cleanup.
+func lanLeft(ns, nsPath string) error {
 	var errs []error
-	if pids := processesInNetns(dhcpNSPath); len(pids) > 0 {
-		errs = append(errs, fmt.Errorf("processes left in %s: %v", dhcpNS, pids))
+	if pids := processesInNetns(nsPath); len(pids) > 0 {
+		errs = append(errs, fmt.Errorf("processes left in %s: %v", ns, pids))
 	}
-	if _, err := os.Lstat(dhcpNSPath); err == nil {
-		errs = append(errs, fmt.Errorf("namespace %s left", dhcpNS))
+	if _, err := os.Lstat(nsPath); err == nil {
+		errs = append(errs, fmt.Errorf("namespace %s left", ns))
 	}
 	return errors.Join(errs...)
 }
