@@ -23,7 +23,6 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -35,17 +34,13 @@ type Client interface {
 	Release(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) error
 }
 
-// Store is the state as the leaser uses it (*store.DB).
-type Store interface {
-	View(func(*store.Tx) error) error
-	Batch(func(*store.Tx) error) error
-}
-
-// LinkGetter reads a link (netlinkutil.Links): an ipvlan endpoint's
-// messages go out with its parent's MAC.
-type LinkGetter interface {
-	Get(ctx context.Context, name string) (netlinkutil.Link, error)
-}
+// Store is the state as the leaser uses it (*store.DB), and LinkGetter
+// reads a link (an ipvlan endpoint's messages go out with its parent's
+// MAC): the same as the DHCP leaser's.
+type (
+	Store      = leases.Store
+	LinkGetter = leases.LinkGetter
+)
 
 // LockEndpoint takes an endpoint's lock and reads its records; the
 // returned func unlocks (the driver's lockEndpoint).
