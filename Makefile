@@ -69,13 +69,14 @@ test-go:
 	$(GO) vet -tags vm,e2e,crashpoints,vmdocker,bench ./...
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
 
-# ipvlan, 802.1Q and dummy parents in a QEMU VM with Debian's cloud kernel.
+# ipvlan, 802.1Q and dummy parents in a QEMU VM with Debian's cloud kernel
+# (and the host's dnsmasq, the IPv6 LAN tests' router and DHCPv6 server).
 # Outside root it skips with the reason, except in CI, where it fails.
 test-vm: bin/vm/underlay bin/vm/integration.test
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
 		echo "test-vm: skipped: the VM suite needs root (installs qemu-system-x86, fetches the kernel, creates namespaces): run sudo make test"; \
 	else \
-		VM_EXTRA_MODULES=nf_tables UNDERLAY_BIN=bin/vm/underlay test/vm/run.sh bin/vm/integration.test -test.v -test.timeout 25m; \
+		VM_EXTRA_MODULES=nf_tables VM_BUNDLE=/usr/sbin/dnsmasq UNDERLAY_BIN=bin/vm/underlay test/vm/run.sh bin/vm/integration.test -test.v -test.timeout 25m; \
 	fi
 
 bin/vm/underlay: FORCE
@@ -177,9 +178,11 @@ test-release: $(NFPM)
 
 # The VM suite on an emulated arm64 machine (qemu-system-aarch64, Debian's
 # arm64 cloud kernel) against the arm64 release binary. Root, or CI, as test-vm.
-# Skipped: the two crash-point tests (the release binary has no crash points).
+# Skipped: the two crash-point tests (the release binary has no crash points),
+# and TestIPv6FromTheLAN, whose router and DHCPv6 server is the host's dnsmasq
+# (an amd64 executable: it runs on the host and in the amd64 VM, VM_BUNDLE).
 # nf_tables: the lost-lease address block (netlinkutil/lostaddr.go) needs it.
-VM_ARM64_SKIP := ^(TestCrashAtEveryPoint|TestVMCrashPointsOnOwnedParents)$$
+VM_ARM64_SKIP := ^(TestCrashAtEveryPoint|TestVMCrashPointsOnOwnedParents|TestIPv6FromTheLAN)$$
 test-vm-arm64: bin/vm-arm64/integration.test
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
 		echo "test-vm-arm64: skipped: the arm64 VM suite needs root (as test-vm): run sudo make test"; \

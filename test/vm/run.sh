@@ -29,6 +29,9 @@
 #                        the host's architecture too (the cpio and depmod that build the initramfs
 #                        run on the host). VM_DOCKER=1 is amd64 only.
 #      VM_SMP            guest CPUs (QEMU's default: 1)
+#      VM_BUNDLE         more host executables (absolute paths, space separated; amd64 only) copied to
+#                        the same paths in the VM with the shared libraries and ELF interpreter they
+#                        link, e.g. /usr/sbin/dnsmasq for the IPv6 LAN tests' router and DHCPv6 server
 #      VM_DOCKER=1       add the host's Docker engine (Debian's docker.io: dockerd, containerd,
 #                        containerd-shim-runc-v2, runc, docker in /bin) with the shared libraries
 #                        and ELF interpreter they link; /init then mounts cgroup2 on /sys/fs/cgroup,
@@ -117,8 +120,17 @@ echo 'root:x:0:0:root:/root:/bin/sh' >"$R/etc/passwd"
 T=/t/${BIN##*/}; cp "$BIN" "$R$T"
 [ -z "${UNDERLAY_BIN:-}" ] || cp "$UNDERLAY_BIN" "$R/bin/underlay"
 SETUP=
+libs=()
+withlibs() {  # $1 into the VM at $2, and the libraries it links (copied after the loop below)
+  cp "$1" "$R$2"
+  mapfile -t -O "${#libs[@]}" libs < <(ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
+}
+for p in ${VM_BUNDLE:-}; do
+  [ "$ARCH" = amd64 ] || die 2 "VM_BUNDLE is amd64 only (host executables)"
+  [[ $p == /* ]] && [ -f "$p" ] && [ -x "$p" ] || die 2 "VM_BUNDLE: $p: want the absolute path of an executable (installed? test/deps.sh installs the suites' packages)"
+  mkdir -p "$R${p%/*}"; withlibs "$p" "$p"
+done
 if [ "${VM_DOCKER:-0}" = 1 ]; then
-  libs=()
   for n in dockerd containerd containerd-shim-runc-v2 runc docker; do
     p=
     case $n in
@@ -130,14 +142,13 @@ if [ "${VM_DOCKER:-0}" = 1 ]; then
     else
       p=$(PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v "$n") || die 2 "VM_DOCKER=1: $n not found (apt-get install docker.io)"
     fi
-    cp "$p" "$R/bin/$n"
-    mapfile -t -O "${#libs[@]}" libs < <(ldd "$p" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
-  done
-  for l in $(printf '%s\n' "${libs[@]}" | sort -u); do
-    mkdir -p "$R${l%/*}"; cp -L "$l" "$R$l"
+    withlibs "$p" "/bin/$n"
   done
   SETUP="mkdir -p /sys/fs/cgroup /var /etc/docker; mount -t cgroup2 cgroup2 /sys/fs/cgroup; ln -s /run /var/run; export DOCKER_RAMDISK=1"
 fi
+for l in $(printf '%s\n' "${libs[@]}" | sort -u); do
+  mkdir -p "$R${l%/*}"; cp -L "$l" "$R$l"
+done
 declare -A seen=(); LOAD=
 for m in $EARLY @ $MODULES; do
   [ "$m" != @ ] || { EARLYLOAD=$LOAD; LOAD=; continue; }   # EARLY (arm64's console) load apart
