@@ -18,7 +18,11 @@ import (
 // one host never touch each other's) with one egress chain per parent
 // ("lost-" + the parent's name when the block was made; the hook follows
 // the link if it is renamed) drops IPv4 packets with the address as source
-// and ARP packets with it as sender address. Frames a macvlan or ipvlan
+// and ARP packets with it as sender address, or, for an IPv6 address,
+// IPv6 packets with it as source (Linux answers a neighbour solicitation
+// for an address from that address, so its advertisements are dropped
+// too; what the container sends from its link-local address, router and
+// neighbour solicitations, MLD, passes). Frames a macvlan or ipvlan
 // child sends out leave through its lower link's egress, so this works for
 // both, without entering the container (CAP_NET_ADMIN only). Traffic
 // between containers of one macvlan bridge never reaches the parent's
@@ -69,30 +73,37 @@ func (k *Kernel) nft(what string, op func(c *nftables.Conn) error) (err error) {
 	return op(c)
 }
 
-// lostRules are the two rules blocking addr (IPv4 source; ARP sender).
+// lostRules are the rules blocking addr: for IPv4 its source and ARP
+// sender, for IPv6 its source.
 func lostRules(t *nftables.Table, ch *nftables.Chain, addr netip.Addr, tag string) []*nftables.Rule {
-	a := addr.As4()
-	rule := func(proto uint16, offset uint32) *nftables.Rule {
+	rule := func(proto uint16, offset uint32, a []byte) *nftables.Rule {
 		return &nftables.Rule{Table: t, Chain: ch, UserData: []byte(tag + " " + addr.String()), Exprs: []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{byte(proto >> 8), byte(proto)}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: uint32(len(a))},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a},
 			&expr.Counter{},
 			&expr.Verdict{Kind: expr.VerdictDrop},
 		}}
 	}
+	if addr.Is6() {
+		a := addr.As16()
+		// IPv6: the source address at 8.
+		return []*nftables.Rule{rule(unix.ETH_P_IPV6, 8, a[:])}
+	}
+	a := addr.As4()
 	// IPv4: the source address at 12; ARP (Ethernet, IPv4): the sender's
 	// protocol address at 14.
-	return []*nftables.Rule{rule(unix.ETH_P_IP, 12), rule(unix.ETH_P_ARP, 14)}
+	return []*nftables.Rule{rule(unix.ETH_P_IP, 12, a[:]), rule(unix.ETH_P_ARP, 14, a[:])}
 }
 
-// Block drops what leaves parent from the IPv4 address addr, until
-// Unblock. tag identifies the caller (its mark); blocking an address
-// already blocked on that parent with that tag is not an error.
+// Block drops what leaves parent from the address addr (IPv4, or IPv6
+// other than a mapped IPv4 address), until Unblock. tag identifies the
+// caller (its mark); blocking an address already blocked on that parent
+// with that tag is not an error.
 func (k *Kernel) Block(ctx context.Context, parent string, addr netip.Addr, tag string) error {
-	if !addr.Is4() {
-		return fmt.Errorf("block %s on %s: only IPv4 addresses are blocked", addr, parent)
+	if !addr.IsValid() || addr.Is4In6() || addr.Zone() != "" {
+		return fmt.Errorf("block %q on %s: want an IPv4 or IPv6 address without a zone", addr, parent)
 	}
 	what := fmt.Sprintf("block %s on %s", addr, parent)
 	return k.nft(what, func(c *nftables.Conn) error {
