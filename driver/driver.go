@@ -237,7 +237,7 @@ func New(c Config) (*Driver, error) {
 	}
 	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
 		Stop: d.stop, LockEndpoint: d.lockEndpoint})
-	d.lease6 = leases6.New(leases6.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCPv6, Log: c.Logger, Now: c.Now,
+	d.lease6 = leases6.New(leases6.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCPv6, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
 		Stop: d.stop, LockEndpoint: d.lockEndpoint})
 	return d, nil
 }

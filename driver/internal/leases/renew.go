@@ -25,21 +25,24 @@ const (
 
 // Run loads every lease from the state file and renews each when due, at
 // most maxRenewals at once, until ctx ends or the driver closes (RunLeases).
+// It first makes the kernel's blocks those of the lost leases of both
+// families (rules.LostBlocks); run it before the DHCPv6 leaser's Run.
 func (ls *Leaser) Run(ctx context.Context) error {
 	now := ls.now()
 	var lost []rules.BlockKey
 	if err := ls.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n store.Network) error {
-			if !rules.DHCPOf(n).On {
+			dhcpOn := rules.DHCPOf(n).On
+			if !dhcpOn && rules.IPv6ModeOf(n) != rules.IPv6DHCPv6 {
 				return nil
 			}
 			eps, err := tx.Endpoints(n.ID)
 			for _, ep := range eps {
-				if ep.Lease == nil {
+				// The DHCPv6 leaser's lost leases too: one plan for the
+				// instance's blocks of both families.
+				lost = append(lost, rules.LostBlocks(n, ep)...)
+				if ep.Lease == nil || !dhcpOn {
 					continue
-				}
-				if !ep.Lease.Lost.IsZero() {
-					lost = append(lost, rules.BlockKey{Parent: n.Parent, Addr: Addr(*ep.Lease)})
 				}
 				// A renewal that fell due while the daemon was down is
 				// sent now, not at the next retry time.

@@ -5,7 +5,8 @@
 // record), and releasing it when the endpoint goes.
 //
 // Rule: it reaches the store, the kernel and the DHCPv6 client only
-// through its own small interfaces (Store, LinkGetter, Client) and the
+// through its own small interfaces (Store, LinkGetter, Client, the DHCP
+// leaser's AddrBlocker) and the
 // driver's locks only through LockEndpoint; when to act is dhcp6.Plan's;
 // the renewal loop is leases.Timers'.
 package leases6
@@ -50,7 +51,9 @@ type LockEndpoint = leases.LockEndpoint
 type Config struct {
 	Store        Store
 	Links        LinkGetter
-	DHCP         Client // nil: this daemon has no DHCPv6 client
+	DHCP         Client             // nil: this daemon has no DHCPv6 client
+	Blocker      leases.AddrBlocker // nil: the link layer cannot block
+	Mark         string             // the instance's link mark, also the blocks' tag
 	Log          *slog.Logger
 	Now          func() time.Time
 	Stop         <-chan struct{} // closed when the driver closes
@@ -62,6 +65,8 @@ type Leaser struct {
 	dhcp         Client
 	store        Store
 	links        LinkGetter
+	blocker      leases.AddrBlocker
+	mark         string
 	log          *slog.Logger
 	now          func() time.Time
 	stop         <-chan struct{}
@@ -71,7 +76,7 @@ type Leaser struct {
 
 // New returns a leaser with nothing scheduled.
 func New(c Config) *Leaser {
-	return &Leaser{dhcp: c.DHCP, store: c.Store, links: c.Links, log: c.Log, now: c.Now, stop: c.Stop,
+	return &Leaser{dhcp: c.DHCP, store: c.Store, links: c.Links, blocker: c.Blocker, mark: c.Mark, log: c.Log, now: c.Now, stop: c.Stop,
 		lockEndpoint: c.LockEndpoint, timers: leases.NewTimers()}
 }
 
@@ -140,11 +145,19 @@ func (ls *Leaser) Schedule(n store.Network, ep store.Endpoint) {
 }
 
 // Release gives an endpoint's lease back (best effort: the server frees
-// it at its end otherwise) and stops renewing it. It does not wait for a
+// it at its end otherwise) and stops renewing it; a lost one is not the
+// daemon's to give back, and its block goes. It does not wait for a
 // silent server longer than a Release's retransmissions.
 func (ls *Leaser) Release(ctx context.Context, n store.Network, ep store.Endpoint) {
 	ls.timers.Drop(leases.Key{Network: n.ID, Endpoint: ep.ID})
-	if ep.Lease6 == nil || ls.dhcp == nil || !ep.Lease6.Lost.IsZero() {
+	if ep.Lease6 == nil {
+		return
+	}
+	if !ep.Lease6.Lost.IsZero() {
+		ls.unblockLost(ctx, n, ep)
+		return
+	}
+	if ls.dhcp == nil {
 		return
 	}
 	r, err := ls.RequestOf(ctx, n, ep)

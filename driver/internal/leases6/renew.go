@@ -75,7 +75,7 @@ func (ls *Leaser) Renew(ctx context.Context, k leases.Key) {
 	switch {
 	case !old.Lost.IsZero() || s.Phase == dhcp6.Expired:
 		if old.Lost.IsZero() {
-			ls.lost(ctx, k, old, "it expired without a renewal")
+			ls.lost(ctx, k, n, old, "it expired without a renewal")
 		}
 		ls.winBack(ctx, k, n, ep, r)
 		return
@@ -89,7 +89,7 @@ func (ls *Leaser) Renew(ctx context.Context, k leases.Key) {
 	}
 	switch {
 	case errors.Is(err, dhcp6.ErrNoBinding):
-		ls.lost(ctx, k, old, err.Error())
+		ls.lost(ctx, k, n, old, err.Error())
 		ls.winBack(ctx, k, n, ep, r)
 	case err != nil:
 		ls.log.Debug("DHCPv6 renewal failed; the lease stands until it expires", "endpoint", ep.ID, "address", old.Addr, "error", err)
@@ -106,7 +106,7 @@ func (ls *Leaser) Renew(ctx context.Context, k leases.Key) {
 // winBack asks for a lost lease's address again; another address is
 // given back at once.
 func (ls *Leaser) winBack(ctx context.Context, k leases.Key, n store.Network, ep store.Endpoint, r dhcp6.Request) {
-	old := *ep.Lease6
+	old := lostAs(*ep.Lease6, ls.now()) // as lost() recorded it
 	want := Lease(old).Addr
 	r.Hint = want
 	got, err := ls.dhcp.Acquire(ctx, r)
@@ -119,30 +119,13 @@ func (ls *Leaser) winBack(ctx context.Context, k leases.Key, n store.Network, ep
 		}
 	default:
 		rec := Record(got, r)
-		if ls.commit(ctx, k, lostAs(old, ls.now()), rec) {
-			ls.log.Info("won a lost IPv6 address back", "network", n.ID, "endpoint", ep.ID, "address", rec.Addr)
+		if ls.commit(ctx, k, old, rec) {
+			ls.wonBack(ctx, n, ep, old)
 			ls.timers.Set(k, next(rec, ls.now()))
 		}
 		return
 	}
 	ls.timers.Set(k, ls.now().Add(lostRetry))
-}
-
-// lost marks the lease lost in the record (logged once, at ERROR).
-func (ls *Leaser) lost(ctx context.Context, k leases.Key, old store.Lease6, why string) {
-	rec := lostAs(old, ls.now())
-	rec.LostWhy = why
-	if ls.commit(ctx, k, old, rec) {
-		ls.log.Error("lost a DHCPv6 lease: the container keeps the address until it is won back or the container restarts; underlay asks for it again every 30s",
-			"network", k.Network, "endpoint", k.Endpoint, "address", old.Addr, "why", why)
-	}
-}
-
-func lostAs(l store.Lease6, now time.Time) store.Lease6 {
-	if l.Lost.IsZero() {
-		l.Lost = now
-	}
-	return l
 }
 
 // record reads an endpoint's lease under its lock; false (and the lease

@@ -43,3 +43,23 @@ func MarkLost(l record.Lease, now time.Time, why string) record.Lease {
 	}
 	return l
 }
+
+// LostBlocks are the blocks an endpoint's lost leases need: its DHCP
+// lease's address on a DHCP network, its DHCPv6 lease's on an
+// ipv6_mode=dhcpv6 network, each on the network's parent. The blocks of
+// both families live in one table per instance, so the start's
+// PlanBlocks is given both.
+func LostBlocks(n record.Network, ep record.Endpoint) []BlockKey {
+	var out []BlockKey
+	if l := ep.Lease; l != nil && !l.Lost.IsZero() && DHCPOf(n).On {
+		if p, err := netip.ParsePrefix(l.Addr); err == nil {
+			out = append(out, BlockKey{Parent: n.Parent, Addr: p.Addr()})
+		}
+	}
+	if l := ep.Lease6; l != nil && !l.Lost.IsZero() && IPv6ModeOf(n) == IPv6DHCPv6 {
+		if a, err := netip.ParseAddr(l.Addr); err == nil {
+			out = append(out, BlockKey{Parent: n.Parent, Addr: a})
+		}
+	}
+	return out
+}

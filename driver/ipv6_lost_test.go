@@ -1,0 +1,142 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/driver/internal/leases"
+	"github.com/underlay-net/underlay/netlinkutil"
+)
+
+// blockedList is the fake kernel's blocks of this driver, sorted.
+func (f *fixture) blockedList() string {
+	var s []string
+	for _, b := range f.blocked() {
+		s = append(s, b.Parent+" "+b.Addr.String())
+	}
+	slices.Sort(s)
+	return strings.Join(s, ", ")
+}
+
+// A lost DHCPv6 lease's address is blocked on the parent from the loss
+// until it is won back, blocked again after a restart together with a lost
+// DHCP lease of the same endpoint (one plan for both families: neither
+// start undoes the other's blocks), and unblocked when the endpoint goes,
+// nothing released for it (not ours).
+func TestDHCPv6LostLeaseIsBlockedUntilWonBack(t *testing.T) {
+	f, fl := lan6Fixture(t)
+	fl4 := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
+	f.d.lease.DHCP = fl4
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, lan6Net(netA, "dhcpv6", "dhcp", "true")); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	const mac = "52:54:00:12:34:56"
+	if _, err := f.endpoint(netA, ep1, "", mac); err != nil {
+		t.Fatal(err)
+	}
+	k := leases.Key{Network: netA, Endpoint: ep1}
+	if got := f.blockedList(); got != "" {
+		t.Fatalf("blocked %q before any loss", got)
+	}
+	// The server no longer has the binding and would offer another address.
+	fl.unbound = true
+	fl.byClient = map[string]netip.Addr{}
+	fl.next = 7
+	f.clock.Advance(61 * time.Second)
+	f.d.lease6.Renew(ctx, k)
+	if ep, _, _ := f.endpointRecord(netA, ep1); ep.Lease6 == nil || ep.Lease6.Lost.IsZero() {
+		t.Fatalf("after NoBinding: %+v, want lost", ep.Lease6)
+	}
+	if got, want := f.blockedList(), "lan0 2001:db8:60::100"; got != want {
+		t.Fatalf("blocked %q after the loss, want %q", got, want)
+	}
+	// Asked again 30 s later, another address offered: still blocked.
+	f.clock.Advance(30 * time.Second)
+	f.d.lease6.Renew(ctx, k)
+	if got, want := f.blockedList(), "lan0 2001:db8:60::100"; got != want {
+		t.Fatalf("blocked %q while another address is offered, want %q", got, want)
+	}
+	// Offered again: won back, unblocked.
+	fl.byClient = map[string]netip.Addr{fmt.Sprintf("%x/%x", dhcp6.DUIDFromMAC(mustMAC(t, mac)), dhcp6.EndpointIAID(ep1)): netip.MustParseAddr("2001:db8:60::100")}
+	fl.unbound = false
+	f.clock.Advance(30 * time.Second)
+	f.d.lease6.Renew(ctx, k)
+	if ep, _, _ := f.endpointRecord(netA, ep1); !ep.Lease6.Lost.IsZero() {
+		t.Fatalf("not won back: %+v", ep.Lease6)
+	}
+	if got := f.blockedList(); got != "" {
+		t.Fatalf("blocked %q after the address was won back", got)
+	}
+	// Both leases lost to a silent LAN (expired).
+	fl.silent = true
+	fl4.mu.Lock()
+	fl4.silent = true
+	fl4.mu.Unlock()
+	f.clock.Advance(5 * time.Minute)
+	f.d.lease6.Renew(ctx, k)
+	f.d.lease.Renew(ctx, k)
+	want := "lan0 198.18.180.100, lan0 2001:db8:60::100"
+	if got := f.blockedList(); got != want {
+		t.Fatalf("blocked %q after both leases expired, want %q", got, want)
+	}
+	// A reboot (blocks gone) plus a stray block of this instance, then a
+	// start: exactly the two lost leases' addresses are blocked.
+	for _, b := range f.blocked() {
+		_ = f.k.Unblock(ctx, b.Parent, b.Addr, f.d.mark)
+	}
+	if err := f.k.Block(ctx, "lan0", netip.MustParseAddr("2001:db8:60::999"), f.d.mark); err != nil {
+		t.Fatal(err)
+	}
+	f.restart()
+	f.d.lease.DHCP = fl4
+	if err := f.d.RunLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.blockedList(); got != want {
+		t.Fatalf("blocked %q after a restart, want %q", got, want)
+	}
+	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.blockedList(); got != "" {
+		t.Fatalf("blocked %q after the endpoint was deleted", got)
+	}
+	if slices.Contains(fl.released, netip.MustParseAddr("2001:db8:60::100")) {
+		t.Fatalf("released %v: a lost DHCPv6 lease is not ours to release (only the addresses offered instead are given back)", fl.released)
+	}
+}
+
+// Deleting the network of an endpoint whose DHCPv6 lease is lost removes
+// the block too.
+func TestDHCPv6LostLeaseBlockGoesWithTheNetwork(t *testing.T) {
+	f, fl := lan6Fixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, lan6Net(netA, "dhcpv6")); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	if _, err := f.endpoint(netA, ep1, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	fl.silent = true
+	f.clock.Advance(5 * time.Minute)
+	f.d.lease6.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	if got := f.blocked(); len(got) != 1 || got[0] != (netlinkutil.Blocked{Parent: "lan0", Addr: netip.MustParseAddr("2001:db8:60::100"), Tag: f.d.mark}) {
+		t.Fatalf("blocked %v after expiry", got)
+	}
+	if err := f.d.DeleteNetwork(ctx, &network.DeleteNetworkRequest{NetworkID: netA}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.blocked(); len(got) != 0 {
+		t.Fatalf("blocked %v after the network was deleted", got)
+	}
+}
