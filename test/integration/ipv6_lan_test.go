@@ -22,9 +22,9 @@ import (
 // do with an endpoint (CreateEndpoint, Join, the link moved into a
 // "container" namespace, the answered address put on it with NODAD, the
 // link up) and checks what the container's namespace then has, and the
-// server's lease file. ipvlan endpoints need the VM (this host's kernel
-// has no ipvlan); their DHCPv6 identities are tested at unit level
-// (driver) and against dnsmasq (dhcp6).
+// server's lease file; a lost lease's address blocked on the parent until
+// it is won back. ipvlan endpoints need the VM (this host's kernel has no
+// ipvlan): vm_ipv6_test.go, with dnsmasq bundled into the VM.
 
 // lan6Network is a CreateNetwork as the current engine sends it for
 // `docker network create --ipv6 --ipam-driver null -o parent=PARENT -o
@@ -173,6 +173,12 @@ func TestIPv6FromTheLAN(t *testing.T) {
 	itest.StartDnsmasq(t, itest.DnsmasqConfig{NS: slaacLAN.Far, Interface: itest.LAN6ServerLink, Dir: t.TempDir(),
 		Range: "::,constructor:" + itest.LAN6ServerLink + ",ra-only,64,2m", Extra: []string{"--enable-ra", ra}, Ready: "router advertisement on"})
 	srv6 := dhcpLAN.ServeDHCPv6("2001:db8:60::100,2001:db8:60::1ff,64,2m", ra)
+	lostLAN := itest.NewLAN6(t, ns, "lan6l", netip.MustParsePrefix("2001:db8:63::1/64"))
+	lostRange := "2001:db8:63::100,2001:db8:63::1ff,64,2m"
+	// One server DUID across its restarts (dnsmasq makes a new one with
+	// each lease file): a RENEW names the server it asks.
+	duid := "--dhcp-duid=32473,756e6465726c6179"
+	srvLost := lostLAN.ServeDHCPv6(lostRange, ra, duid)
 	d := itest.StartDaemon(t, ns, itest.DaemonOptions{})
 
 	t.Run("slaac", func(t *testing.T) {
@@ -246,6 +252,54 @@ func TestIPv6FromTheLAN(t *testing.T) {
 		}
 		if !strings.Contains(d.Log(), "released IPv6 address") {
 			t.Errorf("the daemon's log does not say it released the lease:\n%s", d.Log())
+		}
+	})
+
+	// The server no longer has the lease (restarted with another range
+	// and an empty lease file): the renewal at T1 is answered without it,
+	// the lease is lost, and the container can no longer send from the
+	// address (blocked on the parent, RFC 8415 18.2.10.1) while the daemon
+	// asks for it every 30 s (another address offered is given back); the
+	// server able to give it again, it is won back and works.
+	t.Run("dhcpv6-lost", func(t *testing.T) {
+		t.Parallel()
+		const netID = "6c6c6c6c6c6c00000000000000000000000000000000000000000000000000a3"
+		const epID = "6f6f6f6f6f6f00000000000000000000000000000000000000000000000000e3"
+		d.MustCall("CreateNetwork", lan6Network(netID, "lan6l", "dhcpv6"), nil)
+		c := plug6(t, d, ns, netID, epID)
+		a := c.addr.Addr().String()
+		c.waitAddr(t, c.addr.Addr(), 5*time.Second, "the leased address")
+		c.waitDefaultVia(t, linkLocal(t, lostLAN.Far, itest.LAN6ServerLink), 20*time.Second)
+		if err := itest.Ping(c.ns, a, "2001:db8:63::1", 5*time.Second); err != nil {
+			t.Fatalf("the container does not reach the router from its leased address: %v\n%s", err, c.String(t))
+		}
+		srvLost.Stop()
+		other := lostLAN.ServeDHCPv6("2001:db8:63::200,2001:db8:63::2ff,64,2m", ra, duid)
+		if !itest.WaitFor(90*time.Second, func() bool { return strings.Contains(d.Log(), "lost a DHCPv6 lease") }) {
+			t.Fatalf("the lease of %s was not lost within 90 s of the server forgetting it:\n%s\ndnsmasq:\n%s", a, d.Log(), other.Log())
+		}
+		for _, line := range strings.Split(d.Log(), "\n") {
+			if strings.Contains(line, "lost a DHCPv6 lease") {
+				t.Logf("daemon: %s", line)
+			}
+		}
+		if err := itest.Ping(c.ns, a, "2001:db8:63::1", 2*time.Second); err == nil {
+			t.Fatalf("the container still reaches the router from %s, whose lease is lost", a)
+		}
+		// Asked for again: the server offers another address, given back.
+		if !itest.WaitFor(40*time.Second, func() bool { return strings.Contains(other.Log(), "DHCPRELEASE") }) {
+			t.Fatalf("the address offered instead of the lost %s was not given back:\n%s\n%s", a, other.Log(), d.Log())
+		}
+		if ls := other.Leases6(); len(ls) != 0 {
+			t.Errorf("dnsmasq still leases %v to the daemon", ls)
+		}
+		other.Stop()
+		lostLAN.ServeDHCPv6(lostRange, ra, duid)
+		if !itest.WaitFor(45*time.Second, func() bool { return strings.Contains(d.Log(), "won a lost IPv6 address back") }) {
+			t.Fatalf("the lost %s was not won back within 45 s of the server offering it again:\n%s", a, d.Log())
+		}
+		if err := itest.Ping(c.ns, a, "2001:db8:63::1", 10*time.Second); err != nil {
+			t.Fatalf("the container does not reach the router from %s once won back: %v", a, err)
 		}
 	})
 }
