@@ -15,7 +15,9 @@ import (
 // on there (the engines disable it on an interface given none):
 //   - slaac: the endpoint's link-local address; the container's kernel
 //     forms its global addresses and default route from the LAN's router
-//     advertisements, and follows prefix changes, by itself;
+//     advertisements, and follows prefix changes, by itself (with Docker's
+//     IPAM the address Docker gave from the network's IPv6 pool instead,
+//     which keeps IPv6 on as well);
 //   - dhcpv6: an address leased from the LAN's DHCPv6 server
 //     (driver/internal/leases6), /128 as DHCPv6 gives no prefix length
 //     (the on-link prefix and the default route come from the router
@@ -30,6 +32,12 @@ func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoin
 	undo = func() {}
 	mode := rules.IPv6ModeOf(n)
 	if mode == rules.IPv6Static {
+		return false, undo, nil
+	}
+	if mode == rules.IPv6SLAAC && len(n.IPv6) > 0 {
+		// Docker's IPAM gave the network an IPv6 pool and the endpoint an
+		// address of it, which stays; the container's kernel forms the
+		// LAN's addresses beside it.
 		return false, undo, nil
 	}
 	if ep.IPv6 != "" {

@@ -306,3 +306,34 @@ func (f *fixture) endpointRecord(netID, epID string) (store.Endpoint, bool, erro
 	}
 	return ep, ok, err
 }
+
+// slaac with Docker's IPAM (`--ipv6 --subnet V4 --subnet V6 -o
+// ipv6_mode=slaac`): CreateEndpoint keeps the addresses Docker gave
+// (answers none), and Join answers the IPv4 gateway but no IPv6 one (the
+// default route comes from the LAN's router advertisements).
+func TestSLAACWithDockersIPAM(t *testing.T) {
+	f, _ := lan6Fixture(t)
+	ctx := context.Background()
+	req := lan6Net(netA, "slaac")
+	req.IPv4Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "198.18.6.0/24", Gateway: "198.18.6.1/24"}}
+	req.IPv6Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "2001:db8:6a::/64", Gateway: "2001:db8:6a::1/64"}}
+	if err := f.d.CreateNetwork(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	resp, err := f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: ep1,
+		Interface: &network.EndpointInterface{Address: "198.18.6.2/24", AddressIPv6: "2001:db8:6a::2/64"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Interface != nil && (resp.Interface.Address != "" || resp.Interface.AddressIPv6 != "") {
+		t.Fatalf("CreateEndpoint answered addresses %+v: want Docker's kept", resp.Interface)
+	}
+	j, err := f.join(netA, ep1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Gateway != "198.18.6.1" || j.GatewayIPv6 != "" {
+		t.Fatalf("Join answered gateways %q and %q: want 198.18.6.1 and no IPv6 one (the router's advertisements give it)", j.Gateway, j.GatewayIPv6)
+	}
+}

@@ -249,6 +249,7 @@ func TestIPv6LAN(t *testing.T) {
 	e := need(t)
 	e.ensurePlugin(t)
 	e.wantNoLeak(t, "before the test")
+	t.Run("slaac-docker-ipam", e.testSLAACDockerIPAM)
 	if !engine.takesNullIPAMv6() {
 		t.Logf("%s refuses --ipv6 --ipam-driver null itself: ipv6_mode=slaac and dhcpv6 run on the current engine only", engine)
 		if err := ipCmds([]string{"-n", nsName, "link", "add", ipv6Parent, "type", "veth", "peer", "name", ipv6Parent + "-p"}); err != nil {
@@ -335,6 +336,51 @@ func (e *env) testSLAAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("slaac took %s", time.Since(start).Round(100*time.Millisecond))
+}
+
+// testSLAACDockerIPAM: ipv6_mode=slaac with Docker's IPAM (`--ipv6
+// --subnet V4 --subnet V6`), the form both engines take: the container
+// has Docker's addresses of both pools (docker inspect), forms its LAN
+// address from the router's advertised prefix 2001:db8:64::/64 beside
+// them, takes its default route from the advertisements (underlay's Join
+// answers no IPv6 gateway), and reaches the router from the LAN address.
+func (e *env) testSLAACDockerIPAM(t *testing.T) {
+	start := time.Now()
+	l := e.makeIPv6LAN(t, itest.DnsmasqConfig{Range: "::,constructor:" + ipv6SrvLink + ",ra-only,64,2m",
+		Ready: "router advertisement on"}, "2001:db8:64::1/64")
+	e.network(t, "n12i", "-d", plugin, "--ipv6", "--subnet", "198.18.186.0/24", "--subnet", "2001:db8:6a::/64",
+		"-o", "parent="+ipv6Parent, "-o", "ipv6_mode=slaac")
+	e.run(t, ctr{name: "c12i"}, "n12i")
+	c := e.inspect6(t, "c12i", "n12i")
+	t.Logf("c12i: docker inspect: MAC %s, IPv4 %s/%d, IPv6 %s/%d gateway %q", c.mac, c.IPAddress, c.IPPrefixLen, c.GlobalIPv6Address, c.GlobalIPv6PrefixLen, c.IPv6Gateway)
+	v6, err := netip.ParseAddr(c.GlobalIPv6Address)
+	if err != nil || !netip.MustParsePrefix("2001:db8:6a::/64").Contains(v6) || c.GlobalIPv6PrefixLen != 64 {
+		t.Errorf("c12i: docker inspect shows IPv6 %s/%d; want an address of Docker's pool 2001:db8:6a::/64", c.GlobalIPv6Address, c.GlobalIPv6PrefixLen)
+	}
+	if v4, err := netip.ParseAddr(c.IPAddress); err != nil || !netip.MustParsePrefix("198.18.186.0/24").Contains(v4) {
+		t.Errorf("c12i: docker inspect shows IPv4 %q; want an address of 198.18.186.0/24", c.IPAddress)
+	}
+	if c.IPv6Gateway != "" {
+		t.Errorf("c12i: IPv6 gateway %q; want none (the default route comes from the router's advertisements)", c.IPv6Gateway)
+	}
+	lanAddr := netip.PrefixFrom(eui64(l.router, c.mac), 64)
+	e.wantAddr6(t, "c12i", lanAddr, 30*time.Second)
+	e.wantDefault6(t, "c12i", l)
+	eventually(t, 30*time.Second, "c12i pings the router from its LAN address", func() error {
+		// busybox ping: -I takes a source address
+		out, err := e.exec("c12i", "ping", "-c", "1", "-W", "1", "-I", lanAddr.Addr().String(), l.router.Addr().String())
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	})
+	e.must(t, "rm", "-f", "c12i")
+	e.must(t, "network", "rm", "n12i")
+	l.d.Stop()
+	if err := teardownIPv6LAN(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("slaac with Docker's IPAM took %s", time.Since(start).Round(100*time.Millisecond))
 }
 
 // testDHCPv6: ipv6_mode=dhcpv6 on 2001:db8:66::/64, or, dual, with -o

@@ -44,29 +44,35 @@ func IPv6ModeOf(n record.Network) string {
 	return m
 }
 
-// nullPool6 reports whether IPv6 data is Docker's null IPAM's: one pool
+// NullPool6 reports whether IPv6 data is Docker's null IPAM's: one pool
 // ::/0 in the address space "null".
-func nullPool6(data []*network.IPAMData) bool {
+func NullPool6(data []*network.IPAMData) bool {
 	return len(data) == 1 && data[0] != nil && data[0].AddressSpace == "null" && data[0].Pool == "::/0"
 }
 
 // CheckIPv6Mode refuses what a network of the mode cannot be. The LAN
-// modes need Docker's null IPAM for IPv6 (--ipv6 --ipam-driver null): a
-// static pool would give every container an address besides the LAN's.
+// modes take IPv6 with Docker's null IPAM (--ipv6 --ipam-driver null);
+// slaac also with Docker's IPAM (IPv4 from its pools, and an IPv6 pool
+// whose address each container keeps beside the ones it forms from the
+// LAN's advertisements: the engines give every endpoint of an IPv6 pool
+// an address and let no driver replace it, so dhcpv6 cannot).
 func CheckIPv6Mode(mode string, req *network.CreateNetworkRequest, o netOptions, internal bool) error {
 	if mode == IPv6Static {
 		return nil
 	}
+	dockerPools := len(req.IPv6Data) > 0 && !NullPool6(req.IPv6Data)
 	switch {
 	case len(req.IPv6Data) == 0:
 		return Invalidf("ipv6_mode=%s takes IPv6 from the LAN, but the network has no IPv6: create it with --ipv6 --ipam-driver null", mode)
-	case !nullPool6(req.IPv6Data):
+	case dockerPools && mode == IPv6DHCPv6:
 		pool := "none"
 		if req.IPv6Data[0] != nil {
 			pool = req.IPv6Data[0].Pool
 		}
-		return Invalidf("ipv6_mode=%s takes IPv6 addresses from the LAN, but Docker's IPAM gave the network the IPv6 pool %s: create it with --ipv6 --ipam-driver null (and no --subnet); IPv4 then comes from -o dhcp=true, or there is none", mode, pool)
-	case len(req.IPv4Data) > 0 && !nullPool(req.IPv4Data):
+		return Invalidf("ipv6_mode=dhcpv6 leases each container's IPv6 address from the LAN, but Docker's IPAM gave the network the IPv6 pool %s, and Docker gives every container an address of it that no driver may replace: create it with --ipv6 --ipam-driver null (and no --subnet; IPv4 then comes from -o dhcp=true, or there is none), or use ipv6_mode=slaac with Docker's IPAM", pool)
+	case dockerPools && o.DHCP.On:
+		return Invalidf("ipv6_mode=%s with Docker's IPAM pools cannot take IPv4 from -o dhcp=true (DHCP needs --ipam-driver null): drop dhcp=true, or create the network with --ipv6 --ipam-driver null", mode)
+	case !dockerPools && len(req.IPv4Data) > 0 && !nullPool(req.IPv4Data):
 		return Invalidf("ipv6_mode=%s needs Docker's null IPAM, but the network has the IPv4 pool %s: create it with --ipam-driver null (IPv4 from -o dhcp=true, or --ipv4=false)", mode, req.IPv4Data[0].Pool)
 	case internal || o.Parent == "":
 		return Invalidf("ipv6_mode=%s needs a parent on the LAN with the router (and DHCPv6 server): give -o parent=IFACE, and do not make the network --internal", mode)
@@ -75,7 +81,7 @@ func CheckIPv6Mode(mode string, req *network.CreateNetworkRequest, o netOptions,
 	case mode == IPv6SLAAC && o.Type == TypeIpvlan:
 		return Invalidf("ipv6_mode=slaac is not supported on ipvlan networks yet (their endpoints share the parent's MAC, so underlay cannot tell Docker the link-local address the kernel will form): use type=macvlan, or ipv6_mode=dhcpv6")
 	case o.Given[OptHostAddress] != "":
-		return Invalidf("host_address needs the network's subnet, which an ipv6_mode=%s network does not have: drop host_address", mode)
+		return Invalidf("host_address is not supported on ipv6_mode=%s networks: drop host_address, or use ipv6_mode=static", mode)
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ func TestIPv6Modes(t *testing.T) {
 		r.IPv6Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "2001:db8:6::/64", Gateway: "2001:db8:6::1"}}
 		return r
 	}
+	dockerIPAM := func(r *network.CreateNetworkRequest) *network.CreateNetworkRequest {
+		r.IPv4Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "198.18.6.0/24", Gateway: "198.18.6.1/24"}}
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		req     *network.CreateNetworkRequest
@@ -50,11 +54,19 @@ func TestIPv6Modes(t *testing.T) {
 		{name: "no --ipv6", req: func() *network.CreateNetworkRequest { r := lan6Net("ipv6_mode", "slaac"); r.IPv6Data = nil; return r }(),
 			errSubs: []string{"ipv6_mode=slaac", "no IPv6", "--ipv6 --ipam-driver null"}},
 		{name: "static IPv6 pool", req: static6(lan6Net("ipv6_mode", "dhcpv6")), errSubs: []string{"2001:db8:6::/64", "--ipv6 --ipam-driver null"}},
-		{name: "IPv4 from Docker's IPAM", req: func() *network.CreateNetworkRequest {
+		{name: "IPv4 from Docker's IPAM, IPv6 from the null IPAM", req: func() *network.CreateNetworkRequest {
 			r := lan6Net("ipv6_mode", "slaac")
 			r.IPv4Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "198.18.6.0/24"}}
 			return r
 		}(), errSubs: []string{"198.18.6.0/24", "--ipam-driver null"}},
+		{name: "slaac with Docker's IPAM (both families)", req: dockerIPAM(static6(lan6Net("ipv6_mode", "slaac"))), mode: IPv6SLAAC, v4: 1, v6: 1},
+		{name: "slaac with Docker's IPAM, IPv6 only", req: v6only(static6(lan6Net("ipv6_mode", "slaac"))), mode: IPv6SLAAC, v6: 1},
+		{name: "dhcpv6 with Docker's IPAM", req: dockerIPAM(static6(lan6Net("ipv6_mode", "dhcpv6"))),
+			errSubs: []string{"ipv6_mode=dhcpv6", "2001:db8:6::/64", "no driver may replace", "--ipv6 --ipam-driver null", "ipv6_mode=slaac with Docker's IPAM"}},
+		{name: "slaac with Docker's IPAM and dhcp=true", req: dockerIPAM(static6(lan6Net("ipv6_mode", "slaac", "dhcp", "true"))),
+			errSubs: []string{"dhcp=true"}},
+		{name: "host_address on a slaac network", req: dockerIPAM(static6(lan6Net("ipv6_mode", "slaac", "host_address", "198.18.6.250/24"))),
+			errSubs: []string{"host_address", "ipv6_mode=slaac", "ipv6_mode=static"}},
 		{name: "internal", req: func() *network.CreateNetworkRequest {
 			r := lan6Net("ipv6_mode", "slaac")
 			r.Options[LabelInternal] = true

@@ -295,7 +295,7 @@ func ParseNetwork(req *network.CreateNetworkRequest) (record.Network, error) {
 	if o.DHCP.On || (lan6 && nullPool(req.IPv4Data)) {
 		v4 = nil // the null IPAM's 0.0.0.0/0: addresses come per lease, or there are none
 	}
-	if lan6 {
+	if lan6 && NullPool6(req.IPv6Data) {
 		v6 = nil // the null IPAM's ::/0: addresses come from the LAN
 	}
 	if len(v4)+len(v6) == 0 && !o.DHCP.On && !lan6 {
