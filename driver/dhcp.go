@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
+	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
@@ -72,24 +75,13 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, c.Timeout, err)
 		}
 		addr := leases.Addr(l)
-		why := ""
-		claimed := d.claims.Claim(n.Parent, addr, ep.ID)
-		if !claimed {
-			why = "another endpoint being created was offered it too"
-		} else if why, err = d.heldElsewhere(n, ep, addr); err != nil {
-			d.claims.Release(n.Parent, addr, ep.ID)
+		why, release, err := offerFree(ctx, offerChecks{claims: &d.claims, store: d.store, lan: d.lan}, n, ep, addr, budget)
+		if err != nil {
 			return store.Lease{}, unclaim, err
-		} else if why == "" {
-			if perr := d.lan.Probe(ctx, n, ep, addr, budget); perr != nil {
-				why = perr.Error()
-			}
 		}
 		if why == "" {
 			d.log.Info("leased address", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "router", l.Router, "server", l.ServerID, "expiry", l.Expiry)
-			return l, func() { d.claims.Release(n.Parent, addr, ep.ID) }, nil
-		}
-		if claimed {
-			d.claims.Release(n.Parent, addr, ep.ID)
+			return l, release, nil
 		}
 		declined = append(declined, fmt.Sprintf("%s: %s", addr, why))
 		d.log.Warn("declined a DHCP offer that is not free", "network", n.ID, "endpoint", ep.ID, "address", addr, "why", why)
@@ -103,11 +95,39 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 	}
 }
 
+// offerChecks is what checks an offered address (DHCP's or DHCPv6's):
+// the claims of creates in flight, the store's endpoints, the LAN probe.
+type offerChecks struct {
+	claims *lan.Claims
+	store  Store
+	lan    *lan.LAN
+}
+
+// offerFree says why an offered address is not free for ep ("" when it
+// is: then it is claimed for ep until release): another create in flight
+// was offered it, another endpoint of this daemon on the parent holds it,
+// or a host on the LAN answers a probe for it (within budget).
+func offerFree(ctx context.Context, o offerChecks, n store.Network, ep store.Endpoint, addr netip.Addr, budget time.Duration) (why string, release func(), err error) {
+	if !o.claims.Claim(n.Parent, addr, ep.ID) {
+		return "another endpoint being created was offered it too", nil, nil
+	}
+	release = func() { o.claims.Release(n.Parent, addr, ep.ID) }
+	if why, err = heldElsewhere(o.store, n, ep, addr); err != nil || why != "" {
+		release()
+		return why, nil, err
+	}
+	if perr := o.lan.Probe(ctx, n, ep, addr, budget); perr != nil {
+		release()
+		return perr.Error(), nil, nil
+	}
+	return "", release, nil
+}
+
 // heldElsewhere names another endpoint of this daemon on the parent whose
-// record holds addr ("" when none).
-func (d *Driver) heldElsewhere(n store.Network, ep store.Endpoint, addr netip.Addr) (string, error) {
+// record holds addr, of either family ("" when none).
+func heldElsewhere(st Store, n store.Network, ep store.Endpoint, addr netip.Addr) (string, error) {
 	var other string
-	err := d.store.View(func(tx *store.Tx) error {
+	err := st.View(func(tx *store.Tx) error {
 		nets, err := tx.NetworksOn(n.Parent)
 		if err != nil {
 			return err
@@ -118,7 +138,7 @@ func (d *Driver) heldElsewhere(n store.Network, ep store.Endpoint, addr netip.Ad
 				return err
 			}
 			for _, e := range eps {
-				if a, ok := rules.EndpointV4(e); ok && a == addr && e.ID != ep.ID {
+				if e.ID != ep.ID && slices.Contains(rules.EndpointAddrs(e), addr) {
 					other = fmt.Sprintf("endpoint %s of network %s holds it", dockerid.Short(e.ID), dockerid.Short(on.ID))
 					return nil
 				}

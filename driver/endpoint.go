@@ -119,7 +119,8 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 			}
 		}
 	}
-	answer6, undo6, err := d.lanIPv6(ctx, *n, &ep, existing)
+	answer6, unclaim6, undo6, err := d.lanIPv6(ctx, *n, &ep, existing)
+	defer unclaim6() // once recorded, or not
 	if err != nil {
 		if leased && d.lease.Release(context.WithoutCancel(ctx), *n, ep) {
 			d.lease.Unjournal(*n, ep)

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"net"
+	"net/netip"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
@@ -27,42 +28,48 @@ import (
 // lanIPv6 sets ep.IPv6 (and ep.Lease6) for an endpoint of a network whose
 // IPv6 comes from the LAN; answer says whether CreateEndpoint answers it.
 // undo gives back a lease this call took (call it when the endpoint is
-// not recorded).
-func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (answer bool, undo func(), err error) {
-	undo = func() {}
+// not recorded); unclaim ends the claim on its address (call it once the
+// endpoint is recorded, or not).
+func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (answer bool, unclaim, undo func(), err error) {
+	undo, unclaim = func() {}, func() {}
 	mode := rules.IPv6ModeOf(n)
 	if mode == rules.IPv6Static {
-		return false, undo, nil
+		return false, unclaim, undo, nil
 	}
 	if mode == rules.IPv6SLAAC && len(n.IPv6) > 0 {
 		// Docker's IPAM gave the network an IPv6 pool and the endpoint an
 		// address of it, which stays; the container's kernel forms the
 		// LAN's addresses beside it.
-		return false, undo, nil
+		return false, unclaim, undo, nil
 	}
 	if ep.IPv6 != "" {
-		return false, undo, rules.Invalidf("endpoint %s of network %s comes with IPv6 address %s, but the network takes IPv6 from the LAN (ipv6_mode=%s): run containers without --ip6", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv6, mode)
+		return false, unclaim, undo, rules.Invalidf("endpoint %s of network %s comes with IPv6 address %s, but the network takes IPv6 from the LAN (ipv6_mode=%s): run containers without --ip6", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv6, mode)
 	}
 	if mode == rules.IPv6SLAAC {
 		mac, err := net.ParseMAC(ep.MAC)
 		addr, ok := rules.SLAACAddress(mac)
 		if err != nil || !ok {
-			return false, undo, rules.Invalidf("endpoint %s of ipv6_mode=slaac network %s has no MAC of its own (%q): use a macvlan network", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.MAC)
+			return false, unclaim, undo, rules.Invalidf("endpoint %s of ipv6_mode=slaac network %s has no MAC of its own (%q): use a macvlan network", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.MAC)
 		}
 		ep.IPv6 = addr
-		return true, undo, nil
+		return true, unclaim, undo, nil
 	}
 	if existing != nil && existing.Lease6 != nil && existing.MAC == ep.MAC {
 		ep.Lease6, ep.IPv6 = existing.Lease6, existing.IPv6 // Docker asked again
-		return true, undo, nil
+		return true, unclaim, undo, nil
 	}
 	if existing != nil && existing.Lease6 != nil { // asked again with another MAC: not this one's lease
 		d.lease6.Release(context.WithoutCancel(ctx), n, *existing)
 	}
-	l, err := d.lease6.Acquire(ctx, n, *ep, rules.DHCPOf(n).Timeout)
+	checks := offerChecks{claims: &d.claims, store: d.store, lan: d.lan}
+	budget := d.lan.Budget(ctx, n)
+	free := func(ctx context.Context, addr netip.Addr) (string, func(), error) {
+		return offerFree(ctx, checks, n, *ep, addr, budget)
+	}
+	l, unclaim, err := d.lease6.Acquire(ctx, n, *ep, rules.DHCPOf(n).Timeout, free)
 	if err != nil {
-		return false, undo, err
+		return false, unclaim, undo, err
 	}
 	ep.Lease6, ep.IPv6 = &l, l.Addr+"/128"
-	return true, func() { d.lease6.Release(context.WithoutCancel(ctx), n, *ep) }, nil
+	return true, unclaim, func() { d.lease6.Release(context.WithoutCancel(ctx), n, *ep) }, nil
 }

@@ -31,6 +31,9 @@ type fakeLeases6 struct {
 	released []netip.Addr
 	silent   bool
 	unbound  bool
+	declined []netip.Addr
+	// same offers every client this address (a rogue server).
+	same netip.Addr
 }
 
 func (f *fakeLeases6) lease(a netip.Addr, r dhcp6.Request) dhcp6.Lease {
@@ -44,6 +47,9 @@ func (f *fakeLeases6) Acquire(_ context.Context, r dhcp6.Request) (dhcp6.Lease, 
 	f.requests = append(f.requests, r)
 	if f.silent {
 		return dhcp6.Lease{}, fmt.Errorf("Solicit: %w", dhcp6.ErrNoAnswer)
+	}
+	if f.same.IsValid() {
+		return f.lease(f.same, r), nil
 	}
 	key := fmt.Sprintf("%x/%x", r.DUID, r.IAID)
 	a, ok := f.byClient[key]
@@ -74,6 +80,16 @@ func (f *fakeLeases6) Renew(_ context.Context, l dhcp6.Lease, r dhcp6.Request) (
 
 func (f *fakeLeases6) Rebind(_ context.Context, l dhcp6.Lease, r dhcp6.Request) (dhcp6.Lease, error) {
 	return f.extend("rebind", l, r)
+}
+
+// Decline forgets the client's address, as a server marks a declined
+// address unavailable: the client's next Solicit gets another one.
+func (f *fakeLeases6) Decline(_ context.Context, l dhcp6.Lease, r dhcp6.Request) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.declined = append(f.declined, l.Addr)
+	delete(f.byClient, fmt.Sprintf("%x/%x", r.DUID, r.IAID))
+	return nil
 }
 
 func (f *fakeLeases6) Release(_ context.Context, l dhcp6.Lease, _ dhcp6.Request) error {
@@ -335,5 +351,56 @@ func TestSLAACWithDockersIPAM(t *testing.T) {
 	}
 	if j.Gateway != "198.18.6.1" || j.GatewayIPv6 != "" {
 		t.Fatalf("Join answered gateways %q and %q: want 198.18.6.1 and no IPv6 one (the router's advertisements give it)", j.Gateway, j.GatewayIPv6)
+	}
+}
+
+// An offered IPv6 address another endpoint of this daemon holds is
+// declined and another asked for; a server offering only such addresses
+// (a rogue one offering everyone the same) gets MaxDeclines Declines and
+// the create a 409 naming each and the holder, nothing recorded.
+func TestDHCPv6OfferHeldElsewhereIsDeclined(t *testing.T) {
+	f, fl := lan6Fixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, lan6Net(netA, "dhcpv6", "address_probe", "0")); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	const ep2 = "e2e2e2e2e2e20000000000000000000000000000000000000000000000000002"
+	const ep3 = "e3e3e3e3e3e30000000000000000000000000000000000000000000000000003"
+	if _, err := f.endpoint(netA, ep1, "", "52:54:00:00:00:01"); err != nil {
+		t.Fatal(err)
+	}
+	held := netip.MustParseAddr("2001:db8:60::100")
+	// The server offers ep2 what ep1 holds first, then another address.
+	fl.mu.Lock()
+	fl.byClient[fmt.Sprintf("%x/%x", dhcp6.DUIDFromMAC(mustMAC(t, "52:54:00:00:00:02")), dhcp6.EndpointIAID(ep2))] = held
+	fl.mu.Unlock()
+	resp, err := f.endpoint(netA, ep2, "", "52:54:00:00:00:02")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Interface.AddressIPv6 == held.String()+"/128" || len(fl.declined) != 1 || fl.declined[0] != held {
+		t.Fatalf("ep2 answered %s, declined %v: want %s declined and another address", resp.Interface.AddressIPv6, fl.declined, held)
+	}
+	// A rogue server offering everyone ep1's address.
+	fl.mu.Lock()
+	fl.same, fl.declined = held, nil
+	fl.mu.Unlock()
+	_, err = f.endpoint(netA, ep3, "", "52:54:00:00:00:03")
+	wantErr(t, err, ErrConflict, "2001:db8:60::100", "endpoint e1e1e1e1e1e1", "declined", "DHCPv6")
+	if len(fl.declined) != rules.MaxDeclines {
+		t.Fatalf("declined %v, want %d Declines", fl.declined, rules.MaxDeclines)
+	}
+	if _, ok, _ := f.endpointRecord(netA, ep3); ok {
+		t.Fatal("an endpoint without a free address was recorded")
+	}
+	// The claim of a recorded endpoint's address ends with its create:
+	// once ep1 is gone its address can be taken again.
+	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = f.endpoint(netA, ep3, "", "52:54:00:00:00:03")
+	if err != nil || resp.Interface.AddressIPv6 != held.String()+"/128" {
+		t.Fatalf("after ep1 went, ep3 answered %+v, %v: want %s", resp, err, held)
 	}
 }

@@ -23,7 +23,7 @@ import (
 // refused naming the MAC that answered.
 
 // Budget is a network's probe budget: address_probe when given; else on
-// (rules.DefaultProbe) for DHCP networks and for networks whose subnet is
+// (rules.DefaultProbe) for DHCP and DHCPv6 networks and for networks whose subnet is
 // the LAN the host itself is on (a connected route of the parent holds
 // it), where a host that is not Docker's may hold an address; off
 // otherwise.
@@ -31,7 +31,7 @@ func (l *LAN) Budget(ctx context.Context, n record.Network) time.Duration {
 	if b, given, err := rules.ParseAddressProbe(n.Options); given && err == nil {
 		return b
 	}
-	if rules.DHCPOf(n).On {
+	if rules.DHCPOf(n).On || rules.IPv6ModeOf(n) == rules.IPv6DHCPv6 {
 		return rules.DefaultProbe
 	}
 	if l.Routes == nil || len(n.IPv4)+len(n.IPv6) == 0 || n.Internal {

@@ -18,12 +18,14 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -33,7 +35,13 @@ type Client interface {
 	Renew(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) (dhcp6.Lease, error)
 	Rebind(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) (dhcp6.Lease, error)
 	Release(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) error
+	Decline(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) error
 }
+
+// Free says why an offered address is not free for the endpoint ("" when
+// it is, claimed for it until release): the driver's check of DHCP and
+// DHCPv6 offers (creates in flight, its other endpoints, the LAN probe).
+type Free func(ctx context.Context, addr netip.Addr) (why string, release func(), err error)
 
 // Store is the state as the leaser uses it (*store.DB), and LinkGetter
 // reads a link (an ipvlan endpoint's messages go out with its parent's
@@ -116,24 +124,58 @@ func (ls *Leaser) RequestOf(ctx context.Context, n store.Network, ep store.Endpo
 	return r, nil
 }
 
-// Acquire leases an address for a new endpoint within timeout.
-func (ls *Leaser) Acquire(ctx context.Context, n store.Network, ep store.Endpoint, timeout time.Duration) (store.Lease6, error) {
+// Acquire leases an address for a new endpoint within timeout. An address
+// that free says is not free is declined (Decline) and another asked for,
+// up to rules.MaxDeclines times, then refused as a conflict naming each.
+// release ends the claim free made; call it once the endpoint is recorded
+// (or not).
+func (ls *Leaser) Acquire(ctx context.Context, n store.Network, ep store.Endpoint, timeout time.Duration, free Free) (rec store.Lease6, release func(), err error) {
+	release = func() {}
 	if ls.dhcp == nil {
-		return store.Lease6{}, fmt.Errorf("network %s has ipv6_mode=dhcpv6 but this daemon has no DHCPv6 client", dockerid.Short(n.ID))
+		return store.Lease6{}, release, fmt.Errorf("network %s has ipv6_mode=dhcpv6 but this daemon has no DHCPv6 client", dockerid.Short(n.ID))
 	}
 	r, err := ls.RequestOf(ctx, n, ep)
 	if err != nil {
-		return store.Lease6{}, err
+		return store.Lease6{}, release, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	l, err := ls.dhcp.Acquire(ctx, r)
-	if err != nil {
-		return store.Lease6{}, fmt.Errorf("endpoint %s of network %s: no DHCPv6 lease from a server on %s within %s: %w; check that the LAN's DHCPv6 server serves %s (or use ipv6_mode=slaac)", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, timeout, err, n.Parent)
+	var declined []string
+	for {
+		l, err := ls.dhcp.Acquire(ctx, r)
+		if err != nil {
+			if len(declined) > 0 {
+				err = fmt.Errorf("%w (after declining %s)", err, strings.Join(declined, "; "))
+			}
+			return store.Lease6{}, release, fmt.Errorf("endpoint %s of network %s: no DHCPv6 lease from a server on %s within %s: %w; check that the LAN's DHCPv6 server serves %s (or use ipv6_mode=slaac)", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, timeout, err, n.Parent)
+		}
+		why, rel, err := free(ctx, l.Addr)
+		if err != nil {
+			ls.giveBack(ctx, l, r)
+			return store.Lease6{}, release, err
+		}
+		if why == "" {
+			rec := Record(l, r)
+			ls.log.Info("leased IPv6 address", "network", n.ID, "endpoint", ep.ID, "address", rec.Addr, "server", rec.ServerID, "valid", l.Valid)
+			return rec, rel, nil
+		}
+		declined = append(declined, fmt.Sprintf("%s: %s", l.Addr, why))
+		ls.log.Warn("declined a DHCPv6 address that is not free", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", why)
+		if derr := ls.dhcp.Decline(context.WithoutCancel(ctx), l, r); derr != nil {
+			ls.log.Warn("could not send a DHCPv6 Decline", "address", l.Addr, "error", derr)
+		}
+		if len(declined) >= rules.MaxDeclines {
+			return store.Lease6{}, release, fmt.Errorf("%w: endpoint %s of network %s: the DHCPv6 server on %s offered only addresses that are not free, each declined: %s; free them on the LAN or on the server (its lease table), or widen its range",
+				pluginapi.ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, strings.Join(declined, "; "))
+		}
 	}
-	rec := Record(l, r)
-	ls.log.Info("leased IPv6 address", "network", n.ID, "endpoint", ep.ID, "address", rec.Addr, "server", rec.ServerID, "valid", l.Valid)
-	return rec, nil
+}
+
+// giveBack releases a lease just acquired that will not be used.
+func (ls *Leaser) giveBack(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) {
+	if err := ls.dhcp.Release(context.WithoutCancel(ctx), l, r); err != nil {
+		ls.log.Debug("could not release a DHCPv6 lease not taken", "address", l.Addr, "error", err)
+	}
 }
 
 // Schedule has the endpoint's lease renewed when due.

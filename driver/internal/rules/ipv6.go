@@ -103,3 +103,15 @@ func SLAACAddress(mac net.HardwareAddr) (string, bool) {
 	b[13], b[14], b[15] = mac[3], mac[4], mac[5]
 	return netip.PrefixFrom(netip.AddrFrom16(b), 64).String(), true
 }
+
+// EndpointAddrs are the addresses an endpoint's record holds: its IPv4
+// and IPv6 addresses (static, or leased), without their prefix lengths.
+func EndpointAddrs(ep record.Endpoint) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range []string{ep.IPv4, ep.IPv6} {
+		if p, err := netip.ParsePrefix(a); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}
