@@ -24,6 +24,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/leases6"
 	"github.com/underlay-net/underlay/driver/internal/macs"
+	"github.com/underlay-net/underlay/driver/internal/owned"
 	"github.com/underlay-net/underlay/driver/internal/parentlink"
 	"github.com/underlay-net/underlay/driver/internal/repairmemo"
 	"github.com/underlay-net/underlay/driver/internal/stale"
@@ -174,6 +175,9 @@ type Driver struct {
 	// create the parent links underlay owns (driver/internal/parentlink).
 	resolver *parentlink.Resolver
 	parents  *parentlink.Maker
+	// owned deletes links and re-creates and follows the parent links
+	// underlay owns (driver/internal/owned).
+	owned *owned.Links
 	// shims make networks' host links (driver/internal/hostlink).
 	shims *hostlink.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
@@ -229,7 +233,9 @@ func New(c Config) (*Driver, error) {
 	}
 	d.resolver = &parentlink.Resolver{Links: c.Links, Routes: c.Routes}
 	d.parents = &parentlink.Maker{Links: c.Links, Mark: d.mark}
-	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.deleteOwnedLink}
+	d.owned = &owned.Links{Kernel: c.Links, Store: c.Store, Locks: d.locks, Parents: d.parents, Resolver: d.resolver,
+		Mark: d.mark, Log: c.Logger, Now: c.Now, Deleting: &d.deleting}
+	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.owned.Delete}
 	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}
 	d.holders = &stale.Holders{
 		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},

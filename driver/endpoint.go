@@ -268,7 +268,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 	}
 	d.point(before)
 	if link != "" {
-		if err := d.deleteOwnedLink(ctx, link, ep != nil); err != nil {
+		if err := d.owned.Delete(ctx, link, ep != nil); err != nil {
 			return fmt.Errorf("%s %s: %w", what, dockerid.Short(epID), err)
 		}
 	}

@@ -5,15 +5,15 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/owned"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
-// Carrying out the plans of plan.go, and the one way underlay deletes a
-// link.
+// Carrying out the plans of plan.go (deleting, re-creating and following
+// owned links is driver/internal/owned's).
 
 // readSnapshot reads the planners' view of the state in one transaction.
 // With links (reconcile and repair), it also reads which of those links
@@ -68,10 +68,6 @@ func (d *Driver) readShims(tx *store.Tx) (map[string]rules.ShimState, error) {
 	return out, err
 }
 
-// errBusy ends a plan's releases when a parent link is locked by a request:
-// they are planned again at the janitor's next tick or the next start.
-var errBusy = errors.New("parent link in use by a request")
-
 // outcome is how far a plan got: busy when a parent lock was taken by a
 // request (try again shortly), failed when a link could not be made (its
 // base is missing: try again when links come back).
@@ -96,7 +92,7 @@ func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held str
 	busy := false
 	for _, s := range plan {
 		log := d.log.With("step", s.Op.String(), "link", s.Name, "why", s.Why)
-		var err error // the step's failure; errBusy when it waits for a lock
+		var err error // the step's failure; owned.ErrBusy when it waits for a lock
 		switch s.Op {
 		case rules.OpRollback:
 			log.Warn("rolling back network left half-created by a previous run", "network", s.Name)
@@ -142,12 +138,12 @@ func (d *Driver) executeCounted(ctx context.Context, plan []rules.Step, held str
 			}
 		case rules.OpRepoint:
 			log.Warn("moving networks recorded on an altname to the link's kernel name", "to", s.To)
-			if err = d.repoint(s.Name, s.To); err != nil {
+			if err = d.owned.Repoint(s.Name, s.To); err != nil {
 				errs = append(errs, fmt.Errorf("move the networks on %s to %s: %w", s.Name, s.To, err))
 			}
 		case rules.OpDeleteStray:
 			log.Warn("deleting link no record owns")
-			if err = d.deleteOwnedLink(ctx, s.Name, false); err != nil {
+			if err = d.owned.Delete(ctx, s.Name, false); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -166,38 +162,25 @@ func tryLocked(busy *bool, run func() error) (ran bool, err error) {
 	if *busy {
 		return false, nil
 	}
-	if err = run(); errors.Is(err, errBusy) {
+	if err = run(); errors.Is(err, owned.ErrBusy) {
 		*busy = true
 		return false, err
 	}
 	return true, err
 }
 
-// tryParent takes a parent link's lock for a plan's step, unless the
-// caller holds it already; errBusy when a request has it.
-func (d *Driver) tryParent(name, held string) (func(), error) {
-	if name == held {
-		return func() {}, nil
-	}
-	unlock, ok := d.locks.TryExclusive(keylock.ParentKey(name))
-	if !ok {
-		return nil, errBusy
-	}
-	return unlock, nil
-}
-
 // recreate makes a missing parent link underlay owns, under its lock
 // (tried unless held), if a network still needs it.
 func (d *Driver) recreate(ctx context.Context, s rules.Step, held string) error {
-	unlock, err := d.tryParent(s.Name, held)
+	unlock, err := d.owned.TryParent(s.Name, held)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	var still bool
 	if err := d.store.View(func(tx *store.Tx) error {
-		_, owned, err := tx.ParentLink(s.Name)
-		still = owned && parentNeeded(tx, s.Name)
+		_, ok, err := tx.ParentLink(s.Name)
+		still = ok && owned.Needed(tx, s.Name)
 		return err
 	}); err != nil || !still {
 		return err
@@ -209,21 +192,21 @@ func (d *Driver) recreate(ctx context.Context, s rules.Step, held string) error 
 // release deletes (opRelease) or only forgets (opForget) an owned parent
 // link, under its lock, if the store still says nothing needs it.
 func (d *Driver) release(ctx context.Context, s rules.Step, held string) error {
-	unlock, err := d.tryParent(s.Name, held)
+	unlock, err := d.owned.TryParent(s.Name, held)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	var still bool
 	if err := d.store.View(func(tx *store.Tx) error {
-		_, owned, err := tx.ParentLink(s.Name)
-		still = owned && !parentNeeded(tx, s.Name)
+		_, ok, err := tx.ParentLink(s.Name)
+		still = ok && !owned.Needed(tx, s.Name)
 		return err
 	}); err != nil || !still {
 		return err
 	}
 	if s.Op == rules.OpRelease {
-		if err := d.deleteOwnedLink(ctx, s.Name, true); err != nil {
+		if err := d.owned.Delete(ctx, s.Name, true); err != nil {
 			return fmt.Errorf("delete parent link %s: %w", s.Name, err)
 		}
 		d.log.Info("deleted parent link underlay created", "parent", s.Name)
@@ -231,24 +214,11 @@ func (d *Driver) release(ctx context.Context, s rules.Step, held string) error {
 		d.log.Info("forgetting parent link underlay created", "parent", s.Name, "why", s.Why)
 	}
 	return d.store.Update(func(tx *store.Tx) error {
-		if parentNeeded(tx, s.Name) {
+		if owned.Needed(tx, s.Name) {
 			return nil
 		}
 		return tx.DeleteParentLink(s.Name)
 	})
-}
-
-// parentNeeded is snapshot.needed inside a transaction.
-func parentNeeded(tx *store.Tx, name string) bool {
-	if tx.ParentInUse(name) {
-		return true
-	}
-	for _, upper := range tx.ParentLinksOn(name) {
-		if parentNeeded(tx, upper) {
-			return true
-		}
-	}
-	return false
 }
 
 // releaseParent deletes the parent link underlay created for a network
@@ -268,51 +238,4 @@ func (d *Driver) releaseParent(ctx context.Context, name string) error {
 	}
 	_, err = d.execute(ctx, rules.PlanRelease(s, links, d.mark, []string{name}), name)
 	return err
-}
-
-// deleteOwnedLink is the one way underlay deletes a link: only one that is
-// its own (ownsLink); recorded says a record of this state file names it.
-// A missing link is not an error; another owner's link is left alone with a
-// warning.
-func (d *Driver) deleteOwnedLink(ctx context.Context, name string, recorded bool) error {
-	l, err := d.links.Get(ctx, name)
-	if errors.Is(err, netlinkutil.ErrNotFound) || (err == nil && l.Name != name) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if !rules.OwnsLink(l, d.mark, recorded) {
-		d.log.Warn("not deleting a link underlay did not create here", "link", name, "mark", l.Alias, "own_mark", d.mark)
-		return nil
-	}
-	d.deleting.Add(l.Index, d.now())
-	return d.links.DeleteLink(ctx, l)
-}
-
-// repoint moves every network recorded with parent from to the link name
-// to, keeping the parent as it was asked in the network's options.
-func (d *Driver) repoint(from, to string) error {
-	return d.store.Update(func(tx *store.Tx) error { return repointTx(tx, from, to) })
-}
-
-// repointTx is repoint inside a transaction.
-func repointTx(tx *store.Tx, from, to string) error {
-	ns, err := tx.NetworksOn(from)
-	if err != nil {
-		return err
-	}
-	for _, n := range ns {
-		asked := rules.RequestedParent(n)
-		opts := make(map[string]string, len(n.Options)+1)
-		for k, v := range n.Options {
-			opts[k] = v
-		}
-		opts[rules.OptParent] = asked
-		n.Options, n.Parent = opts, to
-		if err := tx.PutNetwork(n); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -220,7 +220,7 @@ func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, err
 	if on := rules.StandsOn(links, l); len(on) > 0 {
 		return "", refusef("links stand on %s (%v): deleting it would take them with it; not deleted", name, on)
 	}
-	if err := d.deleteOwnedLink(ctx, name, false); err != nil {
+	if err := d.owned.Delete(ctx, name, false); err != nil {
 		return "", err
 	}
 	d.log.Warn("doctor: deleted link carrying underlay's mark that no record owns", "link", name)

@@ -50,7 +50,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	sandbox := rules.ValueOr(req.SandboxKey, "(unnamed)")
 	if commit := d.joins.Join(*n, *ep, sandbox, d.boot); commit != nil { // driver/internal/joins: kept in memory, or committed
 		if err := d.store.Batch(commit); err != nil {
-			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), ep.Link, true)
+			_ = d.owned.Delete(context.WithoutCancel(ctx), ep.Link, true)
 			return nil, fmt.Errorf("join endpoint %s: record the join: %w", dockerid.Short(ep.ID), err)
 		}
 	}
@@ -103,7 +103,7 @@ func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netl
 	if errors.Is(err, unix.EEXIST) {
 		// A link of this name left in the host namespace by an earlier
 		// Join that Docker never saw answered.
-		if err := d.deleteOwnedLink(ctx, spec.Name, true); err != nil {
+		if err := d.owned.Delete(ctx, spec.Name, true); err != nil {
 			return err
 		}
 		err = d.links.AddEndpoint(ctx, spec)
@@ -116,7 +116,7 @@ func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netl
 		return lerr
 	}
 	defer unlockParent()
-	parent, perr := d.ensureParent(ctx, n)
+	parent, perr := d.owned.Ensure(ctx, n)
 	if perr != nil {
 		return fmt.Errorf("%w; and its parent could not be restored: %w", err, perr)
 	}

@@ -55,7 +55,7 @@ func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (rul
 // reuse makes a stored network whole again: its parent link and host link.
 // The caller holds the network's and the parent's locks.
 func (d *Driver) reuse(ctx context.Context, n store.Network) error {
-	parent, err := d.ensureParent(ctx, n)
+	parent, err := d.owned.Ensure(ctx, n)
 	if err != nil {
 		return err
 	}

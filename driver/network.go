@@ -130,7 +130,7 @@ func (d *Driver) commitWithShim(ctx context.Context, want store.Network, parentC
 	}
 	defer func() {
 		if err != nil {
-			_ = d.deleteOwnedLink(context.WithoutCancel(ctx), rules.ShimName(want.ID), true)
+			_ = d.owned.Delete(context.WithoutCancel(ctx), rules.ShimName(want.ID), true)
 		}
 	}()
 	d.point("create-network/before-commit")
@@ -158,12 +158,12 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	}
 	d.point("delete-network/before-link-delete")
 	for _, ep := range eps {
-		if err := d.deleteOwnedLink(ctx, ep.Link, true); err != nil {
+		if err := d.owned.Delete(ctx, ep.Link, true); err != nil {
 			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, dockerid.Short(ep.ID), err)
 		}
 	}
 	if n.HostAddress != "" {
-		if err := d.deleteOwnedLink(ctx, rules.ShimName(n.ID), true); err != nil {
+		if err := d.owned.Delete(ctx, rules.ShimName(n.ID), true); err != nil {
 			return fmt.Errorf("delete the host's link %s of network %s: %w", rules.ShimName(n.ID), dockerid.Short(n.ID), err)
 		}
 	}

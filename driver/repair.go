@@ -23,7 +23,7 @@ import (
 // under the network's parent lock, tried unless held.
 func (d *Driver) repairShim(ctx context.Context, s rules.Step, held string) error {
 	n := s.Shim.Network
-	unlock, err := d.tryParent(n.Parent, held)
+	unlock, err := d.owned.TryParent(n.Parent, held)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 
+	"github.com/underlay-net/underlay/driver/internal/owned"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
@@ -35,7 +36,7 @@ func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.P
 				return nil
 			}
 			for _, up := range tx.ParentLinksOn(plan.Name) {
-				if parentNeeded(tx, up) {
+				if owned.Needed(tx, up) {
 					return nil
 				}
 			}

@@ -1,4 +1,4 @@
-package driver
+package owned
 
 import (
 	"context"
@@ -13,48 +13,47 @@ import (
 )
 
 // Parent links: re-creating the VLAN and dummy links underlay owns when
-// they are missing (creating one is driver/internal/parentlink's), and
-// following an owned VLAN an operator renamed.
+// they are missing (creating one is driver/internal/parentlink's).
 
-// recreateParentLink creates an owned parent link that is missing, first
+// Recreate creates an owned parent link that is missing, first
 // re-creating its base when that is an owned VLAN that vanished too (a VLAN
 // on a VLAN after a reboot).
-func (d *Driver) recreateParentLink(ctx context.Context, p store.ParentLink) error {
+func (o *Links) Recreate(ctx context.Context, p store.ParentLink) error {
 	if p.Kind == rules.KindVLAN {
-		if _, err := d.links.Get(ctx, p.Base); errors.Is(err, netlinkutil.ErrNotFound) {
+		if _, err := o.Kernel.Get(ctx, p.Base); errors.Is(err, netlinkutil.ErrNotFound) {
 			var base store.ParentLink
 			var owned bool
-			if err := d.store.View(func(tx *store.Tx) (err error) {
+			if err := o.Store.View(func(tx *store.Tx) (err error) {
 				base, owned, err = tx.ParentLink(p.Base)
 				return err
 			}); err != nil {
 				return err
 			}
 			if owned {
-				if err := d.recreateParentLink(ctx, base); err != nil {
+				if err := o.Recreate(ctx, base); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	d.log.Info("re-creating missing parent link underlay created", "parent", p.Name, "kind", p.Kind)
-	return d.parents.Create(ctx, p)
+	o.Log.Info("re-creating missing parent link underlay created", "parent", p.Name, "kind", p.Kind)
+	return o.Parents.Create(ctx, p)
 }
 
-// ensureParent makes sure a stored network's parent exists, re-creating a
+// Ensure makes sure a stored network's parent exists, re-creating a
 // VLAN or dummy link underlay owns (or, for a VLAN parent, creating and
 // then owning it) when it is missing. An owned VLAN an operator renamed is
 // followed: its record and networks move to the new name, which is
 // returned (otherwise the network's parent). The caller holds the parent
 // lock.
-func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, error) {
-	_, err := d.links.Get(ctx, n.Parent)
+func (o *Links) Ensure(ctx context.Context, n store.Network) (string, error) {
+	_, err := o.Kernel.Get(ctx, n.Parent)
 	if err == nil || !errors.Is(err, netlinkutil.ErrNotFound) {
 		return n.Parent, err
 	}
 	var owned store.ParentLink
 	var ok bool
-	if err := d.store.View(func(tx *store.Tx) (err error) {
+	if err := o.Store.View(func(tx *store.Tx) (err error) {
 		owned, ok, err = tx.ParentLink(n.Parent)
 		return err
 	}); err != nil {
@@ -64,7 +63,7 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, err
 		// A link underlay did not create is gone: if the network asked for
 		// a VLAN by IFACE.VID and it resolves to this very name, create it
 		// and own it from now on; otherwise say what is missing.
-		res, err := d.resolver.Resolve(ctx, n)
+		res, err := o.Resolver.Resolve(ctx, n)
 		if err != nil {
 			return n.Parent, fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, dockerid.Short(n.ID), err)
 		}
@@ -75,19 +74,19 @@ func (d *Driver) ensureParent(ctx context.Context, n store.Network) (string, err
 			return n.Parent, nil
 		}
 		owned = *res.Create
-		if err := d.store.Update(func(tx *store.Tx) error { return tx.PutParentLink(owned) }); err != nil {
+		if err := o.Store.Update(func(tx *store.Tx) error { return tx.PutParentLink(owned) }); err != nil {
 			return n.Parent, err
 		}
-		if err := d.recreateParentLink(ctx, owned); err != nil {
+		if err := o.Recreate(ctx, owned); err != nil {
 			// Not made here: not ours to own.
-			_ = d.store.Update(func(tx *store.Tx) error { return tx.DeleteParentLink(owned.Name) })
+			_ = o.Store.Update(func(tx *store.Tx) error { return tx.DeleteParentLink(owned.Name) })
 			return n.Parent, fmt.Errorf("re-create parent %s of network %s: %w", owned.Name, dockerid.Short(n.ID), err)
 		}
 		return n.Parent, nil
 	}
-	err = d.recreateParentLink(ctx, owned)
+	err = o.Recreate(ctx, owned)
 	if to, renamed := parentlink.RenamedTo(err); renamed {
-		if ferr := d.follow(ctx, n.Parent, to, n.Parent); ferr != nil {
+		if ferr := o.Follow(ctx, n.Parent, to, n.Parent); ferr != nil {
 			return n.Parent, fmt.Errorf("parent %s of network %s was renamed to %s, and its record could not follow: %w", n.Parent, dockerid.Short(n.ID), to, ferr)
 		}
 		return to, nil

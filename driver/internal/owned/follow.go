@@ -1,0 +1,93 @@
+package owned
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Following an owned VLAN an operator renamed, and moving networks
+// recorded on one parent name to another.
+
+// Follow moves the record of the owned VLAN from (renamed by an operator)
+// to the link's name to, with the networks recorded on it and the owned
+// VLANs standing on it, under both links' locks (tried unless held).
+func (o *Links) Follow(ctx context.Context, from, to, held string) error {
+	unlockFrom, err := o.TryParent(from, held)
+	if err != nil {
+		return err
+	}
+	defer unlockFrom()
+	unlockTo, err := o.TryParent(to, held)
+	if err != nil {
+		return err
+	}
+	defer unlockTo()
+	l, err := o.Kernel.Get(ctx, to)
+	if err != nil || l.Name != to || l.Alias != o.Mark {
+		return err // changed again meanwhile: the next pass sees it
+	}
+	err = o.Store.Update(func(tx *store.Tx) error {
+		p, ok, err := tx.ParentLink(from)
+		if err != nil || !ok || p.Kind != rules.KindVLAN || p.VLAN != l.VLAN {
+			return err
+		}
+		if _, taken, err := tx.ParentLink(to); err != nil || taken {
+			return err
+		}
+		for _, up := range tx.ParentLinksOn(from) {
+			u, ok, err := tx.ParentLink(up)
+			if err != nil {
+				return err
+			}
+			if ok {
+				u.Base = to
+				if err := tx.PutParentLink(u); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.DeleteParentLink(from); err != nil {
+			return err
+		}
+		p.Name = to
+		if err := tx.PutParentLink(p); err != nil {
+			return err
+		}
+		return repointTx(tx, from, to)
+	})
+	if err != nil {
+		return fmt.Errorf("follow VLAN %s renamed to %s: %w", from, to, err)
+	}
+	o.Log.Warn("an owned VLAN was renamed: its record and networks follow it", "from", from, "to", to)
+	return nil
+}
+
+// Repoint moves every network recorded with parent from to the link name
+// to, keeping the parent as it was asked in the network's options.
+func (o *Links) Repoint(from, to string) error {
+	return o.Store.Update(func(tx *store.Tx) error { return repointTx(tx, from, to) })
+}
+
+// repointTx is Repoint inside a transaction.
+func repointTx(tx *store.Tx, from, to string) error {
+	ns, err := tx.NetworksOn(from)
+	if err != nil {
+		return err
+	}
+	for _, n := range ns {
+		asked := rules.RequestedParent(n)
+		opts := make(map[string]string, len(n.Options)+1)
+		for k, v := range n.Options {
+			opts[k] = v
+		}
+		opts[rules.OptParent] = asked
+		n.Options, n.Parent = opts, to
+		if err := tx.PutNetwork(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}

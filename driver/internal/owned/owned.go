@@ -1,0 +1,111 @@
+// Package owned holds the effects on the links underlay owns that the
+// requests and the planners' steps share: the one way underlay deletes a
+// link (Delete), re-creating a missing owned parent link from its record
+// (Recreate, Ensure, parent.go), following an owned VLAN an operator
+// renamed and moving the networks recorded on a name to another
+// (Follow, Repoint, follow.go).
+//
+// Rule: the kernel only through its own Kernel interface, the store only
+// through its own Store; creating a parent link is parentlink.Maker's,
+// resolving a parent option parentlink.Resolver's. A parent lock is only
+// tried (TryParent), never waited for: a request's caller already holds
+// the lock it needs.
+package owned
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/underlay-net/underlay/driver/internal/keylock"
+	"github.com/underlay-net/underlay/driver/internal/parentlink"
+	"github.com/underlay-net/underlay/driver/internal/repairmemo"
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Kernel is the part of the kernel owned links need (netlinkutil.Links).
+type Kernel interface {
+	Get(ctx context.Context, name string) (netlinkutil.Link, error)
+	DeleteLink(ctx context.Context, l netlinkutil.Link) error
+}
+
+// Store is the state as owned links read and change it (*store.DB).
+type Store interface {
+	View(func(*store.Tx) error) error
+	Update(func(*store.Tx) error) error
+}
+
+// Locker tries parent links' locks (keylock.Locker).
+type Locker interface {
+	TryExclusive(k keylock.Key) (func(), bool)
+}
+
+// Links are the links underlay owns, as this instance (Mark) sees them.
+type Links struct {
+	Kernel   Kernel
+	Store    Store
+	Locks    Locker
+	Parents  *parentlink.Maker
+	Resolver *parentlink.Resolver
+	Mark     string // this instance's link mark
+	Log      *slog.Logger
+	Now      func() time.Time
+	// Deleting is told of every link Delete deletes, so the repair
+	// watcher does not take its going for a repair to make.
+	Deleting *repairmemo.SelfDeletions
+}
+
+// ErrBusy ends a plan's steps when a parent link is locked by a request:
+// they are planned again at the janitor's next tick or the next start.
+var ErrBusy = errors.New("parent link in use by a request")
+
+// TryParent takes a parent link's lock for a plan's step, unless the
+// caller holds it already (held); ErrBusy when a request has it.
+func (o *Links) TryParent(name, held string) (func(), error) {
+	if name == held {
+		return func() {}, nil
+	}
+	unlock, ok := o.Locks.TryExclusive(keylock.ParentKey(name))
+	if !ok {
+		return nil, ErrBusy
+	}
+	return unlock, nil
+}
+
+// Delete is the one way underlay deletes a link: only one that is its own
+// (rules.OwnsLink); recorded says a record of this state file names it. A
+// missing link is not an error; another owner's link is left alone with a
+// warning.
+func (o *Links) Delete(ctx context.Context, name string, recorded bool) error {
+	l, err := o.Kernel.Get(ctx, name)
+	if errors.Is(err, netlinkutil.ErrNotFound) || (err == nil && l.Name != name) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !rules.OwnsLink(l, o.Mark, recorded) {
+		o.Log.Warn("not deleting a link underlay did not create here", "link", name, "mark", l.Alias, "own_mark", o.Mark)
+		return nil
+	}
+	o.Deleting.Add(l.Index, o.Now())
+	return o.Kernel.DeleteLink(ctx, l)
+}
+
+// Needed is rules.Snapshot's needed inside a transaction: whether a
+// network names the parent link, or an owned link standing on it is
+// needed.
+func Needed(tx *store.Tx, name string) bool {
+	if tx.ParentInUse(name) {
+		return true
+	}
+	for _, upper := range tx.ParentLinksOn(name) {
+		if Needed(tx, upper) {
+			return true
+		}
+	}
+	return false
+}
