@@ -26,6 +26,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/macs"
 	"github.com/underlay-net/underlay/driver/internal/owned"
 	"github.com/underlay-net/underlay/driver/internal/parentlink"
+	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/repairmemo"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -164,8 +165,6 @@ type Driver struct {
 	joins   *joins.Table // every join, wherever kept (driver/internal/joins)
 	// deleting are the links underlay is deleting itself (driver/internal/repairmemo).
 	deleting repairmemo.SelfDeletions
-	// failures are the repair steps' last failures, logged once (driver/internal/repairmemo).
-	failures repairmemo.FailureLog
 	// lan probes endpoints' addresses on their parents and announces
 	// joined ones (driver/internal/lan); claims are the DHCP offers
 	// creates in flight are checking.
@@ -178,6 +177,9 @@ type Driver struct {
 	// owned deletes links and re-creates and follows the parent links
 	// underlay owns (driver/internal/owned).
 	owned *owned.Links
+	// reconcile carries out the planners' steps: at start, the janitor's,
+	// the live repair's (driver/internal/reconcile).
+	reconcile *reconcile.Executor
 	// shims make networks' host links (driver/internal/hostlink).
 	shims *hostlink.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
@@ -236,6 +238,8 @@ func New(c Config) (*Driver, error) {
 	d.owned = &owned.Links{Kernel: c.Links, Store: c.Store, Locks: d.locks, Parents: d.parents, Resolver: d.resolver,
 		Mark: d.mark, Log: c.Logger, Now: c.Now, Deleting: &d.deleting}
 	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.owned.Delete}
+	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
+		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting}
 	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}
 	d.holders = &stale.Holders{
 		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},

@@ -75,10 +75,10 @@ func TestEventsJanitorRollback(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.60"}}) }()
 	<-entered
-	f.d.janitorTick(context.Background())
+	f.d.reconcile.JanitorTick(context.Background())
 	ev.want(t, map[string]int{})
 	f.clock.Advance(61 * time.Second)
-	f.d.janitorTick(context.Background())
+	f.d.reconcile.JanitorTick(context.Background())
 	close(release)
 	<-done
 	// The request's own undo of what it made after the rollback is not a
@@ -117,7 +117,7 @@ func TestEventsRestoreAndRepair(t *testing.T) {
 	if err := f.k.Delete(context.Background(), "eth0.10"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.d.repair(context.Background()); err != nil {
+	if _, err := f.d.reconcile.Repair(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	f.wantLinks("eth0.10")

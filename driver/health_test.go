@@ -42,12 +42,12 @@ func TestRelevantLinkEvents(t *testing.T) {
 		{"a new user link when not waiting", netlinkutil.LinkEvent{Link: user}, false, false},
 		{"an endpoint link made while waiting for a base", netlinkutil.LinkEvent{Link: func() netlinkutil.Link { l := ep; l.Alias = ""; return l }()}, true, false},
 	} {
-		if got := f.d.relevant(tc.ev, tc.waiting); got != tc.want {
+		if got := f.d.reconcile.Relevant(tc.ev, tc.waiting); got != tc.want {
 			t.Errorf("%s: relevant %v, want %v", tc.name, got, tc.want)
 		}
 	}
 	// The index is claimed once: a second deletion of that index is news.
-	if !f.d.relevant(netlinkutil.LinkEvent{Deleted: true, Link: netlinkutil.Link{Name: "eth0.11", Index: 44, Kind: rules.KindVLAN, Alias: mark}}, false) {
+	if !f.d.reconcile.Relevant(netlinkutil.LinkEvent{Deleted: true, Link: netlinkutil.Link{Name: "eth0.11", Index: 44, Kind: rules.KindVLAN, Alias: mark}}, false) {
 		t.Error("a claimed self-deletion hid a later one")
 	}
 }

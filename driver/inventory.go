@@ -50,7 +50,7 @@ func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
 	if inv.Links, err = d.links.List(ctx); err != nil {
 		return Inventory{}, err
 	}
-	inv.HostLinkAddrs = d.hostLinkAddrs(ctx, inv.Links, maps.Values(inv.HostLinks))
+	inv.HostLinkAddrs = d.reconcile.HostLinkAddrs(ctx, inv.Links, maps.Values(inv.HostLinks))
 	return inv, nil
 }
 
@@ -63,11 +63,11 @@ func (d *Driver) HealLink(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s, err := d.readSnapshot(true, links...)
+	s, err := d.reconcile.Snapshot(true, links...)
 	if err != nil {
 		return "", err
 	}
-	d.readShimAddrs(ctx, &s, links)
+	d.reconcile.ReadShimAddrs(ctx, &s, links)
 	var todo []rules.Step
 	for _, st := range rules.PlanRepair(s, links, d.mark) {
 		if (st.Op == rules.OpHeal || st.Op == rules.OpShim || st.Op == rules.OpFollow) && (st.Name == name || st.To == name) {
@@ -77,13 +77,13 @@ func (d *Driver) HealLink(ctx context.Context, name string) (string, error) {
 	if len(todo) == 0 {
 		return "no longer needed: link " + name + " is healthy or not underlay's to heal", nil
 	}
-	out, err := d.executeCounted(ctx, todo, "", d.events.RepairAction)
+	out, err := d.reconcile.ExecuteCounted(ctx, todo, "", d.events.RepairAction)
 	switch {
 	case err != nil:
 		return "", err
-	case out.busy:
+	case out.Busy:
 		return "", refusef("link %s is in use by a request: try again", name)
-	case out.failed:
+	case out.Failed:
 		return "", fmt.Errorf("could not heal link %s: see the daemon's log", name)
 	}
 	return "healed " + name + " (" + rules.StepsString(todo) + ")", nil
@@ -152,7 +152,7 @@ func (d *Driver) lockNetwork(ctx context.Context, id string) (func(), *store.Net
 // RecreateParent re-creates a missing parent link underlay owns and a
 // network needs.
 func (d *Driver) RecreateParent(ctx context.Context, name string) (string, error) {
-	s, err := d.readSnapshot(false)
+	s, err := d.reconcile.Snapshot(false)
 	if err != nil {
 		return "", err
 	}
@@ -164,8 +164,8 @@ func (d *Driver) RecreateParent(ctx context.Context, name string) (string, error
 	if _, err := d.links.Get(ctx, name); err == nil {
 		return "no longer needed: it is there", nil
 	}
-	out, err := d.execute(ctx, []rules.Step{{Op: rules.OpRecreate, Name: name, Parent: owned, Why: "doctor --repair"}}, "")
-	if err == nil && (out.busy || out.failed) {
+	out, err := d.reconcile.Execute(ctx, []rules.Step{{Op: rules.OpRecreate, Name: name, Parent: owned, Why: "doctor --repair"}}, "")
+	if err == nil && (out.Busy || out.Failed) {
 		err = fmt.Errorf("parent link %s could not be re-created now (a request holds it, or its base is missing): see the daemon's log", name)
 	}
 	if err != nil {
@@ -205,7 +205,7 @@ func (d *Driver) DeleteOrphanLink(ctx context.Context, name string) (string, err
 	}
 	defer unlock()
 	// The same test as reconcile's for strays, on the state under the locks.
-	s, err := d.readSnapshot(true, l)
+	s, err := d.reconcile.Snapshot(true, l)
 	if err != nil {
 		return "", err
 	}
@@ -240,7 +240,7 @@ func (d *Driver) RollbackExpired(_ context.Context, id string) (string, error) {
 	case d.now().Before(n.Pending.Deadline):
 		return "", refusef("the reservation of network %s has not expired (deadline %s)", dockerid.Short(id), n.Pending.Deadline.Format(time.RFC3339))
 	}
-	if _, err := d.dropPending(id, n.Pending.Token); err != nil {
+	if _, err := d.reconcile.DropPending(id, n.Pending.Token); err != nil {
 		return "", err
 	}
 	d.events.ReservationRolledBack("network")

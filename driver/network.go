@@ -95,7 +95,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 		if err != nil {
 			// Roll back with a context of our own: the request's may be
 			// what failed.
-			if rbErr := d.undoCreate(context.WithoutCancel(ctx), want.ID, token, plan, created); rbErr != nil {
+			if rbErr := d.reconcile.UndoCreate(context.WithoutCancel(ctx), want.ID, token, plan, created); rbErr != nil {
 				d.log.Error("rollback of failed network left state behind; it is retried at the next start",
 					"network", want.ID, "error", rbErr)
 			}
@@ -196,7 +196,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 		d.lease6.Release(context.WithoutCancel(ctx), n, ep)
 	}
 	d.point("delete-network/before-parent-delete")
-	if err := d.releaseParent(ctx, n.Parent); err != nil {
+	if err := d.reconcile.ReleaseParent(ctx, n.Parent); err != nil {
 		return err
 	}
 	d.point("delete-network/after-parent-delete")
@@ -245,6 +245,17 @@ func (d *Driver) network(id string) (*store.Network, error) {
 		return nil, err
 	}
 	return &n, nil
+}
+
+// commitNetwork writes a complete network and confirms the reservations of
+// the pools of underlay's IPAM it names: Docker uses them.
+func commitNetwork(tx *store.Tx, n store.Network, refs []rules.IPAMRef) error {
+	for _, r := range refs {
+		if err := tx.ConfirmIPAMPools(r.Space, r.Pool); err != nil {
+			return err
+		}
+	}
+	return tx.PutNetwork(n)
 }
 
 func newToken() string {

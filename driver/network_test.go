@@ -272,12 +272,12 @@ func TestRule5ExpiredReservationRolledBack(t *testing.T) {
 	if n, ok := f.record(netA); !ok || n.Pending == nil {
 		t.Fatalf("no pending reservation while the kernel call hangs: %+v %v", n, ok)
 	}
-	f.d.janitorTick(context.Background()) // not yet expired
+	f.d.reconcile.JanitorTick(context.Background()) // not yet expired
 	if _, ok := f.record(netA); !ok {
 		t.Fatal("reservation rolled back before its deadline")
 	}
 	f.clock.Advance(61 * time.Second)
-	f.d.janitorTick(context.Background())
+	f.d.reconcile.JanitorTick(context.Background())
 	f.wantNetworks()
 	close(release)
 	err := <-done

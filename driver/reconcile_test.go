@@ -179,11 +179,11 @@ func TestJanitorReleasesParentsUnderTheirLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.d.janitorTick(context.Background())
+	f.d.reconcile.JanitorTick(context.Background())
 	f.wantNetworks() // the reservation is rolled back without locks...
 	f.wantLinks("eth0.10")
 	unlock() // ...the link only once its lock is free
-	f.d.janitorTick(context.Background())
+	f.d.reconcile.JanitorTick(context.Background())
 	f.wantLinks()
 }
 

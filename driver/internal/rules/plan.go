@@ -13,7 +13,8 @@ import (
 
 // Reconcile and parent release are planned, then acted on: one snapshot of
 // the store and one list of the kernel's links go in, a pure planner says
-// which steps to take in which order, and exec.go carries them out.
+// which steps to take in which order, and driver/internal/reconcile
+// carries them out.
 
 // Snapshot is what the planners know of the state file.
 type Snapshot struct {

@@ -1,13 +1,11 @@
-package driver
+package reconcile
 
 import (
 	"context"
-	"net/netip"
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
 )
 
 // Live repair: the links underlay owns (VLAN and dummy parents, host
@@ -19,65 +17,37 @@ import (
 // (tried: a busy one is retried shortly). Links without the mark are never
 // touched.
 
-// repairShim makes a host link (opShim) or puts its routes back (opRoutes)
-// under the network's parent lock, tried unless held.
-func (d *Driver) repairShim(ctx context.Context, s rules.Step, held string) error {
-	n := s.Shim.Network
-	unlock, err := d.owned.TryParent(n.Parent, held)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	// Under the lock, the store says what is true now: the network may
-	// have gone, and the routes are read again (Leave removes a route and
-	// commits under this lock).
-	var routes []netip.Addr
-	var cur *store.Network
-	if err := d.store.View(func(tx *store.Tx) error {
-		nv, ok, err := tx.Network(n.ID)
-		if err != nil || !ok {
-			return err
-		}
-		cur = &nv
-		routes, err = d.joins.JoinedV4(tx, n.ID, d.boot)
-		return err
-	}); err != nil || cur == nil || cur.HostAddress != n.HostAddress || cur.Parent != n.Parent {
-		return err // the network went away or changed meanwhile
-	}
-	return d.shims.Ensure(ctx, *cur, routes)
-}
-
-// repair runs one repair pass over a fresh snapshot, with the executor
+// Repair runs one repair pass over a fresh snapshot, with the executor
 // every plan uses.
-func (d *Driver) repair(ctx context.Context) (outcome, error) {
-	links, err := d.links.List(ctx)
+func (x *Executor) Repair(ctx context.Context) (Outcome, error) {
+	links, err := x.Kernel.List(ctx)
 	if err != nil {
-		return outcome{failed: true}, err
+		return Outcome{Failed: true}, err
 	}
-	s, err := d.readSnapshot(true, links...)
+	s, err := x.Snapshot(true, links...)
 	if err != nil {
-		return outcome{failed: true}, err
+		return Outcome{Failed: true}, err
 	}
-	d.readShimAddrs(ctx, &s, links)
+	x.ReadShimAddrs(ctx, &s, links)
 	var todo []rules.Step
-	for _, st := range rules.PlanRepair(s, links, d.mark) {
+	for _, st := range rules.PlanRepair(s, links, x.Mark) {
 		if st.Op != rules.OpRoutes {
 			todo = append(todo, st)
 		}
 	}
 	if len(todo) == 0 {
-		return outcome{}, nil
+		return Outcome{}, nil
 	}
-	d.log.Debug("repair pass", "plan", rules.StepsString(todo))
-	return d.executeCounted(ctx, todo, "", d.events.RepairAction)
+	x.Log.Debug("repair pass", "plan", rules.StepsString(todo))
+	return x.ExecuteCounted(ctx, todo, "", x.Events.RepairAction)
 }
 
 // Watch repairs owned links as they go away, until ctx ends: it is started
 // after Restore and runs beside the janitor. A subscription that ends (a
 // socket overrun loses events) is made again after a second, followed by a
 // repair pass for what was missed.
-func (d *Driver) Watch(ctx context.Context) error {
-	events, err := d.subscribe(ctx)
+func (x *Executor) Watch(ctx context.Context) error {
+	events, err := x.subscribe(ctx)
 	if err != nil {
 		return err
 	}
@@ -92,21 +62,21 @@ func (d *Driver) Watch(ctx context.Context) error {
 				return
 			case ev, ok := <-events:
 				if !ok {
-					d.log.Warn("link events: the subscription ended; subscribing again")
+					x.Log.Warn("link events: the subscription ended; subscribing again")
 					for events == nil || !ok {
 						select {
 						case <-ctx.Done():
 							return
 						case <-time.After(time.Second):
 						}
-						if events, err = d.subscribe(ctx); err == nil {
+						if events, err = x.subscribe(ctx); err == nil {
 							ok = true
 						}
 					}
 					waiting, trigger = true, true
 					break
 				}
-				trigger = d.relevant(ev, waiting)
+				trigger = x.Relevant(ev, waiting)
 			case <-retry.C:
 				trigger = waiting
 			}
@@ -130,14 +100,14 @@ func (d *Driver) Watch(ctx context.Context) error {
 					break drain
 				}
 			}
-			out, err := d.repair(ctx)
+			out, err := x.Repair(ctx)
 			if err != nil {
-				d.log.Error("repair pass failed", "error", err)
+				x.Log.Error("repair pass failed", "error", err)
 			}
 			// A missing base comes back as a link event; a busy lock or a
 			// failed pass is tried again shortly.
-			waiting = out.failed || out.busy || err != nil
-			if out.busy || err != nil {
+			waiting = out.Failed || out.Busy || err != nil
+			if out.Busy || err != nil {
 				retry.Reset(time.Second)
 			}
 		}
@@ -145,25 +115,25 @@ func (d *Driver) Watch(ctx context.Context) error {
 	return nil
 }
 
-// relevant reports whether a link event calls for a repair pass. Endpoint
+// Relevant reports whether a link event calls for a repair pass. Endpoint
 // links come and go with every container (moved into sandboxes, deleted):
 // only parents and host links are repaired. A link of this instance that
 // underlay deletes itself is no repair; one that went away otherwise is
 // logged once. A change of one (set down, renamed, its MTU or a host link's
 // address) is looked at. While a repair waits for a base link, a new link
 // other than an endpoint's or a host link's may be it.
-func (d *Driver) relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
+func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	l := ev.Link
 	if rules.IsEndpointLinkName(l.Name) {
 		return false
 	}
-	ours := l.Alias == d.mark
+	ours := l.Alias == x.Mark
 	switch {
 	case ev.Deleted:
-		if !ours || d.deleting.Claim(l.Index) {
+		if !ours || x.Deleting.Claim(l.Index) {
 			return false
 		}
-		d.log.Warn("a link underlay owns went away; re-making it if networks need it", "link", l.Name, "kind", l.Kind)
+		x.Log.Warn("a link underlay owns went away; re-making it if networks need it", "link", l.Name, "kind", l.Kind)
 		return true
 	case ev.AddrRemoved:
 		return ours && netlinkutil.IsEndpointKind(l.Kind)
@@ -174,11 +144,11 @@ func (d *Driver) relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 }
 
 // subscribe opens the link event stream.
-func (d *Driver) subscribe(ctx context.Context) (<-chan netlinkutil.LinkEvent, error) {
-	return d.links.Subscribe(ctx, func(err error) {
+func (x *Executor) subscribe(ctx context.Context) (<-chan netlinkutil.LinkEvent, error) {
+	return x.Kernel.Subscribe(ctx, func(err error) {
 		if ctx.Err() != nil {
 			return // the socket closing at shutdown, not an overrun
 		}
-		d.log.Warn("link events: receive error", "error", err)
+		x.Log.Warn("link events: receive error", "error", err)
 	})
 }

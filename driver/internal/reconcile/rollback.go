@@ -1,4 +1,4 @@
-package driver
+package reconcile
 
 import (
 	"context"
@@ -8,30 +8,37 @@ import (
 	"github.com/underlay-net/underlay/store"
 )
 
-// Committing a created network, and undoing one that failed: the
-// reservation's rollback, the parent link it may have made, and the IPAM
-// pools a committed network confirms.
+// Releasing a network's parent link, and undoing a reservation: a failed
+// create's, an expired one's, a dead process's.
 
-// commitNetwork writes a complete network and confirms the reservations of
-// the pools of underlay's IPAM it names: Docker uses them.
-func commitNetwork(tx *store.Tx, n store.Network, refs []rules.IPAMRef) error {
-	for _, r := range refs {
-		if err := tx.ConfirmIPAMPools(r.Space, r.Pool); err != nil {
-			return err
-		}
+// ReleaseParent deletes the parent link underlay created for a network
+// once nothing needs it (and its base, likewise). The caller holds the
+// parent's lock; the others are only tried.
+func (x *Executor) ReleaseParent(ctx context.Context, name string) error {
+	s, err := x.Snapshot(false)
+	if err != nil {
+		return err
 	}
-	return tx.PutNetwork(n)
+	if _, owned := s.Owned[name]; !owned {
+		return nil
+	}
+	links, err := x.Kernel.List(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = x.Execute(ctx, rules.PlanRelease(s, links, x.Mark, []string{name}), name)
+	return err
 }
 
-// undoCreate rolls back a failed create. If this request did not make the
+// UndoCreate rolls back a failed create. If this request did not make the
 // parent link (the kernel refused, or a link that is not underlay's has the
 // name), the ownership its reservation recorded is dropped first, so the
 // release never touches someone else's link. If the reservation already
 // expired and was rolled back, the parent link this request created after
-// that is owned again here so that releaseParent deletes it.
-func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.ParentLink, created bool) error {
+// that is owned again here so that ReleaseParent deletes it.
+func (x *Executor) UndoCreate(ctx context.Context, id, token string, plan *store.ParentLink, created bool) error {
 	if !created {
-		if err := d.store.Update(func(tx *store.Tx) error {
+		if err := x.Store.Update(func(tx *store.Tx) error {
 			if tx.ParentInUse(plan.Name) && !onlyPending(tx, plan.Name, id) {
 				return nil
 			}
@@ -44,12 +51,12 @@ func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.P
 		}); err != nil {
 			return err
 		}
-		return d.rollback(ctx, id, token)
+		return x.rollback(ctx, id, token)
 	}
-	if err := d.rollback(ctx, id, token); err != nil {
+	if err := x.rollback(ctx, id, token); err != nil {
 		return err
 	}
-	if err := d.store.Update(func(tx *store.Tx) error {
+	if err := x.Store.Update(func(tx *store.Tx) error {
 		if _, owned, err := tx.ParentLink(plan.Name); err != nil || owned {
 			return err
 		}
@@ -57,7 +64,7 @@ func (d *Driver) undoCreate(ctx context.Context, id, token string, plan *store.P
 	}); err != nil {
 		return err
 	}
-	return d.releaseParent(ctx, plan.Name)
+	return x.ReleaseParent(ctx, plan.Name)
 }
 
 // onlyPending reports whether the only network naming parent is id.
@@ -69,20 +76,20 @@ func onlyPending(tx *store.Tx, parent, id string) bool {
 // rollback undoes a reservation if it is still the one identified by token
 // (any token when token is ""): it deletes the record and then the parent
 // link underlay created for it, if nothing else needs it.
-func (d *Driver) rollback(ctx context.Context, id, token string) error {
-	parent, err := d.dropPending(id, token)
+func (x *Executor) rollback(ctx context.Context, id, token string) error {
+	parent, err := x.DropPending(id, token)
 	if err != nil || parent == "" {
 		return err
 	}
-	d.log.Info("rolled back unfinished network", "network", id, "parent", parent)
-	return d.releaseParent(ctx, parent)
+	x.Log.Info("rolled back unfinished network", "network", id, "parent", parent)
+	return x.ReleaseParent(ctx, parent)
 }
 
-// dropPending deletes a pending network's record if its reservation is
+// DropPending deletes a pending network's record if its reservation is
 // still the one identified by token (any when ""); it returns the parent
 // the record named, "" when nothing was dropped.
-func (d *Driver) dropPending(id, token string) (parent string, err error) {
-	err = d.store.Update(func(tx *store.Tx) error {
+func (x *Executor) DropPending(id, token string) (parent string, err error) {
+	err = x.Store.Update(func(tx *store.Tx) error {
 		n, ok, err := tx.Network(id)
 		if err != nil || !ok || n.Pending == nil || (token != "" && n.Pending.Token != token) {
 			return err

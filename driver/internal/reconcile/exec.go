@@ -1,0 +1,175 @@
+// Package reconcile carries out the planners' plans (driver/internal/rules):
+// the restore before the socket is served (Restore), the janitor's ticks
+// (JanitorTick), the live repair's passes and the link watcher that starts
+// them (Repair, Watch), the release of a network's parent link and the
+// rollback of reservations (ReleaseParent, UndoCreate, DropPending), all
+// through one executor (Execute) whose steps re-check the store under the
+// parent locks they try.
+//
+// Rule: the kernel only through its own Kernel interface, the store only
+// through its own Store; parent locks are only tried (owned.Links), never
+// waited for; owned links are deleted, re-created and followed only
+// through driver/internal/owned, host links made through
+// driver/internal/hostlink; what to do is the rules' planners'.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/underlay-net/underlay/driver/internal/hostlink"
+	"github.com/underlay-net/underlay/driver/internal/joins"
+	"github.com/underlay-net/underlay/driver/internal/owned"
+	"github.com/underlay-net/underlay/driver/internal/parentlink"
+	"github.com/underlay-net/underlay/driver/internal/repairmemo"
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+)
+
+// Kernel is the part of the kernel the executor needs (netlinkutil.Links).
+type Kernel interface {
+	List(ctx context.Context) ([]netlinkutil.Link, error)
+	LinkAddrs(ctx context.Context, name string) ([]netip.Addr, error)
+	Heal(ctx context.Context, name string, h netlinkutil.Heal) error
+	Subscribe(ctx context.Context, onError func(error)) (<-chan netlinkutil.LinkEvent, error)
+}
+
+// Store is the state as the executor reads and changes it (*store.DB).
+type Store interface {
+	View(func(*store.Tx) error) error
+	Update(func(*store.Tx) error) error
+}
+
+// Events is told what the executor did, for counting (driver.Events).
+type Events interface {
+	ReservationRolledBack(kind string)
+	ReconcileAction(op string)
+	RepairAction(op string)
+}
+
+// Executor carries out plans for this instance (Mark) in this boot (Boot).
+type Executor struct {
+	Kernel  Kernel
+	Store   Store
+	Owned   *owned.Links      // deleting, re-creating, following owned links
+	Parents *parentlink.Maker // creating a missing owned parent link
+	Shims   *hostlink.Shims   // making host links and their routes
+	Joins   *joins.Table      // the joined endpoints a host link routes to
+	Mark    string
+	Boot    string
+	Log     *slog.Logger
+	Now     func() time.Time
+	Events  Events
+	// Deleting are the links underlay deletes itself (owned.Links tells
+	// it), which the watcher does not repair.
+	Deleting *repairmemo.SelfDeletions
+	// failures are the repair steps' last failures, logged once.
+	failures repairmemo.FailureLog
+}
+
+// Outcome is how far a plan got: busy when a parent lock was taken by a
+// request (try again shortly), failed when a link could not be made (its
+// base is missing: try again when links come back).
+type Outcome struct{ Busy, Failed bool }
+
+// Execute carries out a plan in order. held is the parent link whose lock
+// the caller holds ("" for none); the lock of every other link a step
+// makes or deletes is only tried, and the first busy one ends those steps.
+// Every such step re-checks the store under the lock, since the plan was
+// made from a snapshot. Failed steps are logged (store errors joined); the
+// others still run.
+func (x *Executor) Execute(ctx context.Context, plan []rules.Step, held string) (Outcome, error) {
+	return x.ExecuteCounted(ctx, plan, held, nil)
+}
+
+// ExecuteCounted is Execute telling done (when not nil) the op of every
+// step it carried out: not skipped or busy behind a request's lock, not
+// failed.
+func (x *Executor) ExecuteCounted(ctx context.Context, plan []rules.Step, held string, done func(op string)) (Outcome, error) {
+	var errs []error
+	var out Outcome
+	busy := false
+	for _, s := range plan {
+		log := x.Log.With("step", s.Op.String(), "link", s.Name, "why", s.Why)
+		var err error // the step's failure; owned.ErrBusy when it waits for a lock
+		switch s.Op {
+		case rules.OpRollback:
+			log.Warn("rolling back network left half-created by a previous run", "network", s.Name)
+			var parent string
+			if parent, err = x.DropPending(s.Name, ""); err != nil {
+				errs = append(errs, fmt.Errorf("roll back network %s: %w", dockerid.Short(s.Name), err))
+			} else if parent != "" {
+				x.Events.ReservationRolledBack("network")
+			}
+		case rules.OpRecreate, rules.OpShim, rules.OpRoutes, rules.OpHeal, rules.OpFollow:
+			// Steps that make or heal a link under its parent's lock: a
+			// failure waits for the watcher (the base may be gone; the
+			// networks stay, and the next request on them reports it).
+			run, failure := x.recreate, "could not re-create a parent link underlay created"
+			switch s.Op {
+			case rules.OpShim, rules.OpRoutes:
+				run, failure = x.repairShim, "could not make the host link of a network"
+			case rules.OpHeal, rules.OpFollow:
+				run, failure = x.heal, "could not put an owned link back in order"
+			}
+			var ran bool
+			if ran, err = tryLocked(&busy, func() error { return run(ctx, s, held) }); !ran {
+				continue
+			}
+			if err != nil {
+				x.failures.Warn(log, s.Name, failure, err)
+				out.Failed = true
+			} else {
+				x.failures.Clear(s.Name)
+				if s.Op == rules.OpShim {
+					log.Warn("made the missing host link of a network, with its routes")
+				}
+			}
+		case rules.OpKeep:
+			log.Warn("keeping a link underlay created that no network needs")
+		case rules.OpForget, rules.OpRelease:
+			var ran bool
+			if ran, err = tryLocked(&busy, func() error { return x.release(ctx, s, held) }); !ran {
+				continue
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		case rules.OpRepoint:
+			log.Warn("moving networks recorded on an altname to the link's kernel name", "to", s.To)
+			if err = x.Owned.Repoint(s.Name, s.To); err != nil {
+				errs = append(errs, fmt.Errorf("move the networks on %s to %s: %w", s.Name, s.To, err))
+			}
+		case rules.OpDeleteStray:
+			log.Warn("deleting link no record owns")
+			if err = x.Owned.Delete(ctx, s.Name, false); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err == nil && done != nil {
+			done(s.Op.String())
+		}
+	}
+	out.Busy = busy
+	return out, errors.Join(errs...)
+}
+
+// tryLocked runs a step that takes a parent link's lock (owned.Links.TryParent),
+// unless an earlier step found its lock busy: then, and when this one
+// finds it busy (*busy becomes true), the step did not run.
+func tryLocked(busy *bool, run func() error) (ran bool, err error) {
+	if *busy {
+		return false, nil
+	}
+	if err = run(); errors.Is(err, owned.ErrBusy) {
+		*busy = true
+		return false, err
+	}
+	return true, err
+}

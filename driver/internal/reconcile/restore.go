@@ -1,0 +1,79 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/underlay-net/underlay/driver/internal/rules"
+)
+
+// Restore reconciles the store with the kernel before the socket is
+// served, as one plan (plan.go) over one snapshot of the store and one list
+// of links. Only one process can hold the state file, so every pending
+// reservation found here belongs to a process that died: each is rolled
+// back with its partial kernel state. Parent links underlay created that
+// vanished (a reboot) are re-created, those no network uses are deleted,
+// and links carrying this state file's mark that no record owns are
+// deleted. Links of other owners (another underlay instance's mark, or no
+// mark and no record) are never touched.
+func (x *Executor) Restore(ctx context.Context) error {
+	links, err := x.Kernel.List(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile state with the kernel: %w", err)
+	}
+	s, err := x.Snapshot(true, links...)
+	if err != nil {
+		return fmt.Errorf("read state: %w", err)
+	}
+	x.ReadShimAddrs(ctx, &s, links)
+	plan := rules.PlanRestore(s, links, x.Mark)
+	x.Log.Info("reconcile plan", "steps", len(plan), "plan", fmt.Sprint(plan))
+	if _, err := x.ExecuteCounted(ctx, plan, "", x.Events.ReconcileAction); err != nil {
+		return fmt.Errorf("reconcile state with the kernel: %w", err)
+	}
+	return nil
+}
+
+// JanitorTick drops expired reservations without taking locks (the request
+// that made one may still hold them, and its commit fails once it is gone),
+// then releases unneeded parent links under their locks, tried only: a busy
+// one waits for the next tick.
+func (x *Executor) JanitorTick(ctx context.Context) {
+	s, err := x.Snapshot(false)
+	if err != nil {
+		x.Log.Error("janitor: read state", "error", err)
+		return
+	}
+	now := x.Now()
+	for _, n := range s.Pending {
+		if now.Before(n.Pending.Deadline) {
+			continue
+		}
+		x.Log.Warn("pending reservation expired: rolling the network back", "network", n.ID, "parent", n.Parent,
+			"deadline", n.Pending.Deadline)
+		if parent, err := x.DropPending(n.ID, n.Pending.Token); err != nil {
+			x.Log.Error("roll back expired reservation", "network", n.ID, "error", err)
+		} else if parent != "" {
+			x.Events.ReservationRolledBack("network")
+		}
+	}
+	if len(s.Owned) == 0 {
+		return
+	}
+	if s, err = x.Snapshot(false); err != nil {
+		x.Log.Error("janitor: read state", "error", err)
+		return
+	}
+	links, err := x.Kernel.List(ctx)
+	if err != nil {
+		x.Log.Error("janitor: list links", "error", err)
+		return
+	}
+	var owned []string
+	for name := range s.Owned {
+		owned = append(owned, name)
+	}
+	if _, err := x.Execute(ctx, rules.PlanRelease(s, links, x.Mark, owned), ""); err != nil {
+		x.Log.Error("janitor: release parent links", "error", err)
+	}
+}
