@@ -24,6 +24,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/leases6"
 	"github.com/underlay-net/underlay/driver/internal/macs"
+	"github.com/underlay-net/underlay/driver/internal/operator"
 	"github.com/underlay-net/underlay/driver/internal/owned"
 	"github.com/underlay-net/underlay/driver/internal/parentlink"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
@@ -147,7 +148,6 @@ type Driver struct {
 	links  netlinkutil.Links
 	lease  *leases.Leaser  // DHCP leases of endpoints (driver/internal/leases)
 	lease6 *leases6.Leaser // DHCPv6 leases of endpoints (driver/internal/leases6)
-	docker NetworkChecker
 	// holders rules out a create's conflicting holders with Docker
 	// (driver/internal/stale).
 	holders *stale.Holders
@@ -180,6 +180,9 @@ type Driver struct {
 	// reconcile carries out the planners' steps: at start, the janitor's,
 	// the live repair's (driver/internal/reconcile).
 	reconcile *reconcile.Executor
+	// operator answers underlay ls and doctor, and carries out doctor's
+	// repairs (driver/internal/operator).
+	operator *operator.Operator
 	// shims make networks' host links (driver/internal/hostlink).
 	shims *hostlink.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
@@ -228,7 +231,7 @@ func New(c Config) (*Driver, error) {
 	announcer, _ := c.Prober.(AddrAnnouncer)
 	d := &Driver{
 		lan:   &lan.LAN{Links: c.Links, Routes: c.Routes, Prober: c.Prober, Announcer: announcer, Log: c.Logger},
-		store: c.Store, links: c.Links, docker: c.Docker, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		store: c.Store, links: c.Links, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: joins.NewTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
@@ -240,6 +243,9 @@ func New(c Config) (*Driver, error) {
 	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.owned.Delete}
 	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
 		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting}
+	d.operator = &operator.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
+		Joins: d.joins, Network: d.network, Remove: d.removeNetwork, Events: c.Events, Mark: d.mark, Boot: d.boot,
+		Grace: c.StaleGrace, Window: d.CreateWindow(), Log: c.Logger, Now: c.Now}
 	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}
 	d.holders = &stale.Holders{
 		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},
