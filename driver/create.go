@@ -70,7 +70,7 @@ func (c *creation) reuseIfSame(ctx context.Context) (bool, error) {
 	if same == nil || same.Pending != nil || !rules.SameConfig(c.want, *same) {
 		return false, nil
 	}
-	r, moving, err := d.parentMoved(ctx, c.want, *same)
+	r, moving, err := c.parentMoved(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -84,7 +84,7 @@ func (c *creation) reuseIfSame(ctx context.Context) (bool, error) {
 	}
 	defer unlock()
 	d.log.Info("network exists with the same configuration: reusing it", c.attrs("link", same.Parent)...)
-	return true, d.reuse(ctx, *same)
+	return true, c.reuse(ctx, *same)
 }
 
 // resolveParent resolves the requested parent to a kernel link (unless
@@ -157,7 +157,7 @@ func (c *creation) clearTheWay(ctx context.Context) (release func(), answered bo
 		r, err := d.holders.Clear(ctx, want, c.asked, dec.Conflicts)
 		releases = append(releases, r)
 		if err != nil {
-			return release, true, d.holders.Refused(d.stayPut(ctx, *same, want.Parent, err))
+			return release, true, d.holders.Refused(c.stayPut(ctx, want.Parent, err))
 		}
 		dec.Conflicts = nil
 	}

@@ -44,7 +44,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	spec := netlinkutil.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
 	d.point("join/before-link")
 	if err := d.addEndpointLink(ctx, *n, spec); err != nil {
-		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", dockerid.Short(ep.ID), dockerid.Short(n.ID), err, d.mtuHint(ctx, *n, err))
+		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", dockerid.Short(ep.ID), dockerid.Short(n.ID), err, mtuHint(ctx, d.links, *n, err))
 	}
 	d.point("join/after-link")
 	sandbox := rules.ValueOr(req.SandboxKey, "(unnamed)")
@@ -127,11 +127,11 @@ func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netl
 // mtuHint explains the kernel's EINVAL for an endpoint link whose MTU is
 // above its parent's (an operator lowered the parent's MTU after the
 // network was created): "" when that is not the cause.
-func (d *Driver) mtuHint(ctx context.Context, n store.Network, err error) string {
+func mtuHint(ctx context.Context, links netlinkutil.Links, n store.Network, err error) string {
 	if n.MTU == 0 || !errors.Is(err, unix.EINVAL) {
 		return ""
 	}
-	p, perr := d.links.Get(ctx, n.Parent)
+	p, perr := links.Get(ctx, n.Parent)
 	if perr != nil || p.MTU >= n.MTU {
 		return ""
 	}

@@ -19,13 +19,14 @@ import (
 // it was.
 
 // parentMoved reports whether a network that comes back with the same
-// configuration must move to another link, and the resolution it moves
-// to: its parent option resolves to another link on this host now (a
-// per-node option after NICs were renamed, a candidate that appeared, a
+// configuration (c.same) must move to another link, and the resolution it
+// moves to: its parent option resolves to another link on this host now
+// (a per-node option after NICs were renamed, a candidate that appeared, a
 // VLAN of the user's that went), and the old link is gone or nothing of
 // the network lives on it (keepParent). A resolution that fails is left
 // to the reuse path, which says what is missing.
-func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (rules.Resolution, bool, error) {
+func (c *creation) parentMoved(ctx context.Context) (rules.Resolution, bool, error) {
+	d, want, same := c.d, c.want, *c.same
 	res, err := d.resolver.Resolve(ctx, want)
 	if err != nil || res.Name == same.Parent {
 		return res, false, nil
@@ -54,7 +55,8 @@ func (d *Driver) parentMoved(ctx context.Context, want, same store.Network) (rul
 
 // reuse makes a stored network whole again: its parent link and host link.
 // The caller holds the network's and the parent's locks.
-func (d *Driver) reuse(ctx context.Context, n store.Network) error {
+func (c *creation) reuse(ctx context.Context, n store.Network) error {
+	d := c.d
 	parent, err := d.owned.Ensure(ctx, n)
 	if err != nil {
 		return err
@@ -70,12 +72,13 @@ func (d *Driver) reuse(ctx context.Context, n store.Network) error {
 	return d.shims.Ensure(ctx, n, routes)
 }
 
-// stayPut answers a move the new link refused: the network stays on its
-// old link if that can still carry it (logged), otherwise the refusal
-// stands, saying the network was moving. The caller holds the network's
+// stayPut answers a move the new link (to) refused: the network (c.same)
+// stays on its old link if that can still carry it (logged), otherwise the
+// refusal stands, saying the network was moving. The caller holds the network's
 // and both parents' locks.
-func (d *Driver) stayPut(ctx context.Context, same store.Network, to string, refusal error) error {
-	if err := d.reuse(ctx, same); err != nil {
+func (c *creation) stayPut(ctx context.Context, to string, refusal error) error {
+	d, same := c.d, *c.same
+	if err := c.reuse(ctx, same); err != nil {
 		return fmt.Errorf("network %s cannot stay on its link %s (%v), nor move to %s, its parent option's choice on this host now: %w", dockerid.Short(same.ID), same.Parent, err, to, refusal)
 	}
 	d.log.Warn("the parent option now resolves to another link, which refuses the network: keeping it on its link",

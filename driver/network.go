@@ -55,18 +55,19 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err := c.recheckParent(ctx); err != nil {
 		return err
 	}
-	return d.createNetwork(ctx, c.want, c.res.Create, c.refs)
+	return c.createNetwork(ctx)
 }
 
-// createNetwork reserves, builds and commits a new network. plan is the
-// parent link to create, nil when it exists. The caller holds the network
+// createNetwork reserves, builds and commits the new network. plan
+// (c.res.Create) is the parent link to create, nil when it exists. The caller holds the network
 // and parent locks and has ruled out conflicts.
-func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *store.ParentLink, refs []rules.IPAMRef) (err error) {
+func (c *creation) createNetwork(ctx context.Context) (err error) {
+	d, want, plan, refs := c.d, c.want, c.res.Create, c.refs
 	if plan == nil {
 		// The parent exists: nothing changes in the kernel but the host's
 		// link, if asked for, so one atomic write under the locks creates
 		// the network.
-		return d.commitWithShim(ctx, want, false, func(tx *store.Tx) error {
+		return c.commitWithShim(ctx, want, false, func(tx *store.Tx) error {
 			want.Created = d.now() // the grace period of the stale check counts from here
 			return commitNetwork(tx, want, refs)
 		})
@@ -107,7 +108,7 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 	}
 	created = true
 	d.point("create-network/after-parent-link")
-	return d.commitWithShim(ctx, want, true, func(tx *store.Tx) error {
+	return c.commitWithShim(ctx, want, true, func(tx *store.Tx) error {
 		cur, ok, err := tx.Network(want.ID)
 		if err != nil {
 			return err
@@ -124,7 +125,8 @@ func (d *Driver) createNetwork(ctx context.Context, want store.Network, plan *st
 // commitWithShim makes the network's host link, if it asks for one, then
 // commits the network with commit; a failed commit deletes the host link
 // again (the caller's own rollback undoes the rest).
-func (d *Driver) commitWithShim(ctx context.Context, want store.Network, parentCreated bool, commit func(*store.Tx) error) (err error) {
+func (c *creation) commitWithShim(ctx context.Context, want store.Network, parentCreated bool, commit func(*store.Tx) error) (err error) {
+	d := c.d
 	if err := d.shims.Ensure(ctx, want, nil); err != nil {
 		return err
 	}
