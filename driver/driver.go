@@ -3,10 +3,14 @@
 // with the networks already on a parent (reuse, replace, refuse, coexist),
 // drives the kernel through netlinkutil and records everything in store.
 //
-// The decisions are pure functions (decide.go) over a snapshot of the
-// store; the kernel, the store and Docker sit behind narrow interfaces, and
-// one keyed lock mechanism (locks.go) serializes requests per network,
-// endpoint and parent link.
+// The decisions are pure functions (driver/internal/rules) over a
+// snapshot of the store; the kernel, the store and Docker sit behind narrow
+// interfaces, and one keyed lock mechanism (driver/internal/keylock)
+// serializes requests per network, endpoint and parent link. Carrying out
+// the planners' plans (restore, janitor, live repair) is
+// driver/internal/reconcile's, the operator's view and repairs
+// driver/internal/operator's, the effects on owned links both share
+// driver/internal/owned's.
 package driver
 
 import (
