@@ -74,8 +74,8 @@ func (c *creation) reuse(ctx context.Context, n store.Network) error {
 
 // stayPut answers a move the new link (to) refused: the network (c.same)
 // stays on its old link if that can still carry it (logged), otherwise the
-// refusal stands, saying the network was moving. The caller holds the network's
-// and both parents' locks.
+// refusal stands, saying the network was moving. The caller holds the
+// network's and both parents' locks.
 func (c *creation) stayPut(ctx context.Context, to string, refusal error) error {
 	d, same := c.d, *c.same
 	if err := c.reuse(ctx, same); err != nil {

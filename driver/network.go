@@ -59,8 +59,8 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 }
 
 // createNetwork reserves, builds and commits the new network. plan
-// (c.res.Create) is the parent link to create, nil when it exists. The caller holds the network
-// and parent locks and has ruled out conflicts.
+// (c.res.Create) is the parent link to create, nil when it exists. The
+// caller holds the network and parent locks and has ruled out conflicts.
 func (c *creation) createNetwork(ctx context.Context) (err error) {
 	d, want, plan, refs := c.d, c.want, c.res.Create, c.refs
 	if plan == nil {

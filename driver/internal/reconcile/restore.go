@@ -7,15 +7,11 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 )
 
-// Restore reconciles the store with the kernel before the socket is
-// served, as one plan (plan.go) over one snapshot of the store and one list
-// of links. Only one process can hold the state file, so every pending
-// reservation found here belongs to a process that died: each is rolled
-// back with its partial kernel state. Parent links underlay created that
-// vanished (a reboot) are re-created, those no network uses are deleted,
-// and links carrying this state file's mark that no record owns are
-// deleted. Links of other owners (another underlay instance's mark, or no
-// mark and no record) are never touched.
+// Restore carries out the restore plan (rules.PlanRestore) over one
+// snapshot of the store and one list of links, before the socket is served
+// (driver.Driver.Restore: every pending reservation rolled back, missing
+// owned parents re-created, unneeded ones released, this instance's strays
+// deleted, other owners' links never touched).
 func (x *Executor) Restore(ctx context.Context) error {
 	links, err := x.Kernel.List(ctx)
 	if err != nil {

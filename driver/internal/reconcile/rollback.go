@@ -19,7 +19,7 @@ func (x *Executor) ReleaseParent(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, owned := s.Owned[name]; !owned {
+	if _, ok := s.Owned[name]; !ok {
 		return nil
 	}
 	links, err := x.Kernel.List(ctx)
@@ -57,7 +57,7 @@ func (x *Executor) UndoCreate(ctx context.Context, id, token string, plan *store
 		return err
 	}
 	if err := x.Store.Update(func(tx *store.Tx) error {
-		if _, owned, err := tx.ParentLink(plan.Name); err != nil || owned {
+		if _, ok, err := tx.ParentLink(plan.Name); err != nil || ok {
 			return err
 		}
 		return tx.PutParentLink(*plan)
