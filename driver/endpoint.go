@@ -143,6 +143,11 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 				return err
 			}
 		}
+		if ep.Lease6 != nil { // the DHCPv6 lease's journal entry, if lanIPv6 wrote one
+			if err := tx.DeletePendingRelease(n.ID, ep.ID, ep.Lease6.Addr); err != nil {
+				return err
+			}
+		}
 		return tx.PutEndpoint(ep)
 	}); err != nil {
 		if leased && d.lease.Release(context.WithoutCancel(ctx), *n, ep) {
@@ -198,10 +203,13 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	var of store.Network
 	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(n store.Network, ep store.Endpoint) func(*store.Tx) error {
 		deleted, of = &ep, n
-		journal := d.lease.JournalDeletion(ctx, n, ep)
+		journal := []*store.PendingRelease{d.lease.JournalDeletion(ctx, n, ep), d.lease6.JournalDeletion(ctx, n, ep)}
 		return func(tx *store.Tx) error {
-			if journal != nil {
-				if err := tx.PutPendingRelease(*journal); err != nil {
+			for _, r := range journal {
+				if r == nil {
+					continue
+				}
+				if err := tx.PutPendingRelease(*r); err != nil {
 					return err
 				}
 			}

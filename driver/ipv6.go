@@ -71,5 +71,11 @@ func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoin
 		return false, unclaim, undo, err
 	}
 	ep.Lease6, ep.IPv6 = &l, l.Addr+"/128"
-	return true, unclaim, func() { d.lease6.Release(context.WithoutCancel(ctx), n, *ep) }, nil
+	undo = func() { d.lease6.Release(context.WithoutCancel(ctx), n, *ep) }
+	if err := d.lease6.Journal(ctx, n, *ep); err != nil { // the commit removes it
+		undo()
+		unclaim()
+		return false, func() {}, func() {}, err
+	}
+	return true, unclaim, undo, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
 )
 
 // blockedList is the fake kernel's blocks of this driver, sorted.
@@ -139,4 +140,85 @@ func TestDHCPv6LostLeaseBlockGoesWithTheNetwork(t *testing.T) {
 	if got := f.blocked(); len(got) != 0 {
 		t.Fatalf("blocked %v after the network was deleted", got)
 	}
+}
+
+// The DHCPv6 journal, dual stack: a kill -9 between the leases' exchange
+// and the endpoint's commit leaves both leases journaled, and the next
+// start releases each with its own client (neither leaser takes the
+// other's entries); a kill right after a deletion's commit, likewise.
+func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
+	f, fl := lan6Fixture(t)
+	fl4 := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
+	f.d.lease.DHCP = fl4
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, lan6Net(netA, "dhcpv6", "dhcp", "true", "address_probe", "0")); err != nil {
+		t.Fatal(err)
+	}
+	const ep1, ep2 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001", "e2e2e2e2e2e20000000000000000000000000000000000000000000000000002"
+	if _, err := f.endpoint(netA, ep1, "", "52:54:00:00:00:01"); err != nil {
+		t.Fatal(err)
+	}
+	journal := func() []string {
+		var p []store.PendingRelease
+		_ = f.db.View(func(tx *store.Tx) (err error) { p, err = tx.PendingReleases(); return err })
+		var out []string
+		for _, r := range p {
+			out = append(out, r.EndpointID[:2]+" "+r.Addr())
+		}
+		slices.Sort(out)
+		return out
+	}
+	if j := journal(); len(j) != 0 {
+		t.Fatalf("a committed endpoint's leases are still in the journal: %v", j)
+	}
+	f.d.crash = func(p string) {
+		if p == "create-endpoint/before-commit" {
+			panic("kill -9")
+		}
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = f.endpoint(netA, ep2, "", "52:54:00:00:00:02")
+	}()
+	f.d.crash = nil
+	if got, want := fmt.Sprint(journal()), "[e2 198.18.180.101/24 e2 2001:db8:60::101]"; got != want {
+		t.Fatalf("journal after the crash %s, want %s", got, want)
+	}
+	restart := func() {
+		f.restart()
+		f.d.lease.DHCP = fl4
+		if err := f.d.RunLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart()
+	waitFor(t, "the crashed create's leases released, each by its own client", func() bool {
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		fl4.mu.Lock()
+		defer fl4.mu.Unlock()
+		return fmt.Sprint(fl.released) == "[2001:db8:60::101]" && fmt.Sprint(fl4.released) == "[198.18.180.101/24]"
+	})
+	waitFor(t, "the journal emptied", func() bool { return len(journal()) == 0 })
+	// Deleted, and killed right after the commit: released at the next start.
+	f.d.crash = func(p string) {
+		if p == "delete-endpoint/after-commit" {
+			panic("kill -9")
+		}
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_ = f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1})
+	}()
+	f.d.crash = nil
+	if got, want := fmt.Sprint(journal()), "[e1 198.18.180.100/24 e1 2001:db8:60::100]"; got != want {
+		t.Fatalf("journal after the deletion's commit %s, want %s", got, want)
+	}
+	restart()
+	waitFor(t, "the deleted endpoint's leases released at start", func() bool {
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		return slices.Contains(fl.released, netip.MustParseAddr("2001:db8:60::100"))
+	})
+	waitFor(t, "the journal emptied again", func() bool { return len(journal()) == 0 })
 }

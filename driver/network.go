@@ -173,8 +173,10 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	d.point("delete-network/before-commit")
 	var journal []store.PendingRelease // held leases: released below, or at the next start
 	for _, ep := range eps {
-		if rec := d.lease.JournalDeletion(ctx, n, ep); rec != nil {
-			journal = append(journal, *rec)
+		for _, rec := range []*store.PendingRelease{d.lease.JournalDeletion(ctx, n, ep), d.lease6.JournalDeletion(ctx, n, ep)} {
+			if rec != nil {
+				journal = append(journal, *rec)
+			}
 		}
 	}
 	if err := d.store.Batch(func(tx *store.Tx) error {

@@ -33,7 +33,7 @@ func (t *Tx) PutPendingRelease(r PendingRelease) error {
 	if err != nil {
 		return err
 	}
-	return b.Put(releaseKey(r.NetworkID, r.EndpointID, r.Lease.Addr), v)
+	return b.Put(releaseKey(r.NetworkID, r.EndpointID, r.Addr()), v)
 }
 
 // DeletePendingRelease forgets a lease to give back; a missing one is not

@@ -114,6 +114,18 @@ type PendingRelease struct {
 	MAC      string `json:"mac"`
 	ClientID string `json:"client_id,omitempty"`
 	Lease    Lease  `json:"lease"`
+	// Lease6 is, instead of Lease, a DHCPv6 lease (its DUID and IAID are
+	// what the Release is sent with, with Parent and MAC).
+	Lease6 *Lease6 `json:"lease6,omitempty"`
 	// Since is when it was written.
 	Since time.Time `json:"since"`
+}
+
+// Addr is the address of the journaled lease (its key with the network
+// and endpoint IDs).
+func (r PendingRelease) Addr() string {
+	if r.Lease6 != nil {
+		return r.Lease6.Addr
+	}
+	return r.Lease.Addr
 }

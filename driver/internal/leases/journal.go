@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"net"
+	"slices"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
@@ -68,6 +69,7 @@ func (ls *Leaser) releaseJournaled(ctx context.Context) {
 		if pending, err = tx.PendingReleases(); err != nil || len(pending) == 0 {
 			return err
 		}
+		pending = slices.DeleteFunc(pending, func(p store.PendingRelease) bool { return p.Lease6 != nil }) // leases6's
 		for _, p := range pending {
 			ep, ok, err := tx.Endpoint(p.NetworkID, p.EndpointID)
 			if err != nil {

@@ -207,9 +207,10 @@ func (ls *Leaser) Release(ctx context.Context, n store.Network, ep store.Endpoin
 		err = ls.dhcp.Release(ctx, Lease(*ep.Lease6), r)
 	}
 	if err != nil {
-		ls.log.Warn("could not release a DHCPv6 lease: the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr, "error", err)
+		ls.log.Warn("could not release a DHCPv6 lease: the next start tries again (journal); the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr, "error", err)
 		return
 	}
+	ls.unjournal(n, ep)
 	ls.log.Info("released IPv6 address", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr)
 }
 

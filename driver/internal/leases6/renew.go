@@ -16,7 +16,8 @@ import (
 const exchangeTimeout = 10 * time.Second
 
 // Run loads every DHCPv6 lease from the state file and renews each when
-// due until ctx ends or the driver closes. Call it after Restore.
+// due until ctx ends or the driver closes, and releases what the journal
+// holds that no record does. Call it after Restore.
 func (ls *Leaser) Run(ctx context.Context) error {
 	now := ls.now()
 	if err := ls.store.View(func(tx *store.Tx) error {
@@ -41,6 +42,9 @@ func (ls *Leaser) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	ls.timers.Go(func() { // not before serving: a Release may wait on a parent
+		ls.releaseJournaled(ctx)
+	})
 	ls.timers.Loop(ctx, ls.stop, ls.now, ls.Renew)
 	return nil
 }
