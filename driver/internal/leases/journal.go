@@ -3,8 +3,9 @@ package leases
 import (
 	"context"
 	"encoding/hex"
+	"log/slog"
 	"net"
-	"slices"
+	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
@@ -63,45 +64,80 @@ func (ls *Leaser) Unjournal(n store.Network, ep store.Endpoint) {
 // endpoint's record holds (a kill -9 left them), and forgets the others.
 // A lease that cannot be released now is kept until it would have expired.
 func (ls *Leaser) releaseJournaled(ctx context.Context) {
+	var release func(context.Context, store.PendingRelease) error
+	if ls.DHCP != nil {
+		release = func(ctx context.Context, p store.PendingRelease) error {
+			mac, _ := net.ParseMAC(p.MAC)
+			id, _ := hex.DecodeString(p.ClientID)
+			ctx, cancel := context.WithTimeout(ctx, rules.DefaultDHCPTimeout)
+			defer cancel()
+			return ls.DHCP.Release(ctx, Request{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease)
+		}
+	}
+	ReleaseJournaled(ctx, ls.store, ls.log, ls.now(), Journaled{
+		Family: "DHCP",
+		Mine:   func(p store.PendingRelease) bool { return p.Lease6 == nil },
+		Held: func(ep store.Endpoint, p store.PendingRelease) bool {
+			return ep.Lease != nil && ep.Lease.Addr == p.Lease.Addr
+		},
+		Expiry:  func(p store.PendingRelease) time.Time { return p.Lease.Expiry },
+		Release: release,
+	})
+}
+
+// Journaled is one lease family's part of the journal, for
+// ReleaseJournaled (DHCP's here, DHCPv6's in driver/internal/leases6).
+type Journaled struct {
+	Family  string                                            // "DHCP", "DHCPv6": for the logs
+	Mine    func(store.PendingRelease) bool                   // the family's entries
+	Held    func(store.Endpoint, store.PendingRelease) bool   // the endpoint's record holds the entry's lease
+	Expiry  func(store.PendingRelease) time.Time              // when the lease ends (zero: never)
+	Release func(context.Context, store.PendingRelease) error // nil: no client
+}
+
+// ReleaseJournaled gives back the family's journaled leases that no
+// endpoint's record holds, and forgets the others and the expired ones;
+// one that cannot be released now is kept for the next start.
+func ReleaseJournaled(ctx context.Context, st Store, log *slog.Logger, now time.Time, j Journaled) {
 	var pending []store.PendingRelease
 	held := map[[3]string]bool{}
-	if err := ls.store.View(func(tx *store.Tx) (err error) {
-		if pending, err = tx.PendingReleases(); err != nil || len(pending) == 0 {
+	if err := st.View(func(tx *store.Tx) error {
+		all, err := tx.PendingReleases()
+		if err != nil {
 			return err
 		}
-		pending = slices.DeleteFunc(pending, func(p store.PendingRelease) bool { return p.Lease6 != nil }) // leases6's
-		for _, p := range pending {
+		for _, p := range all {
+			if !j.Mine(p) {
+				continue
+			}
+			pending = append(pending, p)
 			ep, ok, err := tx.Endpoint(p.NetworkID, p.EndpointID)
 			if err != nil {
 				return err
 			}
-			if ok && ep.Lease != nil && ep.Lease.Addr == p.Lease.Addr {
-				held[[3]string{p.NetworkID, p.EndpointID, p.Lease.Addr}] = true
+			if ok && j.Held(ep, p) {
+				held[[3]string{p.NetworkID, p.EndpointID, p.Addr()}] = true
 			}
 		}
 		return nil
 	}); err != nil {
-		ls.log.Error("read the journal of leases to give back", "error", err)
+		log.Error("read the journal of "+j.Family+" leases to give back", "error", err)
 		return
 	}
 	for _, p := range pending {
-		forget := held[[3]string{p.NetworkID, p.EndpointID, p.Lease.Addr}] || !ls.now().Before(p.Lease.Expiry)
-		if !forget && ls.DHCP != nil {
-			mac, _ := net.ParseMAC(p.MAC)
-			id, _ := hex.DecodeString(p.ClientID)
-			rctx, cancel := context.WithTimeout(ctx, rules.DefaultDHCPTimeout)
-			err := ls.DHCP.Release(rctx, Request{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease)
-			cancel()
-			if err != nil {
-				ls.log.Warn("could not release a lease a crash left: retrying at the next start until it expires", "endpoint", p.EndpointID, "address", p.Lease.Addr, "error", err)
+		exp := j.Expiry(p)
+		forget := held[[3]string{p.NetworkID, p.EndpointID, p.Addr()}] || (!exp.IsZero() && !now.Before(exp))
+		if !forget && j.Release != nil {
+			if err := j.Release(ctx, p); err != nil {
+				log.Warn("could not release a "+j.Family+" lease a crash left: retrying at the next start until it expires", "endpoint", p.EndpointID, "address", p.Addr(), "error", err)
 				continue
 			}
-			ls.log.Info("released a lease a crash left between its exchange and its record", "network", p.NetworkID, "endpoint", p.EndpointID, "address", p.Lease.Addr)
+			log.Info("released a "+j.Family+" lease a crash left between its exchange and its record", "network", p.NetworkID, "endpoint", p.EndpointID, "address", p.Addr())
 			forget = true
 		}
 		if forget {
-			if err := ls.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(p.NetworkID, p.EndpointID, p.Lease.Addr) }); err != nil {
-				ls.log.Warn("could not forget a released lease in the journal", "error", err)
+			if err := st.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(p.NetworkID, p.EndpointID, p.Addr()) }); err != nil {
+				log.Warn("could not forget a released "+j.Family+" lease in the journal", "error", err)
 			}
 		}
 	}

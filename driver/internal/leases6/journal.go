@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 )
@@ -68,54 +70,24 @@ func (ls *Leaser) unjournal(n store.Network, ep store.Endpoint) {
 // endpoint's record holds (a kill -9 left them), and forgets the others;
 // one that cannot be released now is kept until it would have expired.
 func (ls *Leaser) releaseJournaled(ctx context.Context) {
-	var pending []store.PendingRelease
-	held := map[[3]string]bool{}
-	if err := ls.store.View(func(tx *store.Tx) error {
-		all, err := tx.PendingReleases()
-		if err != nil {
-			return err
-		}
-		for _, p := range all {
-			if p.Lease6 == nil {
-				continue // the DHCP leaser's
-			}
-			pending = append(pending, p)
-			ep, ok, err := tx.Endpoint(p.NetworkID, p.EndpointID)
-			if err != nil {
-				return err
-			}
-			if ok && ep.Lease6 != nil && ep.Lease6.Addr == p.Lease6.Addr {
-				held[[3]string{p.NetworkID, p.EndpointID, p.Lease6.Addr}] = true
-			}
-		}
-		return nil
-	}); err != nil {
-		ls.log.Error("read the journal of DHCPv6 leases to give back", "error", err)
-		return
-	}
-	for _, p := range pending {
-		exp := p.Lease6.Expiry()
-		forget := held[[3]string{p.NetworkID, p.EndpointID, p.Lease6.Addr}] || (!exp.IsZero() && !ls.now().Before(exp))
-		if !forget && ls.dhcp != nil {
+	var release func(context.Context, store.PendingRelease) error
+	if ls.dhcp != nil {
+		release = func(ctx context.Context, p store.PendingRelease) error {
 			mac, _ := net.ParseMAC(p.MAC)
 			duid, _ := hex.DecodeString(p.Lease6.DUID)
 			l := Lease(*p.Lease6)
-			r := dhcp6.Request{Parent: p.Parent, MAC: mac, DUID: duid, IAID: l.IAID}
-			rctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
-			err := ls.dhcp.Release(rctx, l, r)
-			cancel()
-			if err != nil {
-				ls.log.Warn("could not release a DHCPv6 lease a crash left: retrying at the next start until it expires", "endpoint", p.EndpointID, "address", p.Lease6.Addr, "error", err)
-				continue
-			}
-			ls.log.Info("released a DHCPv6 lease a crash left between its exchange and its record", "network", p.NetworkID, "endpoint", p.EndpointID, "address", p.Lease6.Addr)
-			forget = true
-		}
-		if forget {
-			if err := ls.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(p.NetworkID, p.EndpointID, p.Lease6.Addr) }); err != nil {
-				ls.log.Warn("could not forget a released DHCPv6 lease in the journal", "error", err)
-			}
+			ctx, cancel := context.WithTimeout(ctx, exchangeTimeout)
+			defer cancel()
+			return ls.dhcp.Release(ctx, l, dhcp6.Request{Parent: p.Parent, MAC: mac, DUID: duid, IAID: l.IAID})
 		}
 	}
+	leases.ReleaseJournaled(ctx, ls.store, ls.log, ls.now(), leases.Journaled{
+		Family: "DHCPv6",
+		Mine:   func(p store.PendingRelease) bool { return p.Lease6 != nil },
+		Held: func(ep store.Endpoint, p store.PendingRelease) bool {
+			return ep.Lease6 != nil && ep.Lease6.Addr == p.Lease6.Addr
+		},
+		Expiry:  func(p store.PendingRelease) time.Time { return p.Lease6.Expiry() },
+		Release: release,
+	})
 }
-
