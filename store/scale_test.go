@@ -67,7 +67,7 @@ func fillScaleIDs(tb testing.TB, db *DB, nets, epsPer, perParent int, id func(st
 	}
 }
 
-// readAll reads what the daemon reads at start (Inventory, readSnapshot):
+// readAll reads what the daemon reads at start (Inventory, the reconcile executor's snapshot):
 // every network with its endpoints, the parent use, the parent links and
 // the pending networks.
 func readAll(tx *Tx) (nets, eps int, err error) {

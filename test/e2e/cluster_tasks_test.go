@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/dockerid"
 )
 
 // service is a swarm service of sleeping tasks on one network.
@@ -31,7 +33,7 @@ type task struct {
 }
 
 func (k task) String() string {
-	return fmt.Sprintf("%s task %s on %s (%s, iflink %d)", k.service.name, short(k.id), k.node.name, k.addr, k.iflink)
+	return fmt.Sprintf("%s task %s on %s (%s, iflink %d)", k.service.name, dockerid.Short(k.id), k.node.name, k.addr, k.iflink)
 }
 
 // createService creates the service on the manager from the image ID.
@@ -126,7 +128,7 @@ func (c *cluster) inspect(tasks []task) error {
 			}
 			if err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Sprintf("%s task %s on %s: %v", k.service.name, short(k.id), k.node.name, err))
+				errs = append(errs, fmt.Sprintf("%s task %s on %s: %v", k.service.name, dockerid.Short(k.id), k.node.name, err))
 				mu.Unlock()
 			}
 		}(&tasks[i])

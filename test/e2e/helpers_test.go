@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/dockerid"
 )
 
 // must runs docker and fails the test on error.
@@ -301,14 +303,6 @@ func (e *env) goBuild(t *testing.T, version, out string) string {
 	return out
 }
 
-// short is Docker's 12-character ID form.
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
-
 // ifindex returns the index of a link in the suite's namespace.
 func ifindex(t *testing.T, name string) int {
 	t.Helper()
@@ -331,13 +325,13 @@ func (e *env) wantRefused(t *testing.T, name, parent, holder, reason string, arg
 	out, err := e.docker(append(append([]string{"network", "create", "-d", plugin}, args...), name)...)
 	if err == nil {
 		e.removeNetwork(t, name)
-		t.Fatalf("network %s was created; want it refused naming %s", name, short(holder))
+		t.Fatalf("network %s was created; want it refused naming %s", name, dockerid.Short(holder))
 	}
 	t.Logf("%s refused: %s", name, out)
 	// The form users see on every engine (20.10, 28, current): the CLI's
 	// prefix, the remote driver's method, the driver's error.
-	if !strings.Contains(out, "Error response from daemon: NetworkDriver.CreateNetwork: conflict: parent "+parent+" is already used by network "+short(holder)) {
-		t.Errorf("refusal of %s does not read \"Error response from daemon: NetworkDriver.CreateNetwork: conflict: …\" naming the holder %s on %s: %s", name, short(holder), parent, out)
+	if !strings.Contains(out, "Error response from daemon: NetworkDriver.CreateNetwork: conflict: parent "+parent+" is already used by network "+dockerid.Short(holder)) {
+		t.Errorf("refusal of %s does not read \"Error response from daemon: NetworkDriver.CreateNetwork: conflict: …\" naming the holder %s on %s: %s", name, dockerid.Short(holder), parent, out)
 	}
 	if !strings.Contains(out, reason) {
 		t.Errorf("refusal of %s does not say %q: %s", name, reason, out)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/dockerid"
 )
 
 // Point 4: dockerd restarted with --restart=always containers running, the
@@ -78,7 +80,7 @@ func TestStaleHolder(t *testing.T) {
 	// Same parent, same subnet: conflicts with the stale record.
 	id := e.network(t, "n5b", "-d", plugin, "--subnet", "198.18.5.0/24", "-o", "parent=vp5", "-o", "macvlan_mode=bridge")
 	if log := e.logSinceMark(); !strings.Contains(log, "removing stale holder") || !strings.Contains(log, stale) {
-		t.Errorf("the plugin's log does not report removing stale holder %s", short(stale))
+		t.Errorf("the plugin's log does not report removing stale holder %s", dockerid.Short(stale))
 	}
 	a := e.run(t, ctr{name: "c5a", ip: "198.18.5.10"}, "n5b")
 	b := e.run(t, ctr{name: "c5b", ip: "198.18.5.11"}, "n5b")

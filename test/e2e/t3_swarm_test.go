@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/dockerid"
 )
 
 // Point 6: swarm on one node. Local scope: a service on a --config-only +
@@ -51,7 +53,7 @@ func TestSwarm(t *testing.T) {
 		e.crashDockerd(t)
 		e.serviceReach(t, "s6", "sw6", "198.18.6.", "vp6")
 		if !logHas(e.logSinceMark(), "reusing it", sw6) {
-			t.Errorf("after the crash the plugin's log shows no reuse of network %s", short(sw6))
+			t.Errorf("after the crash the plugin's log shows no reuse of network %s", dockerid.Short(sw6))
 		}
 		e.wantNoEndpointLinks(t)
 		// A clean restart: dockerd deletes the node's copy of sw6 as it
@@ -187,10 +189,10 @@ func (e *env) serviceReach(t *testing.T, service, netName, prefix, parent string
 			// inspect may show another one (Docker's bookkeeping).
 			addr, err := e.exec(id, "sh", "-c", "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1")
 			if err != nil || !strings.HasPrefix(addr, prefix) {
-				return fmt.Errorf("task %s has address %q (%v) on eth0, want %s*", short(id), addr, err, prefix)
+				return fmt.Errorf("task %s has address %q (%v) on eth0, want %s*", dockerid.Short(id), addr, err, prefix)
 			}
 			if shown, _ := e.docker("inspect", "-f", `{{(index .NetworkSettings.Networks "`+netName+`").IPAddress}}`, id); shown != addr {
-				t.Logf("note: docker inspect shows %s for task %s, its eth0 has %s", shown, short(id), addr)
+				t.Logf("note: docker inspect shows %s for task %s, its eth0 has %s", shown, dockerid.Short(id), addr)
 			}
 			ips = append(ips, addr)
 		}
@@ -199,14 +201,14 @@ func (e *env) serviceReach(t *testing.T, service, netName, prefix, parent string
 	want := strconv.Itoa(ifindex(t, parent))
 	for i, id := range ids {
 		if got, err := e.exec(id, "cat", "/sys/class/net/eth0/iflink"); err != nil || got != want {
-			t.Errorf("task %s: eth0 hangs off ifindex %s (%v), want %s (%s)", short(id), got, err, want, parent)
+			t.Errorf("task %s: eth0 hangs off ifindex %s (%v), want %s (%s)", dockerid.Short(id), got, err, want, parent)
 		}
 		if !e.reaches(id, ips[1-i], 30*time.Second) {
 			for _, c := range ids {
 				out, _ := e.exec(c, "sh", "-c", "ip addr show eth0; ip neigh")
-				t.Logf("task %s:\n%s", short(c), out)
+				t.Logf("task %s:\n%s", dockerid.Short(c), out)
 			}
-			t.Fatalf("task %s does not reach %s", short(id), ips[1-i])
+			t.Fatalf("task %s does not reach %s", dockerid.Short(id), ips[1-i])
 		}
 	}
 }

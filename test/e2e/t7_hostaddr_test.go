@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/dockerid"
 )
 
 // host_address through a real engine: `-o host_address=A` with
@@ -119,8 +121,8 @@ func TestHostAddress(t *testing.T) {
 
 	id := e.network(t, "n7", "-d", plugin, "--subnet", haSubnet, "--gateway", haGateway,
 		"--aux-address", "host="+haHost, "-o", "parent="+haParent, "-o", "host_address="+haHost)
-	shim := "ulh" + short(id)
-	t.Logf("network n7 %s, host link %s", short(id), shim)
+	shim := "ulh" + dockerid.Short(id)
+	t.Logf("network n7 %s, host link %s", dockerid.Short(id), shim)
 	c := e.run(t, ctr{name: "c7a", ip: haCtr}, "n7", "--restart=always")
 
 	check := func(t *testing.T, phase string) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/itest"
 )
 
@@ -236,7 +237,7 @@ func TestDHCPRestart(t *testing.T) {
 		t.Fatalf("c9m has MAC %s, want %s", m0.mac, dhcpFixedMAC)
 	}
 	l := oneLease(t, d, "c9m started", m0)
-	t.Logf("c9m: %s MAC %s endpoint %s; dnsmasq: %s", m0.addr, m0.mac, short(m0.endpoint), l.Line)
+	t.Logf("c9m: %s MAC %s endpoint %s; dnsmasq: %s", m0.addr, m0.mac, dockerid.Short(m0.endpoint), l.Line)
 	// restarted checks that c9m came back after a restart without
 	// live-restore as a new endpoint with the same address and one
 	// lease, and that the old endpoint's lease was released.
@@ -248,14 +249,14 @@ func TestDHCPRestart(t *testing.T) {
 			t.Errorf("%s: c9m has %s MAC %s, before %s MAC %s: want the same address", phase, v.addr, v.mac, old.addr, old.mac)
 		}
 		if v.endpoint == old.endpoint {
-			t.Errorf("%s: c9m kept endpoint %s; without live-restore dockerd stops the container and starts it as a new endpoint", phase, short(v.endpoint))
+			t.Errorf("%s: c9m kept endpoint %s; without live-restore dockerd stops the container and starts it as a new endpoint", phase, dockerid.Short(v.endpoint))
 		}
 		l := oneLease(t, d, phase, v)
 		evs := leaseEvents(dockerdLog(from))
 		if !hasEvent(evs, "released DHCP lease", old.endpoint) || !hasEvent(evs, "leased address", v.endpoint) {
-			t.Errorf("%s: the plugin's lease log since the restart:\n%s\nwant the old endpoint %s released and the new one %s leased", phase, strings.Join(evs, "\n"), short(old.endpoint), short(v.endpoint))
+			t.Errorf("%s: the plugin's lease log since the restart:\n%s\nwant the old endpoint %s released and the new one %s leased", phase, strings.Join(evs, "\n"), dockerid.Short(old.endpoint), dockerid.Short(v.endpoint))
 		}
-		t.Logf("%s: c9m is back as endpoint %s with %s; dnsmasq: %s; plugin: %s", phase, short(v.endpoint), v.addr, l.Line, strings.Join(evs, "; "))
+		t.Logf("%s: c9m is back as endpoint %s with %s; dnsmasq: %s; plugin: %s", phase, dockerid.Short(v.endpoint), v.addr, l.Line, strings.Join(evs, "; "))
 		return v
 	}
 	from := logSize()
@@ -294,7 +295,7 @@ func TestDHCPRestart(t *testing.T) {
 		}
 		oneLease(t, d, c.name+" after the live-restore restart", v)
 		e.ping(t, c.name, dhcpRouter)
-		t.Logf("%s: %s MAC %s endpoint %s kept across the restart; dnsmasq: %s", c.name, v.addr, v.mac, short(v.endpoint), c.l.Line)
+		t.Logf("%s: %s MAC %s endpoint %s kept across the restart; dnsmasq: %s", c.name, v.addr, v.mac, dockerid.Short(v.endpoint), c.l.Line)
 	}
 	for _, c := range cs {
 		now := renewedAfter(t, d, c.name, c.v, c.l)
@@ -309,7 +310,7 @@ func TestDHCPRestart(t *testing.T) {
 		evs := leaseEvents(dockerdLog(from))
 		for _, c := range cs {
 			if !hasEvent(evs, "renewed DHCP lease", c.v.endpoint) {
-				return fmt.Errorf("the plugin logged no renewal of %s's endpoint %s after the restart:\n%s", c.name, short(c.v.endpoint), strings.Join(evs, "\n"))
+				return fmt.Errorf("the plugin logged no renewal of %s's endpoint %s after the restart:\n%s", c.name, dockerid.Short(c.v.endpoint), strings.Join(evs, "\n"))
 			}
 		}
 		return nil
@@ -318,7 +319,7 @@ func TestDHCPRestart(t *testing.T) {
 	// of their leases (due at their T1 by now) is renewed.
 	for _, old := range []dhcpView{m0, m1} {
 		if hasEvent(leaseEvents(e.logSinceMark()), "renewed DHCP lease", old.endpoint) {
-			t.Errorf("the plugin renewed the lease of c9m's old endpoint %s: a second lease for %s", short(old.endpoint), dhcpFixedMAC)
+			t.Errorf("the plugin renewed the lease of c9m's old endpoint %s: a second lease for %s", dockerid.Short(old.endpoint), dhcpFixedMAC)
 		}
 	}
 	for _, bad := range []string{"could not renew", "could not release", "DHCP lease expired", "refused to renew", "offers another address"} {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/itest"
 )
 
@@ -177,7 +178,7 @@ func TestDHCP(t *testing.T) {
 	t.Log("ipvlan: not run here, this host's kernel has no ipvlan module; the VM covers it (test/integration/vm_dhcp_test.go, and Docker containers in test/vmdocker)")
 	d := e.makeDHCPLAN(t)
 	id := e.network(t, "n9", "-d", plugin, "--ipam-driver", "null", "-o", "parent="+dhcpParent, "-o", "dhcp=true")
-	t.Logf("network n9 %s on %s; LAN ready after %s", short(id), dhcpParent, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("network n9 %s on %s; LAN ready after %s", dockerid.Short(id), dhcpParent, time.Since(start).Round(100*time.Millisecond))
 
 	cs := []*dhcpCtr{{name: "c9a"}, {name: "c9b"}}
 	for _, c := range cs {

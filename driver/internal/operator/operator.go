@@ -23,6 +23,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/owned"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -46,10 +47,8 @@ type Locker interface {
 }
 
 // NetworkChecker asks Docker whether a network still exists
-// (driver.NetworkChecker).
-type NetworkChecker interface {
-	NetworkExists(ctx context.Context, id string) (bool, error)
-}
+// (driver.NetworkChecker): stale's.
+type NetworkChecker = stale.NetworkChecker
 
 // Events is told of what the repairs did, for counting (driver.Events).
 type Events interface {

@@ -22,6 +22,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/parentlink"
 	"github.com/underlay-net/underlay/driver/internal/repairmemo"
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -38,10 +39,9 @@ type Store interface {
 	Update(func(*store.Tx) error) error
 }
 
-// Locker tries parent links' locks (keylock.Locker).
-type Locker interface {
-	TryExclusive(k keylock.Key) (func(), bool)
-}
+// Locker tries parent links' locks (keylock.Locker): stale's, the same
+// try-only lock.
+type Locker = stale.Locker
 
 // Links are the links underlay owns, as this instance (Mark) sees them.
 type Links struct {

@@ -29,7 +29,6 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
 )
 
 // Kernel is the part of the kernel the executor needs (netlinkutil.Links).
@@ -40,11 +39,9 @@ type Kernel interface {
 	Subscribe(ctx context.Context, onError func(error)) (<-chan netlinkutil.LinkEvent, error)
 }
 
-// Store is the state as the executor reads and changes it (*store.DB).
-type Store interface {
-	View(func(*store.Tx) error) error
-	Update(func(*store.Tx) error) error
-}
+// Store is the state as the executor reads and changes it (*store.DB):
+// owned links' Store.
+type Store = owned.Store
 
 // Events is told what the executor did, for counting (driver.Events).
 type Events interface {
