@@ -32,6 +32,8 @@ type fakeLeases6 struct {
 	silent   bool
 	unbound  bool
 	declined []netip.Addr
+	// during, if set, runs in each Renew and Rebind before it answers.
+	during func()
 	// same offers every client this address (a rogue server).
 	same netip.Addr
 }
@@ -65,6 +67,9 @@ func (f *fakeLeases6) extend(verb string, l dhcp6.Lease, r dhcp6.Request) (dhcp6
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.renewals = append(f.renewals, verb+" "+l.Addr.String())
+	if f.during != nil {
+		f.during()
+	}
 	switch {
 	case f.silent:
 		return dhcp6.Lease{}, fmt.Errorf("%s: %w", verb, dhcp6.ErrNoAnswer)
@@ -211,9 +216,11 @@ func TestDHCPv6LeaseRenewRelease(t *testing.T) {
 	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
 		t.Fatal(err)
 	}
-	if len(fl.released) != 1 || fl.released[0] != netip.MustParseAddr("2001:db8:60::100") {
-		t.Fatalf("released %v, want 2001:db8:60::100 given back", fl.released)
-	}
+	waitFor(t, "2001:db8:60::100 given back (in the background)", func() bool {
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		return len(fl.released) == 1 && fl.released[0] == netip.MustParseAddr("2001:db8:60::100")
+	})
 	if _, ok := f.d.lease6.Timers().Due(k); ok {
 		t.Fatal("a deleted endpoint's lease is still scheduled")
 	}
@@ -402,5 +409,45 @@ func TestDHCPv6OfferHeldElsewhereIsDeclined(t *testing.T) {
 	resp, err = f.endpoint(netA, ep3, "", "52:54:00:00:00:03")
 	if err != nil || resp.Interface.AddressIPv6 != held.String()+"/128" {
 		t.Fatalf("after ep1 went, ep3 answered %+v, %v: want %s", resp, err, held)
+	}
+}
+
+// Review regression: a renewal whose exchange ends while another request
+// holds the endpoint's lock past the exchange's deadline still records the
+// renewed lease (the commit waits for the lock) and keeps it scheduled.
+func TestDHCPv6RenewalCommitOutlivesItsExchange(t *testing.T) {
+	f, fl := lan6Fixture(t)
+	ctx := context.Background()
+	if err := f.d.CreateNetwork(ctx, lan6Net(netA, "dhcpv6", "address_probe", "0")); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	if _, err := f.endpoint(netA, ep1, "", "52:54:00:12:34:56"); err != nil {
+		t.Fatal(err)
+	}
+	k := leases.Key{Network: netA, Endpoint: ep1}
+	before, _, _ := f.endpointRecord(netA, ep1)
+	held := make(chan struct{})
+	fl.during = func() {
+		go func() {
+			_, unlock, _, _, err := f.d.lockEndpoint(ctx, netA, ep1)
+			close(held)
+			if err == nil {
+				time.Sleep(500 * time.Millisecond)
+				unlock()
+			}
+		}()
+		<-held
+	}
+	f.clock.Advance(61 * time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	f.d.lease6.Renew(rctx, k)
+	after, _, _ := f.endpointRecord(netA, ep1)
+	if after.Lease6 == nil || !after.Lease6.Acquired.After(before.Lease6.Acquired) {
+		t.Fatalf("the renewed lease was not recorded: before %+v, after %+v", before.Lease6, after.Lease6)
+	}
+	if _, ok := f.d.lease6.Timers().Due(k); !ok {
+		t.Fatal("the renewed lease is scheduled nowhere")
 	}
 }

@@ -58,7 +58,7 @@ func (ls *Leaser) restoreBlocks(ctx context.Context, lost []rules.BlockKey) erro
 		if err := ls.blocker.Block(ctx, k.Parent, k.Addr, ls.mark); err != nil {
 			return err
 		}
-		ls.log.Warn("blocked the address of a lost DHCP lease again", "parent", k.Parent, "address", k.Addr)
+		ls.log.Warn("blocked the address of a lost DHCP or DHCPv6 lease again", "parent", k.Parent, "address", k.Addr)
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func (ls *Leaser) Run(ctx context.Context) error {
 		ls.releaseJournaled(ctx)
 	})
 	if err := ls.restoreBlocks(ctx, lost); err != nil {
-		ls.log.Error("could not block the addresses of lost DHCP leases again: their containers may send from addresses they do not hold", "error", err)
+		ls.log.Error("could not block the addresses of lost DHCP and DHCPv6 leases again: their containers may send from addresses they do not hold", "error", err)
 	}
 	ls.timers.Loop(ctx, ls.stop, ls.now, ls.Renew)
 	return nil

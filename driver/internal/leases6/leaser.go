@@ -161,7 +161,10 @@ func (ls *Leaser) Acquire(ctx context.Context, n store.Network, ep store.Endpoin
 		}
 		declined = append(declined, fmt.Sprintf("%s: %s", l.Addr, why))
 		ls.log.Warn("declined a DHCPv6 address that is not free", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", why)
-		if derr := ls.dhcp.Decline(context.WithoutCancel(ctx), l, r); derr != nil {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), declineWait)
+		derr := ls.dhcp.Decline(dctx, l, r)
+		dcancel()
+		if derr != nil {
 			ls.log.Warn("could not send a DHCPv6 Decline", "address", l.Addr, "error", derr)
 		}
 		if len(declined) >= rules.MaxDeclines {
@@ -171,9 +174,16 @@ func (ls *Leaser) Acquire(ctx context.Context, n store.Network, ep store.Endpoin
 	}
 }
 
+// declineWait bounds how long a Decline waits for the server's Reply
+// (the first two transmissions): a server that ignores Declines must not
+// hold a create up for the whole retransmission schedule.
+const declineWait = 2 * time.Second
+
 // giveBack releases a lease just acquired that will not be used.
 func (ls *Leaser) giveBack(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) {
-	if err := ls.dhcp.Release(context.WithoutCancel(ctx), l, r); err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), declineWait)
+	defer cancel()
+	if err := ls.dhcp.Release(ctx, l, r); err != nil {
 		ls.log.Debug("could not release a DHCPv6 lease not taken", "address", l.Addr, "error", err)
 	}
 }
@@ -186,10 +196,10 @@ func (ls *Leaser) Schedule(n store.Network, ep store.Endpoint) {
 	ls.timers.Set(leases.Key{Network: n.ID, Endpoint: ep.ID}, next(*ep.Lease6, ls.now()))
 }
 
-// Release gives an endpoint's lease back (best effort: the server frees
-// it at its end otherwise) and stops renewing it; a lost one is not the
-// daemon's to give back, and its block goes. It does not wait for a
-// silent server longer than a Release's retransmissions.
+// Release gives an endpoint's lease back (best effort, in the
+// background: the server frees it at its end otherwise; the journal's
+// entry, if any, has it released at the next start) and stops renewing
+// it; a lost one is not the daemon's to give back, and its block goes.
 func (ls *Leaser) Release(ctx context.Context, n store.Network, ep store.Endpoint) {
 	ls.timers.Drop(leases.Key{Network: n.ID, Endpoint: ep.ID})
 	if ep.Lease6 == nil {
@@ -203,15 +213,31 @@ func (ls *Leaser) Release(ctx context.Context, n store.Network, ep store.Endpoin
 		return
 	}
 	r, err := ls.RequestOf(ctx, n, ep)
-	if err == nil {
-		err = ls.dhcp.Release(ctx, Lease(*ep.Lease6), r)
-	}
 	if err != nil {
 		ls.log.Warn("could not release a DHCPv6 lease: the next start tries again (journal); the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr, "error", err)
 		return
 	}
-	ls.unjournal(n, ep)
-	ls.log.Info("released IPv6 address", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr)
+	// In the background: a Release waits for the server's Reply (up to
+	// about 16 s of retransmissions when it is silent), which neither
+	// DeleteEndpoint nor DeleteNetwork (its locks held) should. A shutdown
+	// ends it; what the journal holds is released at the next start.
+	ls.timers.Go(func() {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		go func() {
+			select {
+			case <-ls.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := ls.dhcp.Release(ctx, Lease(*ep.Lease6), r); err != nil {
+			ls.log.Warn("could not release a DHCPv6 lease: the next start tries again (journal); the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr, "error", err)
+			return
+		}
+		ls.unjournal(n, ep)
+		ls.log.Info("released IPv6 address", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease6.Addr)
+	})
 }
 
 // Record is a lease in the endpoint's record.
@@ -232,7 +258,7 @@ func Lease(rec store.Lease6) dhcp6.Lease {
 }
 
 // next is when to act on a lease next: dhcp6.Plan's Next, every
-// lostRetry once lost, and a minute from now for a lease never due
+// lostRetry once lost, and an hour from now for a lease never due
 // (infinite times: the loop re-plans every minute anyway).
 func next(rec store.Lease6, now time.Time) time.Time {
 	if !rec.Lost.IsZero() {

@@ -2,6 +2,7 @@ package leases6
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/leases"
@@ -38,6 +39,9 @@ func (ls *Leaser) lost(ctx context.Context, k leases.Key, n store.Network, old s
 			log.Error("lost a DHCPv6 lease, and blocking the address on the parent failed: the container keeps sending from it; restart the container to get a new address", "parent", n.Parent, "error", err)
 			return
 		}
+		if !ls.stillLost(ctx, k, n.Parent, old.Addr) {
+			return // the endpoint went between the record and the block (its deletion found no block)
+		}
 		log.Error("lost a DHCPv6 lease: the container can no longer send from the address (blocked on the parent) until the server gives it back; underlay asks for it every 30s; restart the container to get a new address", "parent", n.Parent)
 	}
 }
@@ -63,6 +67,27 @@ func (ls *Leaser) unblockLost(ctx context.Context, n store.Network, ep store.End
 	if err := ls.blocker.Unblock(ctx, n.Parent, a, ls.mark); err != nil {
 		ls.log.Warn("could not unblock the address of a lost DHCPv6 lease: the next start removes the block", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
 	}
+}
+
+// stillLost says whether the endpoint's record still holds addr as a lost
+// lease; if not (deleted between the record and the block), the block
+// just made is removed, under the endpoint's lock: a deletion after this
+// check finds the block and removes it itself.
+func (ls *Leaser) stillLost(ctx context.Context, k leases.Key, parent, addr string) bool {
+	_, unlock, n, ep, err := ls.lockEndpoint(context.WithoutCancel(ctx), k.Network, k.Endpoint)
+	if err != nil {
+		return true // cannot tell: the block stays, the next start plans it again
+	}
+	defer unlock()
+	if n != nil && ep != nil && ep.Lease6 != nil && ep.Lease6.Addr == addr && !ep.Lease6.Lost.IsZero() {
+		return true
+	}
+	if a, perr := netip.ParseAddr(addr); perr == nil {
+		if err := ls.blocker.Unblock(context.WithoutCancel(ctx), parent, a, ls.mark); err != nil {
+			ls.log.Warn("could not unblock the address of a DHCPv6 lease whose endpoint went: the next start removes the block", "address", a, "error", err)
+		}
+	}
+	return false
 }
 
 func lostAs(l store.Lease6, now time.Time) store.Lease6 {

@@ -118,14 +118,14 @@ func (ls *Leaser) winBack(ctx context.Context, k leases.Key, n store.Network, ep
 	case err != nil:
 		ls.log.Debug("could not win a lost DHCPv6 lease back", "endpoint", ep.ID, "address", old.Addr, "error", err)
 	case got.Addr != want:
-		if rerr := ls.dhcp.Release(context.WithoutCancel(ctx), got, r); rerr != nil {
-			ls.log.Debug("could not release an address offered instead of a lost one", "address", got.Addr, "error", rerr)
-		}
+		ls.giveBack(ctx, got, r) // an address offered instead of the lost one
 	default:
 		rec := Record(got, r)
 		if ls.commit(ctx, k, old, rec) {
 			ls.wonBack(ctx, n, ep, old)
 			ls.timers.Set(k, next(rec, ls.now()))
+		} else if _, ok := ls.timers.Due(k); !ok {
+			ls.giveBack(ctx, got, r) // the endpoint went meanwhile: not ours to keep
 		}
 		return
 	}
@@ -149,11 +149,15 @@ func (ls *Leaser) record(ctx context.Context, k leases.Key) (store.Network, stor
 }
 
 // commit writes rec as the endpoint's lease if the record still holds
-// old (the endpoint was not deleted or re-created meanwhile).
+// old (the endpoint was not deleted or re-created meanwhile: then the
+// lease is no longer scheduled). The lock is waited for beyond the
+// exchange's deadline; a record that cannot be read or written (a full
+// disk) has the lease acted on again in commitRetry.
 func (ls *Leaser) commit(ctx context.Context, k leases.Key, old, rec store.Lease6) bool {
-	_, unlock, n, ep, err := ls.lockEndpoint(ctx, k.Network, k.Endpoint)
+	_, unlock, n, ep, err := ls.lockEndpoint(context.WithoutCancel(ctx), k.Network, k.Endpoint)
 	if err != nil {
-		ls.log.Warn("could not record a DHCPv6 lease", "endpoint", k.Endpoint, "error", err)
+		ls.log.Warn("could not record a DHCPv6 lease: trying again shortly", "endpoint", k.Endpoint, "error", err)
+		ls.timers.Set(k, ls.now().Add(commitRetry))
 		return false
 	}
 	defer unlock()
@@ -164,8 +168,13 @@ func (ls *Leaser) commit(ctx context.Context, k leases.Key, old, rec store.Lease
 	e := *ep
 	e.Lease6 = &rec
 	if err := ls.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(e) }); err != nil {
-		ls.log.Warn("could not record a DHCPv6 lease", "endpoint", k.Endpoint, "error", fmt.Errorf("record endpoint %s: %w", k.Endpoint, err))
+		ls.log.Warn("could not record a DHCPv6 lease: trying again shortly", "endpoint", k.Endpoint, "error", fmt.Errorf("record endpoint %s: %w", k.Endpoint, err))
+		ls.timers.Set(k, ls.now().Add(commitRetry))
 		return false
 	}
 	return true
 }
+
+// commitRetry is how soon a lease whose outcome could not be recorded is
+// acted on again (the server's side stands: a renewal is repeated).
+const commitRetry = 5 * time.Second

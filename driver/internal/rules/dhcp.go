@@ -45,8 +45,8 @@ func ParseDHCP(opts map[string]string) (DHCPConfig, error) {
 		if err != nil || d < minDHCPTimeout || d > maxDHCPTimeout {
 			return c, Invalidf("dhcp_timeout %q is not a duration from %s to %s (a DHCP exchange takes a round trip or more; Docker gives up on a plugin's answer after 30 s by default: docker plugin enable --timeout): use for example -o dhcp_timeout=10s", v, minDHCPTimeout, maxDHCPTimeout)
 		}
-		if !c.On {
-			return c, Invalidf("dhcp_timeout=%s applies only with -o dhcp=true: drop it, or add dhcp=true", v)
+		if !c.On && opts[OptIPv6Mode] != IPv6DHCPv6 {
+			return c, Invalidf("dhcp_timeout=%s applies only with -o dhcp=true or -o ipv6_mode=dhcpv6 (it bounds each lease's exchange): drop it, or add one of them", v)
 		}
 		c.Timeout = d
 	}

@@ -47,6 +47,8 @@ func TestIPv6Modes(t *testing.T) {
 		{name: "slaac without IPv4 (null IPAM)", req: lan6Net("ipv6_mode", "slaac"), mode: IPv6SLAAC},
 		{name: "dhcpv6 IPv6-only (--ipv4=false)", req: v6only(lan6Net("ipv6_mode", "dhcpv6")), mode: IPv6DHCPv6},
 		{name: "dhcpv6 on ipvlan l2", req: lan6Net("ipv6_mode", "dhcpv6", "type", "ipvlan"), mode: IPv6DHCPv6},
+		{name: "dhcp_timeout on a dhcpv6-only network", req: lan6Net("ipv6_mode", "dhcpv6", "dhcp_timeout", "5s"), mode: IPv6DHCPv6},
+		{name: "dhcp_timeout on a slaac-only network", req: lan6Net("ipv6_mode", "slaac", "dhcp_timeout", "5s"), errSubs: []string{"dhcp_timeout=5s", "dhcp=true", "ipv6_mode=dhcpv6"}},
 		{name: "static is the default", req: static6(lan6Net("dhcp", "false")), mode: IPv6Static, v4: 1, v6: 1},
 		{name: "empty is static", req: static6(lan6Net("ipv6_mode", "")), mode: IPv6Static, v4: 1, v6: 1},
 		{name: "bad value", req: lan6Net("ipv6_mode", "ra"), errSubs: []string{`ipv6_mode "ra"`, "static, slaac, dhcpv6"}},
