@@ -451,3 +451,37 @@ func TestDHCPv6RenewalCommitOutlivesItsExchange(t *testing.T) {
 		t.Fatal("the renewed lease is scheduled nowhere")
 	}
 }
+
+// dhcpv6 on an IPv4 network of Docker's IPAM without --ipv6 (a current
+// engine: it sends com.docker.network.enable_ipv4 and keeps IPv6 on an
+// interface the driver gives an IPv6 address): CreateEndpoint answers the
+// leased /128 only (Docker's IPv4 address stays), Join the pool's IPv4
+// gateway and no IPv6 one.
+func TestDHCPv6OnAnIPv4NetworkOfDockersIPAM(t *testing.T) {
+	f, _ := lan6Fixture(t)
+	ctx := context.Background()
+	req := lan6Net(netA, "dhcpv6", "address_probe", "0")
+	delete(req.Options, "com.docker.network.enable_ipv6")
+	req.Options[rules.LabelEnableIPv4] = true
+	req.IPv4Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "198.18.6.0/24", Gateway: "198.18.6.1/24"}}
+	req.IPv6Data = nil
+	if err := f.d.CreateNetwork(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	resp, err := f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: ep1,
+		Interface: &network.EndpointInterface{Address: "198.18.6.2/24", MacAddress: "52:54:00:12:34:56"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Interface == nil || resp.Interface.Address != "" || resp.Interface.AddressIPv6 != "2001:db8:60::100/128" {
+		t.Fatalf("CreateEndpoint answered %+v: want the leased 2001:db8:60::100/128 only", resp.Interface)
+	}
+	j, err := f.join(netA, ep1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Gateway != "198.18.6.1" || j.GatewayIPv6 != "" {
+		t.Fatalf("Join answered gateways %q and %q: want 198.18.6.1 and no IPv6 one", j.Gateway, j.GatewayIPv6)
+	}
+}

@@ -274,6 +274,17 @@ func TestIPv6LAN(t *testing.T) {
 				t.Errorf("refused network n12r exists")
 			}
 		}
+		// The form without --ipv6 (IPv4 from Docker's IPAM): underlay refuses
+		// it here, where the engine would disable IPv6 in the container.
+		out, err := e.docker("network", "create", "-d", plugin, "--subnet", "198.18.187.0/24", "-o", "parent="+ipv6Parent, "-o", "ipv6_mode=dhcpv6", "n12r")
+		if err == nil {
+			e.removeNetwork(t, "n12r")
+			t.Fatalf("%s: ipv6_mode=dhcpv6 without --ipv6 was created; want underlay's refusal", engine)
+		}
+		t.Logf("ipv6_mode=dhcpv6 without --ipv6 refused: %s", out)
+		if !strings.Contains(out, "NetworkDriver.CreateNetwork") || !strings.Contains(out, "com.docker.network.enable_ipv4") || !strings.Contains(out, "--ipv6 --subnet V4 --subnet V6 -o ipv6_mode=slaac") {
+			t.Errorf("%s: refused with %q; want underlay's refusal naming the engine's missing label and the form that works", engine, out)
+		}
 		if err := teardownIPv6LAN(); err != nil {
 			t.Fatal(err)
 		}
@@ -281,8 +292,9 @@ func TestIPv6LAN(t *testing.T) {
 		return
 	}
 	t.Run("slaac", e.testSLAAC)
-	t.Run("dhcpv6", func(t *testing.T) { e.testDHCPv6(t, false) })
-	t.Run("dualstack", func(t *testing.T) { e.testDHCPv6(t, true) })
+	t.Run("dhcpv6", func(t *testing.T) { e.testDHCPv6(t, "dhcpv6") })
+	t.Run("dualstack", func(t *testing.T) { e.testDHCPv6(t, "dual stack") })
+	t.Run("dhcpv6-docker-ipv4", func(t *testing.T) { e.testDHCPv6(t, "docker's IPv4") })
 	e.wantNoLeak(t, "after the test")
 }
 
@@ -385,8 +397,9 @@ func (e *env) testSLAACDockerIPAM(t *testing.T) {
 
 // testDHCPv6: ipv6_mode=dhcpv6 on 2001:db8:66::/64, or, dual, with -o
 // dhcp=true as well on 2001:db8:67::/64 and 198.18.183.0/24.
-func (e *env) testDHCPv6(t *testing.T, dual bool) {
+func (e *env) testDHCPv6(t *testing.T, kind string) {
 	start := time.Now()
+	dual, docker4 := kind == "dual stack", kind == "docker's IPv4"
 	name, ctrName, router, router4 := "n12d", "c12d", "2001:db8:66::1/64", ""
 	cfg := itest.DnsmasqConfig{Range: "2001:db8:66::100,2001:db8:66::1ff,64,2m", Ready: "DHCPv6, IP range"}
 	addrs := []string{router}
@@ -397,6 +410,12 @@ func (e *env) testDHCPv6(t *testing.T, dual bool) {
 			Extra: []string{"--dhcp-range=2001:db8:67::100,2001:db8:67::1ff,64,2m", "--no-ping"}, Ready: "DHCPv6, IP range"}
 		addrs = []string{router, router4 + "/24"}
 		args = append(args, "-o", "dhcp=true")
+	}
+	if docker4 {
+		name, ctrName, router = "n12v", "c12v", "2001:db8:69::1/64"
+		cfg = itest.DnsmasqConfig{Range: "2001:db8:69::100,2001:db8:69::1ff,64,2m", Ready: "DHCPv6, IP range"}
+		addrs = []string{router}
+		args = []string{"-d", plugin, "--subnet", "198.18.187.0/24", "-o", "parent=" + ipv6Parent, "-o", "ipv6_mode=dhcpv6"}
 	}
 	l := e.makeIPv6LAN(t, cfg, addrs...)
 	lo := l.router.Masked().Addr().As16()
@@ -421,6 +440,14 @@ func (e *env) testDHCPv6(t *testing.T, dual bool) {
 		t.Errorf("%s: global addresses on eth0 %v (%v): %q; want %s/128 alone", ctrName, ps, err, out, addr)
 	}
 	var addr4 netip.Addr
+	if docker4 {
+		if a4, err := netip.ParseAddr(c.IPAddress); err != nil || !netip.MustParsePrefix("198.18.187.0/24").Contains(a4) {
+			t.Errorf("%s: docker inspect shows IPv4 %q; want Docker's address of 198.18.187.0/24", ctrName, c.IPAddress)
+		}
+		if dis, err := e.exec(ctrName, "cat", "/proc/sys/net/ipv6/conf/eth0/disable_ipv6"); err != nil || dis != "0" {
+			t.Errorf("%s: eth0's disable_ipv6 is %q (%v); want 0 (the engine keeps IPv6 on for the address underlay gave)", ctrName, dis, err)
+		}
+	}
 	if dual {
 		if addr4, err = netip.ParseAddr(c.IPAddress); err != nil || !netip.MustParsePrefix("198.18.183.0/24").Contains(addr4) || c.IPPrefixLen != 24 {
 			t.Fatalf("%s: docker inspect shows IPv4 %q/%d; want an address of 198.18.183.0/24", ctrName, c.IPAddress, c.IPPrefixLen)
@@ -451,5 +478,5 @@ func (e *env) testDHCPv6(t *testing.T, dual bool) {
 	if err := teardownIPv6LAN(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s took %s", map[bool]string{false: "dhcpv6", true: "dual stack"}[dual], time.Since(start).Round(100*time.Millisecond))
+	t.Logf("%s took %s", kind, time.Since(start).Round(100*time.Millisecond))
 }

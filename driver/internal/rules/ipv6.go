@@ -55,14 +55,21 @@ func NullPool6(data []*network.IPAMData) bool {
 // slaac also with Docker's IPAM (IPv4 from its pools, and an IPv6 pool
 // whose address each container keeps beside the ones it forms from the
 // LAN's advertisements: the engines give every endpoint of an IPv6 pool
-// an address and let no driver replace it, so dhcpv6 cannot).
+// an address and let no driver replace it, so dhcpv6 cannot); and both
+// on an IPv4 network of Docker's IPAM without --ipv6, on engines that keep
+// IPv6 on an interface given an IPv6 address (current ones: those that
+// send com.docker.network.enable_ipv4), the address being the driver's.
 func CheckIPv6Mode(mode string, req *network.CreateNetworkRequest, o netOptions, internal bool) error {
 	if mode == IPv6Static {
 		return nil
 	}
 	dockerPools := len(req.IPv6Data) > 0 && !NullPool6(req.IPv6Data)
+	v4Docker := len(req.IPv4Data) > 0 && !nullPool(req.IPv4Data)
+	_, currentEngine := req.Options[LabelEnableIPv4]
 	switch {
-	case len(req.IPv6Data) == 0:
+	case len(req.IPv6Data) == 0 && v4Docker && !currentEngine:
+		return Invalidf("ipv6_mode=%s on a network without --ipv6 (IPv4 from Docker's IPAM, pool %s) needs an engine that keeps IPv6 on an interface the driver gives an IPv6 address (one that sends com.docker.network.enable_ipv4, Docker 28 or later); this one disables IPv6 in the container: create the network with --ipv6 --subnet V4 --subnet V6 -o ipv6_mode=slaac, or with --ipv6 --ipam-driver null", mode, req.IPv4Data[0].Pool)
+	case len(req.IPv6Data) == 0 && !v4Docker:
 		return Invalidf("ipv6_mode=%s takes IPv6 from the LAN, but the network has no IPv6: create it with --ipv6 --ipam-driver null", mode)
 	case dockerPools && mode == IPv6DHCPv6:
 		pool := "none"
@@ -72,7 +79,7 @@ func CheckIPv6Mode(mode string, req *network.CreateNetworkRequest, o netOptions,
 		return Invalidf("ipv6_mode=dhcpv6 leases each container's IPv6 address from the LAN, but Docker's IPAM gave the network the IPv6 pool %s, and Docker gives every container an address of it that no driver may replace: create it with --ipv6 --ipam-driver null (and no --subnet; IPv4 then comes from -o dhcp=true, or there is none), or use ipv6_mode=slaac with Docker's IPAM", pool)
 	case dockerPools && o.DHCP.On:
 		return Invalidf("ipv6_mode=%s with Docker's IPAM pools cannot take IPv4 from -o dhcp=true (DHCP needs --ipam-driver null): drop dhcp=true, or create the network with --ipv6 --ipam-driver null", mode)
-	case !dockerPools && len(req.IPv4Data) > 0 && !nullPool(req.IPv4Data):
+	case len(req.IPv6Data) > 0 && !dockerPools && v4Docker:
 		return Invalidf("ipv6_mode=%s needs Docker's null IPAM, but the network has the IPv4 pool %s: create it with --ipam-driver null (IPv4 from -o dhcp=true, or --ipv4=false)", mode, req.IPv4Data[0].Pool)
 	case internal || o.Parent == "":
 		return Invalidf("ipv6_mode=%s needs a parent on the LAN with the router (and DHCPv6 server): give -o parent=IFACE, and do not make the network --internal", mode)

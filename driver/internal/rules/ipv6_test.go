@@ -30,6 +30,15 @@ func TestIPv6Modes(t *testing.T) {
 		r.IPv6Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "2001:db8:6::/64", Gateway: "2001:db8:6::1"}}
 		return r
 	}
+	v4Only := func(r *network.CreateNetworkRequest) *network.CreateNetworkRequest {
+		r.IPv6Data = nil
+		delete(r.Options, labelEnableIPv6)
+		return r
+	}
+	current := func(r *network.CreateNetworkRequest) *network.CreateNetworkRequest {
+		r.Options[LabelEnableIPv4] = true
+		return r
+	}
 	dockerIPAM := func(r *network.CreateNetworkRequest) *network.CreateNetworkRequest {
 		r.IPv4Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "198.18.6.0/24", Gateway: "198.18.6.1/24"}}
 		return r
@@ -55,6 +64,10 @@ func TestIPv6Modes(t *testing.T) {
 		{name: "DHCPv4 with --ipv6 and no mode", req: lan6Net("dhcp", "true"), errSubs: []string{"IPv4 addresses only", "ipv6_mode=slaac"}},
 		{name: "no --ipv6", req: func() *network.CreateNetworkRequest { r := lan6Net("ipv6_mode", "slaac"); r.IPv6Data = nil; return r }(),
 			errSubs: []string{"ipv6_mode=slaac", "no IPv6", "--ipv6 --ipam-driver null"}},
+		{name: "dhcpv6 on an IPv4 network of Docker's IPAM, current engine", req: current(v4Only(dockerIPAM(lan6Net("ipv6_mode", "dhcpv6")))), mode: IPv6DHCPv6, v4: 1},
+		{name: "slaac on an IPv4 network of Docker's IPAM, current engine", req: current(v4Only(dockerIPAM(lan6Net("ipv6_mode", "slaac")))), mode: IPv6SLAAC, v4: 1},
+		{name: "dhcpv6 on an IPv4 network of Docker's IPAM, 20.10", req: v4Only(dockerIPAM(lan6Net("ipv6_mode", "dhcpv6"))),
+			errSubs: []string{"ipv6_mode=dhcpv6", "without --ipv6", "198.18.6.0/24", "com.docker.network.enable_ipv4", "--ipv6 --subnet V4 --subnet V6 -o ipv6_mode=slaac"}},
 		{name: "static IPv6 pool", req: static6(lan6Net("ipv6_mode", "dhcpv6")), errSubs: []string{"2001:db8:6::/64", "--ipv6 --ipam-driver null"}},
 		{name: "IPv4 from Docker's IPAM, IPv6 from the null IPAM", req: func() *network.CreateNetworkRequest {
 			r := lan6Net("ipv6_mode", "slaac")
