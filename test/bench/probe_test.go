@@ -15,17 +15,36 @@ import (
 // the endpoint cycle (CreateEndpoint, Join, Leave, DeleteEndpoint, as
 // Docker runs it) of a network with the default probe (300ms) beside one
 // with address_probe=0, in alternating blocks, on veth parents whose LAN
-// holds no host answering (the probe runs its whole budget). Target: the
-// added time is the budget, and at most 50 ms more.
+// holds no host answering (the probe runs its whole budget): IPv4 (ARP
+// probes) and IPv6 (Neighbour Solicitations from ::, the probe DHCPv6
+// offers get too). Target: the added time is the budget, and at most 50 ms
+// more.
 func benchProbe(t *testing.T, tb *table) {
+	benchProbeFamily(t, tb, false)
+	benchProbeFamily(t, tb, true)
+}
+
+func benchProbeFamily(t *testing.T, tb *table, v6 bool) {
 	const budget = 300 * time.Millisecond
 	ns := itest.NewNetns(t)
-	ns.AddVeth("vq0", "vq0-peer", 1500)
-	ns.AddVeth("vq1", "vq1-peer", 1500)
+	p0, p1, fam := "vq0", "vq1", "IPv4"
+	if v6 {
+		p0, p1, fam = "vq6a", "vq6b", "IPv6"
+	}
+	ns.AddVeth(p0, p0+"-peer", 1500)
+	ns.AddVeth(p1, p1+"-peer", 1500)
 	d := itest.StartDaemon(t, ns, itest.DaemonOptions{Args: []string{"--log-level", "warn"}})
 	on, off := id("p", 1, 0), id("p", 0, 0)
-	d.MustCreateNetwork(itest.Net{ID: off, Opts: map[string]string{"parent": "vq0", "address_probe": "0"}, V4: []string{"198.18.60.0/24"}})
-	d.MustCreateNetwork(itest.Net{ID: on, Opts: map[string]string{"parent": "vq1", "address_probe": budget.String()}, V4: []string{"198.18.61.0/24"}})
+	addr := func(x, i int) (v4, v6 string) { return fmt.Sprintf("198.18.%d.%d/24", 60+x, 2+i%250), "" }
+	if v6 {
+		on, off = id("p", 3, 0), id("p", 2, 0)
+		d.MustCreateNetwork(itest.Net{ID: off, Opts: map[string]string{"parent": p0, "address_probe": "0"}, V6: []string{"2001:db8:160::/64"}})
+		d.MustCreateNetwork(itest.Net{ID: on, Opts: map[string]string{"parent": p1, "address_probe": budget.String()}, V6: []string{"2001:db8:161::/64"}})
+		addr = func(x, i int) (string, string) { return "", fmt.Sprintf("2001:db8:%x::%x/64", 0x160+x, 2+i) }
+	} else {
+		d.MustCreateNetwork(itest.Net{ID: off, Opts: map[string]string{"parent": p0, "address_probe": "0"}, V4: []string{"198.18.60.0/24"}})
+		d.MustCreateNetwork(itest.Net{ID: on, Opts: map[string]string{"parent": p1, "address_probe": budget.String()}, V4: []string{"198.18.61.0/24"}})
+	}
 	call := func(route string, req any) error {
 		code, body, err := d.Post("/NetworkDriver."+route, req)
 		if err == nil && code != 200 {
@@ -36,11 +55,12 @@ func benchProbe(t *testing.T, tb *table) {
 	cycle := func(netID string, x int) func(w, i int) error {
 		return func(w, i int) error {
 			ep := id("q", x, i)
+			a4, a6 := addr(x, i)
 			for _, step := range []struct {
 				route string
 				req   any
 			}{
-				{"CreateEndpoint", network.CreateEndpointRequest{NetworkID: netID, EndpointID: ep, Interface: &network.EndpointInterface{Address: fmt.Sprintf("198.18.%d.%d/24", 60+x, 2+i%250)}}},
+				{"CreateEndpoint", network.CreateEndpointRequest{NetworkID: netID, EndpointID: ep, Interface: &network.EndpointInterface{Address: a4, AddressIPv6: a6}}},
 				{"Join", network.JoinRequest{NetworkID: netID, EndpointID: ep, SandboxKey: "/var/run/docker/netns/bench"}},
 				{"Leave", network.LeaveRequest{NetworkID: netID, EndpointID: ep}},
 				{"DeleteEndpoint", network.DeleteEndpointRequest{NetworkID: netID, EndpointID: ep}},
@@ -68,10 +88,10 @@ func benchProbe(t *testing.T, tb *table) {
 		n += 5
 	}
 	if withProbe.failures+without.failures > 0 {
-		t.Errorf("probe bench: %d cycles with the probe and %d without failed", withProbe.failures, without.failures)
+		t.Errorf("%s probe bench: %d cycles with the probe and %d without failed", fam, withProbe.failures, without.failures)
 	}
 	added := withProbe.pct(0.5) - without.pct(0.5)
-	tb.row("probe", fmt.Sprintf("endpoint cycle p50, address_probe=%s vs 0 (c=1)", budget), ms(withProbe.pct(0.5)), ms(without.pct(0.5)),
+	tb.row("probe", fmt.Sprintf("%s endpoint cycle p50, address_probe=%s vs 0 (c=1)", fam, budget), ms(withProbe.pct(0.5)), ms(without.pct(0.5)),
 		"+"+ms(added), fmt.Sprintf("<= +%s + 50 ms", ms(budget)), verdict(added <= budget+50*time.Millisecond))
-	tb.row("probe", "endpoint cycle p99, with / without the probe", ms(withProbe.pct(0.99)), ms(without.pct(0.99)), "", "", "")
+	tb.row("probe", fam+" endpoint cycle p99, with / without the probe", ms(withProbe.pct(0.99)), ms(without.pct(0.99)), "", "", "")
 }
