@@ -77,7 +77,7 @@ func TestVMDHCPv6Ipvlan(t *testing.T) {
 	if err := itest.Ping(cs[1].ns, cs[1].addr.Addr().String(), "2001:db8:68::1", 10*time.Second); err != nil {
 		t.Fatalf("the other container lost the router after the first's deletion: %v", err)
 	}
-	if !strings.Contains(d.Log(), "released IPv6 address") {
+	if !itest.WaitFor(10*time.Second, func() bool { return strings.Contains(d.Log(), "released IPv6 address") }) { // logged at the Reply, in the background
 		t.Errorf("the daemon's log does not say it released the lease:\n%s", d.Log())
 	}
 }
