@@ -30,8 +30,8 @@ func TestSelfDeletions(t *testing.T) {
 		{"added again is claimed again", []op{add(3, 0), claim(3, true), add(3, time.Second), claim(3, true)}},
 		{"several at once", []op{add(1, 0), add(2, 0), claim(2, true), claim(1, true)}},
 		{"within a minute kept", []op{add(1, 0), add(2, time.Minute), claim(1, true)}},
-		{"older than a minute dropped by the next add", []op{add(1, 0), add(2, time.Minute + time.Nanosecond), claim(1, false), claim(2, true)}},
-		{"re-adding refreshes the time", []op{add(1, 0), add(1, 50 * time.Second), add(2, 100 * time.Second), claim(1, true)}},
+		{"older than a minute dropped by the next add", []op{add(1, 0), add(2, time.Minute+time.Nanosecond), claim(1, false), claim(2, true)}},
+		{"re-adding refreshes the time", []op{add(1, 0), add(1, 50*time.Second), add(2, 100*time.Second), claim(1, true)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s SelfDeletions
