@@ -208,15 +208,26 @@ func TestChooseCollisionOtherParent(t *testing.T) {
 }
 
 func TestRandom(t *testing.T) {
-	seen := map[string]bool{}
+	seen, first := map[string]bool{}, map[byte]bool{}
 	for range 64 {
 		m := Random()
 		if len(m) != 6 || m[0]&0x02 == 0 || m[0]&0x01 != 0 {
 			t.Fatalf("Random = %s, want a locally administered unicast MAC", m)
 		}
 		seen[m.String()] = true
+		first[m[0]] = true
+	}
+	if len(first) == 1 {
+		t.Fatalf("Random's first byte is always %#x: only its two low bits are fixed", m0(first))
 	}
 	if len(seen) < 60 {
 		t.Fatalf("Random gave %d distinct MACs of 64", len(seen))
 	}
+}
+
+func m0(set map[byte]bool) byte {
+	for b := range set {
+		return b
+	}
+	return 0
 }
