@@ -1,0 +1,312 @@
+package leases
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/fakeclock"
+	"github.com/underlay-net/underlay/netlinkutil/nltest"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store"
+)
+
+const (
+	parentMAC = "52:54:00:00:00:01"
+	epMAC     = "02:00:00:00:00:0a"
+)
+
+// released is one Release the client was asked for.
+type released struct {
+	r Request
+	l store.Lease
+}
+
+// client is a lease client that records the releases asked; err, by
+// address, fails them.
+type client struct {
+	mu       sync.Mutex
+	releases []released
+	err      map[string]error
+}
+
+func (c *client) Acquire(context.Context, Request) (store.Lease, error) {
+	return store.Lease{}, errors.New("test: not acquiring")
+}
+
+func (c *client) Renew(context.Context, Request, store.Lease) (store.Lease, error) {
+	return store.Lease{}, errors.New("test: not renewing")
+}
+
+func (c *client) Decline(context.Context, Request, store.Lease) error { return nil }
+
+func (c *client) Release(ctx context.Context, r Request, l store.Lease) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return errors.New("test: a release without a deadline")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.releases = append(c.releases, released{r, l})
+	return c.err[l.Addr]
+}
+
+func (c *client) addrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, r := range c.releases {
+		out = append(out, r.l.Addr)
+	}
+	slices.Sort(out)
+	return out
+}
+
+type journalFixture struct {
+	db    *store.DB
+	k     *nltest.Kernel
+	c     *client
+	clock *fakeclock.Clock
+	ls    *Leaser
+}
+
+func newJournal(t *testing.T, withClient bool) *journalFixture {
+	t.Helper()
+	f := &journalFixture{db: drivertest.Store(t), k: nltest.New(), c: &client{err: map[string]error{}}, clock: fakeclock.New(t0)}
+	f.k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
+	cfg := Config{Store: f.db, Links: f.k, Log: slog.New(slog.DiscardHandler), Now: f.clock.Now, Mark: "underlay:test"}
+	if withClient {
+		cfg.DHCP = f.c
+	}
+	f.ls = New(cfg)
+	return f
+}
+
+func dhcpNet(id, typ string) store.Network {
+	mode, flag := "bridge", ""
+	if typ == rules.TypeIpvlan {
+		mode, flag = "l2", "bridge"
+	}
+	n := drivertest.Record(id, typ, "eth0", mode, flag)
+	n.Options = map[string]string{rules.OptDHCP: "true"}
+	return n
+}
+
+func leasedEndpoint(n store.Network, id, addr string) store.Endpoint {
+	l := lease()
+	l.Addr = addr
+	return store.Endpoint{NetworkID: n.ID, ID: id, Link: rules.EndpointLinkName(id), MAC: epMAC, IPv4: addr, Lease: &l}
+}
+
+func (f *journalFixture) pending(t *testing.T) []store.PendingRelease {
+	t.Helper()
+	var out []store.PendingRelease
+	if err := f.db.View(func(tx *store.Tx) (err error) {
+		out, err = tx.PendingReleases()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (f *journalFixture) pendingAddrs(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, p := range f.pending(t) {
+		out = append(out, p.Lease.Addr)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestJournal: a lease just acquired is journaled with what its release
+// needs (the parent, the MAC, the client ID), and Unjournal forgets it.
+func TestJournal(t *testing.T) {
+	for _, tc := range []struct {
+		typ      string
+		mac      string
+		clientID string
+	}{
+		{rules.TypeMacvlan, epMAC, ""},
+		{rules.TypeIpvlan, parentMAC, hex.EncodeToString(append([]byte{0}, "underlay-"+drivertest.EpA...))},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			f := newJournal(t, true)
+			n := dhcpNet(drivertest.NetA, tc.typ)
+			ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
+			drivertest.Put(t, f.db, []store.Network{n})
+			f.clock.Advance(time.Minute)
+			if err := f.ls.Journal(context.Background(), n, ep); err != nil {
+				t.Fatal(err)
+			}
+			got := f.pending(t)
+			want := store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: tc.mac, ClientID: tc.clientID, Lease: *ep.Lease, Since: t0.Add(time.Minute)}
+			if len(got) != 1 || !equalPending(got[0], want) {
+				t.Fatalf("journal = %+v, want [%+v]", got, want)
+			}
+			f.ls.Unjournal(n, ep)
+			if got := f.pending(t); len(got) != 0 {
+				t.Fatalf("journal = %+v after Unjournal", got)
+			}
+		})
+	}
+}
+
+func equalPending(a, b store.PendingRelease) bool {
+	return a.NetworkID == b.NetworkID && a.EndpointID == b.EndpointID && a.Parent == b.Parent && a.MAC == b.MAC &&
+		a.ClientID == b.ClientID && a.Lease.Addr == b.Lease.Addr && a.Lease.Expiry.Equal(b.Lease.Expiry) && a.Since.Equal(b.Since)
+}
+
+func TestJournalNoRequest(t *testing.T) {
+	f := newJournal(t, true)
+	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
+	ep.MAC = ""
+	if err := f.ls.Journal(context.Background(), n, ep); err == nil || !strings.Contains(err.Error(), "no usable MAC") {
+		t.Fatalf("Journal of an endpoint without a MAC = %v, want its refusal", err)
+	}
+	if got := f.pending(t); len(got) != 0 {
+		t.Fatalf("journal = %+v, want nothing written", got)
+	}
+}
+
+// TestJournalDeletion: the entry written with an endpoint's deletion is
+// its held lease; none without one, or for a lost one.
+func TestJournalDeletion(t *testing.T) {
+	f := newJournal(t, true)
+	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
+	got := f.ls.JournalDeletion(context.Background(), n, ep)
+	want := store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: epMAC, Lease: *ep.Lease, Since: t0}
+	if got == nil || !equalPending(*got, want) {
+		t.Fatalf("JournalDeletion = %+v, want %+v", got, want)
+	}
+	if p := f.pending(t); len(p) != 0 {
+		t.Fatalf("JournalDeletion wrote %+v itself; the deletion's transaction does", p)
+	}
+
+	none := ep
+	none.Lease = nil
+	lost := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
+	lost.Lease.Lost = t0
+	noMAC := ep
+	noMAC.MAC = ""
+	for name, e := range map[string]store.Endpoint{"no lease": none, "lost": lost, "no MAC": noMAC} {
+		if got := f.ls.JournalDeletion(context.Background(), n, e); got != nil {
+			t.Errorf("%s: JournalDeletion = %+v, want nil", name, got)
+		}
+	}
+}
+
+func TestUnjournalOnlyItsLease(t *testing.T) {
+	f := newJournal(t, true)
+	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	a := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
+	b := leasedEndpoint(n, drivertest.EpB, "192.0.2.11/24")
+	older := leasedEndpoint(n, drivertest.EpA, "192.0.2.12/24") // A's lease before a NAK
+	for _, ep := range []store.Endpoint{a, b, older} {
+		if err := f.ls.Journal(context.Background(), n, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.ls.Unjournal(n, a)
+	f.ls.Unjournal(n, store.Endpoint{NetworkID: n.ID, ID: drivertest.EpB}) // no lease: nothing
+	if got, want := f.pendingAddrs(t), []string{"192.0.2.11/24", "192.0.2.12/24"}; !slices.Equal(got, want) {
+		t.Fatalf("journal %v, want %v", got, want)
+	}
+}
+
+// TestReleaseJournaled: at start, a journaled lease no record holds is
+// released and forgotten; one a record holds, or expired, is forgotten
+// unreleased; one whose release fails, or without a client, is kept.
+func TestReleaseJournaled(t *testing.T) {
+	f := newJournal(t, true)
+	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	v := dhcpNet(drivertest.NetB, rules.TypeIpvlan)
+	drivertest.Put(t, f.db, []store.Network{n, v})
+
+	held := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")        // recorded: forget
+	crashed := leasedEndpoint(n, drivertest.EpB, "192.0.2.11/24")     // no record: release
+	replaced := leasedEndpoint(n, drivertest.EpC, "192.0.2.12/24")    // its record holds another: release
+	failing := leasedEndpoint(n, drivertest.EpD, "192.0.2.13/24")     // release fails: keep
+	expired := leasedEndpoint(v, drivertest.EpA, "192.0.2.14/24")     // expired: forget
+	ipvlanCrash := leasedEndpoint(v, drivertest.EpB, "192.0.2.15/24") // no record: release with the client ID
+	expired.Lease.Expiry = t0.Add(30 * time.Minute)
+	for _, ep := range []store.Endpoint{held, crashed, replaced, failing, expired, ipvlanCrash} {
+		net := n
+		if ep.NetworkID == v.ID {
+			net = v
+		}
+		if err := f.ls.Journal(context.Background(), net, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := leasedEndpoint(n, drivertest.EpC, "192.0.2.20/24")
+	drivertest.Put(t, f.db, nil, held, now)
+	f.c.err["192.0.2.13/24"] = errors.New("sendto: network is down")
+	f.clock.Advance(30 * time.Minute) // the expired one's expiry
+
+	f.ls.releaseJournaled(context.Background())
+
+	if got, want := f.c.addrs(), []string{"192.0.2.11/24", "192.0.2.12/24", "192.0.2.13/24", "192.0.2.15/24"}; !slices.Equal(got, want) {
+		t.Fatalf("released %v, want %v", got, want)
+	}
+	if got, want := f.pendingAddrs(t), []string{"192.0.2.13/24"}; !slices.Equal(got, want) {
+		t.Fatalf("journal %v after the start, want only the one not released %v", got, want)
+	}
+	for _, r := range f.c.releases {
+		switch r.l.Addr {
+		case "192.0.2.11/24":
+			if r.r.Parent != "eth0" || r.r.MAC.String() != epMAC || len(r.r.ClientID) != 0 {
+				t.Fatalf("macvlan release asked %+v, want eth0 from %s without client ID", r.r, epMAC)
+			}
+		case "192.0.2.15/24":
+			if r.r.Parent != "eth0" || r.r.MAC.String() != parentMAC || string(r.r.ClientID) != "\x00underlay-"+drivertest.EpB {
+				t.Fatalf("ipvlan release asked %+v, want eth0 from %s with the endpoint's client ID", r.r, parentMAC)
+			}
+		}
+	}
+
+	// The next start tries the kept one again.
+	delete(f.c.err, "192.0.2.13/24")
+	f.ls.releaseJournaled(context.Background())
+	if got := f.pendingAddrs(t); len(got) != 0 {
+		t.Fatalf("journal %v after the release succeeded", got)
+	}
+}
+
+// TestReleaseJournaledNoClient: without a lease client nothing is
+// released; what needs a release is kept, the rest forgotten.
+func TestReleaseJournaledNoClient(t *testing.T) {
+	f := newJournal(t, false)
+	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	drivertest.Put(t, f.db, []store.Network{n})
+	held := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
+	crashed := leasedEndpoint(n, drivertest.EpB, "192.0.2.11/24")
+	for _, ep := range []store.Endpoint{held, crashed} {
+		if err := f.ls.Journal(context.Background(), n, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drivertest.Put(t, f.db, nil, held)
+	f.ls.releaseJournaled(context.Background())
+	if got, want := f.pendingAddrs(t), []string{"192.0.2.11/24"}; !slices.Equal(got, want) {
+		t.Fatalf("journal %v, want %v", got, want)
+	}
+}
+
+func TestReleaseJournaledEmpty(t *testing.T) {
+	f := newJournal(t, true)
+	f.ls.releaseJournaled(context.Background())
+	if len(f.c.addrs()) != 0 {
+		t.Fatalf("released %v from an empty journal", f.c.addrs())
+	}
+}
