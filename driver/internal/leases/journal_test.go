@@ -17,6 +17,7 @@ import (
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 const (
@@ -121,7 +122,7 @@ func (f *journalFixture) pendingAddrs(t *testing.T) []string {
 	t.Helper()
 	var out []string
 	for _, p := range f.pending(t) {
-		out = append(out, p.Lease.Addr)
+		out = append(out, p.Addr())
 	}
 	slices.Sort(out)
 	return out
@@ -308,5 +309,76 @@ func TestReleaseJournaledEmpty(t *testing.T) {
 	f.ls.releaseJournaled(context.Background())
 	if len(f.c.addrs()) != 0 {
 		t.Fatalf("released %v from an empty journal", f.c.addrs())
+	}
+}
+
+// TestReleaseJournaledSkipsDHCPv6: the DHCP leaser neither releases nor
+// forgets the journal's DHCPv6 entries (leases6 gives them back).
+func TestReleaseJournaledSkipsDHCPv6(t *testing.T) {
+	f := newJournal(t, true)
+	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	drivertest.Put(t, f.db, []store.Network{n})
+	v6 := store.PendingRelease{NetworkID: n.ID, EndpointID: drivertest.EpA, Parent: "eth0", MAC: epMAC,
+		Lease6: &store.Lease6{Addr: "2001:db8::10", Acquired: t0, Valid: time.Minute}, Since: t0}
+	if err := f.db.Update(func(tx *store.Tx) error { return tx.PutPendingRelease(v6) }); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Hour) // past its valid lifetime too: not DHCP's to forget
+	f.ls.releaseJournaled(context.Background())
+	if got := f.c.addrs(); len(got) != 0 {
+		t.Fatalf("the DHCP leaser released %v", got)
+	}
+	if got := f.pending(t); len(got) != 1 || got[0].Lease6 == nil || got[0].Addr() != "2001:db8::10" {
+		t.Fatalf("journal %+v, want the DHCPv6 entry kept", got)
+	}
+}
+
+// TestReleaseJournaledFamily: ReleaseJournaled over a family's own
+// filter, holder test, expiry and release, keyed by the entry's address.
+func TestReleaseJournaledFamily(t *testing.T) {
+	f := newJournal(t, true)
+	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	drivertest.Put(t, f.db, []store.Network{n})
+	entry := func(ep, addr string) store.PendingRelease {
+		return store.PendingRelease{NetworkID: n.ID, EndpointID: ep, Parent: "eth0", MAC: epMAC,
+			Lease6: &store.Lease6{Addr: addr, Acquired: t0, Valid: record.Infinite6}, Since: t0}
+	}
+	ipv4 := store.PendingRelease{NetworkID: n.ID, EndpointID: drivertest.EpD, Parent: "eth0", MAC: epMAC, Lease: lease(), Since: t0}
+	entries := []store.PendingRelease{entry(drivertest.EpA, "2001:db8::a"), entry(drivertest.EpB, "2001:db8::b"), entry(drivertest.EpC, "2001:db8::c"), ipv4}
+	if err := f.db.Update(func(tx *store.Tx) error {
+		for _, p := range entries {
+			if err := tx.PutPendingRelease(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A's record holds its lease; B's release fails; C's goes.
+	holder := store.Endpoint{NetworkID: n.ID, ID: drivertest.EpA, Link: rules.EndpointLinkName(drivertest.EpA), Lease6: &store.Lease6{Addr: "2001:db8::a"}}
+	drivertest.Put(t, f.db, nil, holder)
+	var releasedAddrs []string
+	ReleaseJournaled(context.Background(), f.db, slog.New(slog.DiscardHandler), t0.Add(100*365*24*time.Hour), Journaled{
+		Family: "DHCPv6",
+		Mine:   func(p store.PendingRelease) bool { return p.Lease6 != nil },
+		Held: func(ep store.Endpoint, p store.PendingRelease) bool {
+			return ep.Lease6 != nil && ep.Lease6.Addr == p.Lease6.Addr
+		},
+		Expiry: func(store.PendingRelease) time.Time { return time.Time{} }, // never: kept however late
+		Release: func(_ context.Context, p store.PendingRelease) error {
+			releasedAddrs = append(releasedAddrs, p.Addr())
+			if p.EndpointID == drivertest.EpB {
+				return errors.New("sendto: network is down")
+			}
+			return nil
+		},
+	})
+	slices.Sort(releasedAddrs)
+	if want := []string{"2001:db8::b", "2001:db8::c"}; !slices.Equal(releasedAddrs, want) {
+		t.Fatalf("released %v, want %v", releasedAddrs, want)
+	}
+	if got, want := f.pendingAddrs(t), []string{"192.0.2.10/24", "2001:db8::b"}; !slices.Equal(got, want) {
+		t.Fatalf("journal %v, want %v (the other family's and the failed one)", got, want)
 	}
 }
