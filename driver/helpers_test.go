@@ -120,6 +120,19 @@ func (f *fixture) close() {
 
 // restart closes and reopens the state file and runs Restore, as a new
 // process would.
+// killedAt runs do as if the daemon were killed -9 at the crash point
+// named point: do stops there, and nothing after it runs.
+func (f *fixture) killedAt(point string, do func()) {
+	f.d.crash = func(p string) {
+		if p == point {
+			panic("kill -9")
+		}
+	}
+	defer func() { f.d.crash = nil }()
+	defer func() { _ = recover() }()
+	do()
+}
+
 func (f *fixture) restart() {
 	f.t.Helper()
 	f.close()

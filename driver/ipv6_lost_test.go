@@ -171,16 +171,7 @@ func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
 	if j := journal(); len(j) != 0 {
 		t.Fatalf("a committed endpoint's leases are still in the journal: %v", j)
 	}
-	f.d.crash = func(p string) {
-		if p == "create-endpoint/before-commit" {
-			panic("kill -9")
-		}
-	}
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = f.endpoint(netA, ep2, "", "52:54:00:00:00:02")
-	}()
-	f.d.crash = nil
+	f.killedAt("create-endpoint/before-commit", func() { _, _ = f.endpoint(netA, ep2, "", "52:54:00:00:00:02") })
 	if got, want := fmt.Sprint(journal()), "[e2 198.18.180.101/24 e2 2001:db8:60::101]"; got != want {
 		t.Fatalf("journal after the crash %s, want %s", got, want)
 	}
@@ -201,16 +192,7 @@ func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
 	})
 	waitFor(t, "the journal emptied", func() bool { return len(journal()) == 0 })
 	// Deleted, and killed right after the commit: released at the next start.
-	f.d.crash = func(p string) {
-		if p == "delete-endpoint/after-commit" {
-			panic("kill -9")
-		}
-	}
-	func() {
-		defer func() { _ = recover() }()
-		_ = f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1})
-	}()
-	f.d.crash = nil
+	f.killedAt("delete-endpoint/after-commit", func() { _ = f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}) })
 	if got, want := fmt.Sprint(journal()), "[e1 198.18.180.100/24 e1 2001:db8:60::100]"; got != want {
 		t.Fatalf("journal after the deletion's commit %s, want %s", got, want)
 	}

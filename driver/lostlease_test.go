@@ -196,16 +196,7 @@ func TestDHCPJournaledLeasesReleasedAtStart(t *testing.T) {
 	}
 	// The crash: ep2's lease acquired and journaled, its record never
 	// committed (the crash point create-endpoint/before-commit).
-	f.d.crash = func(p string) {
-		if p == "create-endpoint/before-commit" {
-			panic("kill -9")
-		}
-	}
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = f.endpoint(netA, ep2, "", "")
-	}()
-	f.d.crash = nil
+	f.killedAt("create-endpoint/before-commit", func() { _, _ = f.endpoint(netA, ep2, "", "") })
 	_ = f.db.View(func(tx *store.Tx) (err error) { pending, err = tx.PendingReleases(); return err })
 	if len(pending) != 1 || pending[0].EndpointID != ep2 {
 		t.Fatalf("journal %+v, want ep2's lease", pending)
@@ -226,16 +217,7 @@ func TestDHCPJournaledLeasesReleasedAtStart(t *testing.T) {
 		return len(p) == 0
 	})
 	// Deleted, and killed after the commit: released at the next start.
-	f.d.crash = func(p string) {
-		if p == "delete-endpoint/after-commit" {
-			panic("kill -9")
-		}
-	}
-	func() {
-		defer func() { _ = recover() }()
-		_ = f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1})
-	}()
-	f.d.crash = nil
+	f.killedAt("delete-endpoint/after-commit", func() { _ = f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}) })
 	fl.mu.Lock()
 	before := len(fl.released)
 	fl.mu.Unlock()
