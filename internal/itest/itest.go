@@ -25,12 +25,21 @@ const envExecInNetns = "UNDERLAY_ITEST_EXEC_IN_NETNS"
 
 // Main is the TestMain of packages using the kit: it serves the
 // re-execution that starts the daemon inside a namespace, then runs the
-// tests.
-func Main(m *testing.M) {
+// tests, then each of after (checks of what the whole run left behind,
+// which must come after every test whatever their names and order): one
+// that fails prints "FAIL: after the suite: ..." and fails the run.
+func Main(m *testing.M, after ...func() error) {
 	if os.Getenv(envExecInNetns) == "1" {
 		execInNetns()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, check := range after {
+		if err := check(); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: after the suite:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // execInNetns joins the namespace on fd 3 and replaces this process with

@@ -10,7 +10,9 @@ import (
 	"github.com/underlay-net/underlay/internal/itest"
 )
 
-func TestMain(m *testing.M) { itest.Main(m) }
+// TestMain checks, after every test, that nothing is left in the VM
+// (vm_leftovers_test.go; nothing outside the VM).
+func TestMain(m *testing.M) { itest.Main(m, nothingLeftInTheVM) }
 
 // IDs as Docker makes them: 64 hexadecimal characters.
 const (
