@@ -154,6 +154,23 @@ func processesInNetns(path string) []int {
 	return processesIn(path, "/underlay-e2e-no-such-cgroup")
 }
 
+// leaseWait is how long a test waits for dnsmasq's lease file or log to
+// show an exchange the client already has the answer of: dnsmasq answers
+// first and rewrites its lease file afterwards (truncating it first), so
+// a read right after the reply may see the old file, or an empty one.
+const leaseWait = 10 * time.Second
+
+// waitLease waits up to leaseWait until dnsmasq's lease file has a line
+// for addr that want accepts; it returns the last line read for addr and
+// whether there was one.
+func waitLease(d *itest.Dnsmasq, addr netip.Addr, want func(itest.DnsmasqLease) bool) (l itest.DnsmasqLease, ok bool) {
+	waitUntil(leaseWait, func() bool {
+		l, ok = d.Lease(addr)
+		return ok && want(l)
+	})
+	return l, ok
+}
+
 // dhcpCtr is a container of the DHCP network as Docker and dnsmasq see it.
 type dhcpCtr struct {
 	name  string
@@ -200,7 +217,8 @@ func TestDHCP(t *testing.T) {
 		}
 		c.addr, c.mac = addr, n.MacAddress
 		var found bool
-		if c.lease, found = d.Lease(addr); !found || c.lease.MAC != c.mac {
+		c.lease, found = waitLease(d, addr, func(l itest.DnsmasqLease) bool { return l.MAC == c.mac })
+		if !found || c.lease.MAC != c.mac {
 			t.Fatalf("%s has %s with MAC %s; dnsmasq's lease file: %q", c.name, addr, c.mac, c.lease.Line)
 		}
 		t.Logf("%s: %s/%d MAC %s gateway %q; dnsmasq: %s", c.name, addr, n.IPPrefixLen, c.mac, n.Gateway, c.lease.Line)
@@ -282,10 +300,14 @@ func TestDHCP(t *testing.T) {
 		}
 		return nil
 	})
-	if l, ok := d.Lease(cs[1].addr); !ok || l.MAC != cs[1].mac {
+	// The file read above may have been one dnsmasq was rewriting
+	// (truncated): c9b's line and the release in the log are awaited too.
+	if l, ok := waitLease(d, cs[1].addr, func(l itest.DnsmasqLease) bool { return l.MAC == cs[1].mac }); !ok || l.MAC != cs[1].mac {
 		t.Fatalf("after c9a's release, c9b's lease of %s is %q", cs[1].addr, l.Line)
 	}
-	if !strings.Contains(d.Log(), "DHCPRELEASE("+dhcpSrvLink+") "+cs[0].addr.String()+" "+cs[0].mac) {
+	if !waitUntil(leaseWait, func() bool {
+		return strings.Contains(d.Log(), "DHCPRELEASE("+dhcpSrvLink+") "+cs[0].addr.String()+" "+cs[0].mac)
+	}) {
 		t.Errorf("dnsmasq logged no DHCPRELEASE of %s from %s:\n%s", cs[0].addr, cs[0].mac, itest.TailLines(d.Log(), 20))
 	}
 	e.must(t, "rm", "-f", "c9b")

@@ -50,6 +50,37 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 	within(t, timeout, what, f, func() {})
 }
 
+// waitUntil polls cond every 100 ms until it holds or timeout passes, and
+// reports whether it held (cond runs once more at the deadline): for
+// checks that report with t.Errorf and carry on, where eventually would
+// stop the test.
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// pluginLogWait is how long a test waits for a line of the plugin in
+// dockerd's log: the plugin writes it before it answers, but the engine
+// relays the plugin's output to its log with a delay, so a request Docker
+// has answered may not be in the log yet.
+const pluginLogWait = 10 * time.Second
+
+// waitLogSinceMark waits up to pluginLogWait until the part of dockerd's
+// log since the mark satisfies ok; it returns the last part read and
+// whether ok held.
+func (e *env) waitLogSinceMark(ok func(log string) bool) (string, bool) {
+	var log string
+	held := waitUntil(pluginLogWait, func() bool {
+		log = e.logSinceMark()
+		return ok(log)
+	})
+	return log, held
+}
+
 // killPlugin SIGKILLs the plugin's process and waits until dockerd has
 // started it again.
 func (e *env) killPlugin(t *testing.T) {
