@@ -64,11 +64,17 @@ func leasesOf(d *itest.Dnsmasq, mac string) []itest.DnsmasqLease {
 	return out
 }
 
-// oneLease fails unless dnsmasq holds exactly one lease for v's MAC, of
-// v's address, and returns it.
+// oneLease waits (leaseWait) until dnsmasq holds exactly one lease for
+// v's MAC, of v's address, fails if it does not, and returns it. The
+// wait: dnsmasq rewrites its lease file after it answers (truncating it
+// first).
 func oneLease(t *testing.T, d *itest.Dnsmasq, what string, v dhcpView) itest.DnsmasqLease {
 	t.Helper()
-	ls := leasesOf(d, v.mac)
+	var ls []itest.DnsmasqLease
+	waitUntil(leaseWait, func() bool {
+		ls = leasesOf(d, v.mac)
+		return len(ls) == 1 && ls[0].Addr == v.addr
+	})
 	if len(ls) != 1 || ls[0].Addr != v.addr {
 		t.Fatalf("%s: dnsmasq's leases of %s: %v; want exactly one, of %s (whole file: %v)", what, v.mac, ls, v.addr, d.Leases())
 	}
@@ -252,8 +258,13 @@ func TestDHCPRestart(t *testing.T) {
 			t.Errorf("%s: c9m kept endpoint %s; without live-restore dockerd stops the container and starts it as a new endpoint", phase, dockerid.Short(v.endpoint))
 		}
 		l := oneLease(t, d, phase, v)
-		evs := leaseEvents(dockerdLog(from))
-		if !hasEvent(evs, "released DHCP lease", old.endpoint) || !hasEvent(evs, "leased address", v.endpoint) {
+		// The plugin's lines reach dockerd's log through the engine's
+		// relay, behind the exchanges they report.
+		var evs []string
+		if !waitUntil(pluginLogWait, func() bool {
+			evs = leaseEvents(dockerdLog(from))
+			return hasEvent(evs, "released DHCP lease", old.endpoint) && hasEvent(evs, "leased address", v.endpoint)
+		}) {
 			t.Errorf("%s: the plugin's lease log since the restart:\n%s\nwant the old endpoint %s released and the new one %s leased", phase, strings.Join(evs, "\n"), dockerid.Short(old.endpoint), dockerid.Short(v.endpoint))
 		}
 		t.Logf("%s: c9m is back as endpoint %s with %s; dnsmasq: %s; plugin: %s", phase, dockerid.Short(v.endpoint), v.addr, l.Line, strings.Join(evs, "; "))
@@ -262,7 +273,9 @@ func TestDHCPRestart(t *testing.T) {
 	from := logSize()
 	e.restartDockerd(t)
 	m1 := restarted("after a dockerd restart", m0, from)
-	if !strings.Contains(d.Log(), "DHCPRELEASE("+dhcpSrvLink+") "+m0.addr.String()+" "+dhcpFixedMAC) {
+	if !waitUntil(leaseWait, func() bool {
+		return strings.Contains(d.Log(), "DHCPRELEASE("+dhcpSrvLink+") "+m0.addr.String()+" "+dhcpFixedMAC)
+	}) {
 		t.Errorf("dnsmasq logged no DHCPRELEASE of %s from %s:\n%s", m0.addr, dhcpFixedMAC, itest.TailLines(d.Log(), 30))
 	}
 
