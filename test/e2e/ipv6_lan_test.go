@@ -431,7 +431,14 @@ func (e *env) testDHCPv6(t *testing.T, kind string) {
 	if err != nil || addr.Less(first) || last.Less(addr) || c.GlobalIPv6PrefixLen != 128 {
 		t.Fatalf("%s: docker inspect shows IPv6 %q/%d; want an address of dnsmasq's range %s-%s, /128", ctrName, c.GlobalIPv6Address, c.GlobalIPv6PrefixLen, first, last)
 	}
-	lease, ok := l.d.Lease6(addr)
+	// dnsmasq rewrites its lease file after it answers (truncating it
+	// first): wait for the lease.
+	var lease itest.Dnsmasq6Lease
+	var ok bool
+	waitUntil(leaseWait, func() bool {
+		lease, ok = l.d.Lease6(addr)
+		return ok && lease.DUID == duidLL(c.mac)
+	})
 	if !ok || lease.DUID != duidLL(c.mac) {
 		t.Fatalf("%s has %s with MAC %s (DUID-LL %s); dnsmasq's lease file: %q\n%+v", ctrName, addr, c.mac, duidLL(c.mac), lease.Line, l.d.Leases6())
 	}
@@ -452,7 +459,7 @@ func (e *env) testDHCPv6(t *testing.T, kind string) {
 		if addr4, err = netip.ParseAddr(c.IPAddress); err != nil || !netip.MustParsePrefix("198.18.183.0/24").Contains(addr4) || c.IPPrefixLen != 24 {
 			t.Fatalf("%s: docker inspect shows IPv4 %q/%d; want an address of 198.18.183.0/24", ctrName, c.IPAddress, c.IPPrefixLen)
 		}
-		if l4, ok := l.d.Lease(addr4); !ok || l4.MAC != c.MacAddress {
+		if l4, ok := waitLease(l.d.Dnsmasq, addr4, func(l4 itest.DnsmasqLease) bool { return l4.MAC == c.MacAddress }); !ok || l4.MAC != c.MacAddress {
 			t.Fatalf("%s has %s with MAC %s; dnsmasq's lease file: %q", ctrName, addr4, c.MacAddress, l4.Line)
 		}
 		if out, _ := e.exec(ctrName, "ip", "-4", "route", "show", "default"); !strings.Contains(out, "default via "+router4+" dev eth0") {
