@@ -79,7 +79,12 @@ func TestStaleHolder(t *testing.T) {
 
 	// Same parent, same subnet: conflicts with the stale record.
 	id := e.network(t, "n5b", "-d", plugin, "--subnet", "198.18.5.0/24", "-o", "parent=vp5", "-o", "macvlan_mode=bridge")
-	if log := e.logSinceMark(); !strings.Contains(log, "removing stale holder") || !strings.Contains(log, stale) {
+	// The plugin logs the removal before it answers, but the line reaches
+	// dockerd's log through the engine's relay, after network create
+	// returns.
+	if _, ok := e.waitLogSinceMark(func(log string) bool {
+		return strings.Contains(log, "removing stale holder") && strings.Contains(log, stale)
+	}); !ok {
 		t.Errorf("the plugin's log does not report removing stale holder %s", dockerid.Short(stale))
 	}
 	a := e.run(t, ctr{name: "c5a", ip: "198.18.5.10"}, "n5b")
