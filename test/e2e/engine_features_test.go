@@ -135,7 +135,14 @@ func TestGatewayNotReserved(t *testing.T) {
 	// reserved.
 	reserved := func(t *testing.T, name, first string, want bool) {
 		t.Helper()
-		if served := logHas(e.logSinceMark(), "request served", "/NetworkDriver.GwAllocCheck"); served != asks {
+		// The plugin's line reaches dockerd's log through the engine's
+		// relay, after network create returns: awaited where it is due.
+		var served bool
+		e.waitLogSinceMark(func(log string) bool {
+			served = logHas(log, "request served", "/NetworkDriver.GwAllocCheck")
+			return served == asks
+		})
+		if served != asks {
 			t.Errorf("%s: the plugin's log shows GwAllocCheck served: %v; want %v on this engine", name, served, asks)
 		}
 		gw := e.gatewayOf(t, name)
