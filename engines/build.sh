@@ -6,7 +6,8 @@
 # (docker.io) runs them. A DIR that already holds both, of these versions,
 # is reused as it is; a build goes to DIR.tmp.* and is renamed into place
 # only when both binaries are built and answer --version, so an
-# interrupted build leaves nothing half done behind.
+# interrupted build leaves nothing half done behind; two builds of one DIR at once take turns
+# (DIR.lock).
 #
 #   engines/build.sh DIR      (make engine-current gives the cache dir)
 set -eu
@@ -21,6 +22,11 @@ cached() {
 		"$1/dockerd" --version 2>/dev/null | grep -q "version $MOBY_VERSION," &&
 		"$1/runc" --version 2>/dev/null | grep -q '^libseccomp:'
 }
+# One build at a time per DIR: make test's lanes may ask for the engine at once; the second
+# waits for the first and then finds it built.
+mkdir -p "$(dirname "$dir")"
+exec 9>"$dir.lock"
+flock 9
 if cached "$dir"; then
 	echo "engine-current: $dir holds dockerd $MOBY_VERSION and runc $RUNC_VERSION (cached)"
 	exit 0
@@ -42,7 +48,6 @@ if [ -n "$missing" ]; then
 		{ apt-get update -q >&2 && apt-get install -y -q --no-install-recommends $missing >&2; }
 fi
 
-mkdir -p "$(dirname "$dir")"
 tmp=$(mktemp -d "$dir.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
