@@ -64,9 +64,9 @@ func waitUntil(timeout time.Duration, cond func() bool) bool {
 }
 
 // pluginLogWait is how long a test waits for a line of the plugin in
-// dockerd's log: the plugin writes it before it answers, but the engine
-// relays the plugin's output to its log with a delay, so a request Docker
-// has answered may not be in the log yet.
+// dockerd's log: the engine relays the plugin's output to its log with a
+// delay, so a line the plugin wrote before it answered a request (or
+// before the state a test saw) may not be in the log yet.
 const pluginLogWait = 10 * time.Second
 
 // waitLogSinceMark waits up to pluginLogWait until the part of dockerd's
