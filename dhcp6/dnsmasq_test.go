@@ -11,6 +11,10 @@ import (
 	"github.com/underlay-net/underlay/internal/itest"
 )
 
+// leaseFileWait is how long a test waits for dnsmasq's lease file to
+// show what it answered.
+const leaseFileWait = 5 * time.Second
+
 // TestDnsmasq leases, renews, rebinds and releases addresses from a real
 // dnsmasq (Debian's dnsmasq-base) over the packet socket: a macvlan-style
 // endpoint (its own MAC, no link with it exists, so the client answers
@@ -41,9 +45,13 @@ func TestDnsmasq(t *testing.T) {
 	if !pool(l.Addr) || l.Valid != 2*time.Minute {
 		t.Errorf("leased %s valid %s, want one of the range for 2m", l.Addr, l.Valid)
 	}
-	line, ok := d.Lease6(l.Addr)
-	if !ok || line.IAID != binary.BigEndian.Uint32(r.IAID[:]) || line.DUID != itest.HexColons(r.DUID) {
-		t.Fatalf("lease file line %q (%v), want %s with IAID %d and DUID %s", line.Line, ok, l.Addr, binary.BigEndian.Uint32(r.IAID[:]), itest.HexColons(r.DUID))
+	// dnsmasq rewrites its lease file after its Reply: each state is
+	// waited for.
+	line, ok := d.WaitLease6(leaseFileWait, l.Addr, func(x itest.Dnsmasq6Lease) bool {
+		return x.IAID == binary.BigEndian.Uint32(r.IAID[:]) && x.DUID == itest.HexColons(r.DUID)
+	})
+	if !ok {
+		t.Fatalf("lease file line %q (%v), want %s with IAID %d and DUID %s", line.Line, line.Line != "", l.Addr, binary.BigEndian.Uint32(r.IAID[:]), itest.HexColons(r.DUID))
 	}
 
 	time.Sleep(1100 * time.Millisecond) // so that the expiry moves by whole seconds
@@ -51,8 +59,8 @@ func TestDnsmasq(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _ := d.Lease6(l.Addr)
-	if renewed.Addr != l.Addr || !after.Expiry.After(line.Expiry) {
+	after, later := d.WaitLease6(leaseFileWait, l.Addr, func(x itest.Dnsmasq6Lease) bool { return x.Expiry.After(line.Expiry) })
+	if renewed.Addr != l.Addr || !later {
 		t.Errorf("renewed %s, lease file expiry %s then %s: want %s, later", renewed.Addr, line.Expiry, after.Expiry, l.Addr)
 	}
 	time.Sleep(1100 * time.Millisecond)
@@ -60,7 +68,7 @@ func TestDnsmasq(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := d.Lease6(l.Addr); rebound.Addr != l.Addr || !again.Expiry.After(after.Expiry) {
+	if again, later := d.WaitLease6(leaseFileWait, l.Addr, func(x itest.Dnsmasq6Lease) bool { return x.Expiry.After(after.Expiry) }); rebound.Addr != l.Addr || !later {
 		t.Errorf("rebound %s, lease file expiry %s then %s: want %s, later", rebound.Addr, after.Expiry, again.Expiry, l.Addr)
 	}
 
@@ -79,7 +87,7 @@ func TestDnsmasq(t *testing.T) {
 	if la.Addr == lb.Addr || la.Addr == l.Addr || !pool(la.Addr) || !pool(lb.Addr) {
 		t.Errorf("ipvlan endpoints got %s and %s (the macvlan one %s): want three addresses of the range", la.Addr, lb.Addr, l.Addr)
 	}
-	if x, ok := d.Lease6(lb.Addr); !ok || x.DUID != itest.HexColons(b.DUID) {
+	if x, ok := d.WaitLease6(leaseFileWait, lb.Addr, func(x itest.Dnsmasq6Lease) bool { return x.DUID == itest.HexColons(b.DUID) }); !ok {
 		t.Errorf("lease file line %q for %s, want DUID %s", x.Line, lb.Addr, itest.HexColons(b.DUID))
 	}
 

@@ -138,6 +138,22 @@ func (d *Dnsmasq6) Lease6(addr netip.Addr) (Dnsmasq6Lease, bool) {
 	return Dnsmasq6Lease{}, false
 }
 
+// WaitLease6 waits up to timeout until the lease file has a DHCPv6 line
+// for addr that ok accepts (any line when ok is nil), and returns it.
+// dnsmasq sends its Reply first and rewrites its lease file afterwards,
+// truncating it first: a read right after the Reply may see the old file
+// or an empty one. When no line is accepted in time it returns the last
+// line read for addr (the zero line when there was none) and false.
+func (d *Dnsmasq6) WaitLease6(timeout time.Duration, addr netip.Addr, ok func(Dnsmasq6Lease) bool) (Dnsmasq6Lease, bool) {
+	var l Dnsmasq6Lease
+	held := WaitFor(timeout, func() bool {
+		var found bool
+		l, found = d.Lease6(addr)
+		return found && (ok == nil || ok(l))
+	})
+	return l, held
+}
+
 // HexColons is b as dnsmasq writes client IDs and DUIDs: hex bytes
 // joined by colons.
 func HexColons(b []byte) string {

@@ -202,3 +202,19 @@ func (d *Dnsmasq) Lease(addr netip.Addr) (DnsmasqLease, bool) {
 	}
 	return DnsmasqLease{}, false
 }
+
+// WaitLease waits up to timeout until the lease file has a line for addr
+// that ok accepts (any line when ok is nil), and returns it. dnsmasq
+// answers a client first and rewrites its lease file afterwards,
+// truncating it first: a read right after the reply may see the old
+// file or an empty one. When no line is accepted in time it returns the
+// last line read for addr (the zero line when there was none) and false.
+func (d *Dnsmasq) WaitLease(timeout time.Duration, addr netip.Addr, ok func(DnsmasqLease) bool) (DnsmasqLease, bool) {
+	var l DnsmasqLease
+	held := WaitFor(timeout, func() bool {
+		var found bool
+		l, found = d.Lease(addr)
+		return found && (ok == nil || ok(l))
+	})
+	return l, held
+}
