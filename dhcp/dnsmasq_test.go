@@ -127,7 +127,12 @@ func TestDnsmasq(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	for i, r := range []Request{mv, iv} {
 		addr := leases[i].Addr.Addr().String()
-		before, _ := d.expiry(addr)
+		// The line as it stands, not an empty file being rewritten (the
+		// last renewal's rewrite, or another): the wait below needs it.
+		var before int64
+		if !waitFor(func() bool { before, _ = d.expiry(addr); return before != 0 }) {
+			t.Fatalf("%s has no line in the lease file before its renewal", addr)
+		}
 		renewed, err := c.Renew(ctxFor(t, 10*time.Second), leases[i], r)
 		if err != nil || renewed.Addr != leases[i].Addr {
 			t.Fatalf("Renew %s for %s: %v, %v", addr, r.who(), renewed.Addr, err)
@@ -194,10 +199,12 @@ func renewingIsUnicast(t *testing.T, l *lan, d *dnsmasq, c *Client, r Request, l
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("RENEWING request (ciaddr %s, BROADCAST flag set): %v; want no answer on the parent", lease.Addr.Addr(), err)
 	}
-	if n := strings.Count(d.read(d.log), "DHCPACK("); n <= acks {
+	// What dnsmasq did with the request is awaited, not read once when the
+	// client gave up: it may answer (log, ARP for ciaddr, send) later.
+	if !waitFor(func() bool { return strings.Count(d.read(d.log), "DHCPACK(") > acks }) {
 		t.Fatalf("dnsmasq logged no DHCPACK for the RENEWING request: the test proves nothing")
 	}
-	if tap.count() == 0 {
+	if !waitFor(func() bool { return tap.count() > 0 }) {
 		t.Fatalf("no unicast to %s on the parent: dnsmasq's ACK went elsewhere", r.MAC)
 	}
 	t.Logf("RENEWING request: dnsmasq acknowledged it by unicast to %s (%d frames to %s on the parent, seen by an ETH_P_ALL tap only)", lease.Addr.Addr(), tap.count(), r.MAC)
