@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -240,4 +241,11 @@ func (d *Daemon) MustCall(route string, req, out any) {
 func (d *Daemon) Log() string {
 	b, _ := os.ReadFile(d.LogPath)
 	return string(b)
+}
+
+// WaitLog waits up to timeout until the daemon's log contains s, and
+// reports whether it did: for lines the daemon writes in the background
+// (renewals, repairs, releases) or after the state a test waited for.
+func (d *Daemon) WaitLog(timeout time.Duration, s string) bool {
+	return WaitFor(timeout, func() bool { return strings.Contains(d.Log(), s) })
 }

@@ -91,7 +91,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("over TCP %s = %v, on the socket %v", series, tcp[series], v)
 		}
 	}
-	if !strings.Contains(d.Log(), "serving metrics over TCP") {
+	if !d.WaitLog(5*time.Second, "serving metrics over TCP") { // logged beside the listener's serving, not before it
 		t.Error("the TCP metrics address was not logged")
 	}
 }

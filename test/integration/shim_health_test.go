@@ -121,14 +121,20 @@ func TestShimBrokenHostLinkIsHealed(t *testing.T) {
 	ns.WantLinks(base...)
 }
 
-// wantMetric fails unless the daemon's metrics have a line starting so.
+// wantMetric fails unless the daemon's metrics have a line starting so
+// within 5 s: a repair is counted after its kernel changes, which the
+// test may have seen first.
 func wantMetric(t *testing.T, d *itest.Daemon, line string) {
 	t.Helper()
-	_, body, err := d.Get("/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(body), "\n"+line) {
+	var body []byte
+	if !itest.WaitFor(5*time.Second, func() bool {
+		_, b, err := d.Get("/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = b
+		return strings.Contains(string(body), "\n"+line)
+	}) {
 		t.Fatalf("metrics lack %s:\n%s", line, body)
 	}
 }
@@ -152,6 +158,11 @@ func TestShimParentGoneForGoodIsQuiet(t *testing.T) {
 	d.MustCreateNetwork(itest.Net{ID: netB, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
 	ns.Delete("vp1")
 	time.Sleep(1500 * time.Millisecond) // the first pass fails and waits
+	// The count starts once that pass has logged its failure: under load
+	// it may come after the sleep.
+	if !d.WaitLog(10*time.Second, "could not make the host link of a network") {
+		t.Fatalf("the repair pass after vp1 went logged no failure to make the host link:\n%s", tailLog(d.Log(), 30))
+	}
 	warns := func() int { return strings.Count(d.Log(), "level=WARN") }
 	before := warns()
 	for i := 0; i < 100; i++ {
