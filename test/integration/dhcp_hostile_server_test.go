@@ -61,8 +61,13 @@ func TestDHCPHostileServers(t *testing.T) {
 			if l.Acks != 1 || addr.Addr() != l.Addr {
 				t.Fatalf("lease %+v for %s: want the real server's", l, addr)
 			}
-			naks := bad.Messages(itest.OfType(dhcpv4.MessageTypeRequest))
-			if len(naks) == 0 || naks[0].Answer != dhcpv4.MessageTypeNak {
+			// The rogue answers on its own: the real server's ACK says
+			// nothing of whether it has yet.
+			var naks []itest.DHCPMessage
+			if !itest.WaitFor(3*time.Second, func() bool {
+				naks = bad.Messages(itest.OfType(dhcpv4.MessageTypeRequest))
+				return len(naks) > 0 && naks[0].Answer == dhcpv4.MessageTypeNak
+			}) {
 				t.Fatalf("the rogue server NAKed nothing: the test proves nothing:\n%s", bad.MessagesString())
 			}
 			e.d.RemoveEndpoint(netA, epA)
