@@ -227,9 +227,10 @@ func TestIPv6FromTheLAN(t *testing.T) {
 		if c.addr.Bits() != 128 || !netip.MustParsePrefix("2001:db8:60::/64").Contains(c.addr.Addr()) {
 			t.Fatalf("CreateEndpoint answered %s: want an address of dnsmasq's range, /128", c.addr)
 		}
-		l, ok := srv6.Lease6(c.addr.Addr())
-		if !ok || l.DUID != itest.HexColons(dhcp6.DUIDFromMAC(c.mac)) {
-			t.Fatalf("dnsmasq's lease of %s: %q (found %v), want one for the DUID-LL of the endpoint's MAC %s:\n%v", c.addr, l.Line, ok, c.mac, srv6.Leases6())
+		// dnsmasq writes its lease file after its Reply: awaited.
+		l, ok := srv6.WaitLease6(5*time.Second, c.addr.Addr(), func(l itest.Dnsmasq6Lease) bool { return l.DUID == itest.HexColons(dhcp6.DUIDFromMAC(c.mac)) })
+		if !ok {
+			t.Fatalf("dnsmasq's lease of %s: %q (found %v), want one for the DUID-LL of the endpoint's MAC %s:\n%v", c.addr, l.Line, l.Line != "", c.mac, srv6.Leases6())
 		}
 		c.waitAddr(t, c.addr.Addr(), 5*time.Second, "the leased address")
 		c.waitDefaultVia(t, linkLocal(t, dhcpLAN.Far, itest.LAN6ServerLink), 20*time.Second)
@@ -295,7 +296,9 @@ func TestIPv6FromTheLAN(t *testing.T) {
 		if !itest.WaitFor(40*time.Second, func() bool { return strings.Contains(other.Log(), "DHCPRELEASE") }) {
 			t.Fatalf("the address offered instead of the lost %s was not given back:\n%s\n%s", a, other.Log(), d.Log())
 		}
-		if ls := other.Leases6(); len(ls) != 0 {
+		// dnsmasq logs the Release before it rewrites its lease file.
+		var ls []itest.Dnsmasq6Lease
+		if !itest.WaitFor(5*time.Second, func() bool { ls = other.Leases6(); return len(ls) == 0 }) {
 			t.Errorf("dnsmasq still leases %v to the daemon", ls)
 		}
 		other.Stop()

@@ -45,10 +45,12 @@ func TestVMDHCPv6Ipvlan(t *testing.T) {
 		if c.mac.String() != parentMAC.String() {
 			t.Fatalf("ipvlan endpoint %s has MAC %s, want the parent's %s", ep[:12], c.mac, parentMAC)
 		}
-		l, ok := srv.Lease6(c.addr.Addr())
+		// dnsmasq writes its lease file after its Reply: awaited.
 		iaid := dhcp6.EndpointIAID(ep)
-		if want := itest.HexColons(dhcp6.EndpointDUID(ep)); !ok || l.DUID != want || l.IAID != binary.BigEndian.Uint32(iaid[:]) {
-			t.Fatalf("dnsmasq's lease of %s: %q (found %v), want DUID %s IAID %x (the endpoint's own):\n%v", c.addr, l.Line, ok, want, iaid, srv.Leases6())
+		want := itest.HexColons(dhcp6.EndpointDUID(ep))
+		l, ok := srv.WaitLease6(5*time.Second, c.addr.Addr(), func(l itest.Dnsmasq6Lease) bool { return l.DUID == want && l.IAID == binary.BigEndian.Uint32(iaid[:]) })
+		if !ok {
+			t.Fatalf("dnsmasq's lease of %s: %q (found %v), want DUID %s IAID %x (the endpoint's own):\n%v", c.addr, l.Line, l.Line != "", want, iaid, srv.Leases6())
 		}
 		cs = append(cs, c)
 	}
@@ -71,7 +73,9 @@ func TestVMDHCPv6Ipvlan(t *testing.T) {
 	if !itest.WaitFor(10*time.Second, func() bool { _, ok := srv.Lease6(cs[0].addr.Addr()); return !ok }) {
 		t.Fatalf("%s is still in dnsmasq's lease file after DeleteEndpoint:\n%v", cs[0].addr, srv.Leases6())
 	}
-	if _, ok := srv.Lease6(cs[1].addr.Addr()); !ok {
+	// A read could meet the file emptied for a rewrite (the other's
+	// renewal): its line is awaited.
+	if _, ok := srv.WaitLease6(5*time.Second, cs[1].addr.Addr(), nil); !ok {
 		t.Fatalf("the other endpoint's lease of %s went with the first's deletion:\n%v", cs[1].addr, srv.Leases6())
 	}
 	if err := itest.Ping(cs[1].ns, cs[1].addr.Addr().String(), "2001:db8:68::1", 10*time.Second); err != nil {
