@@ -61,16 +61,18 @@ run: build
 # The whole proof: test/deps.sh first, then every suite, in lanes that run
 # side by side (test/suites.sh: one lane's targets one after another; each
 # target's output printed whole when it ends; a failed target fails the run
-# at the end, after the others ran; the timing table last). On 2 cores:
-# one lane holds the QEMU VMs (one emulated CPU is one host thread), one
-# what computes or waits on dockerd on this host, and the third builds the
-# current engine from the start, which both others need halfway through
+# at the end, after the others ran; the timing table last). On 2 cores the
+# lanes pair what computes with what waits: the first lane compiles and runs
+# the Go tests, then the QEMU VMs (one emulated CPU is one host thread); the
+# second drives dockerd (the e2e suites mostly wait on it: containers,
+# leases expiring, swarm), then the release and the fuzz targets; the third
+# builds the current engine from the start, before the others need it
 # (engines/build.sh: a second caller waits for the build and finds it).
-TEST_LANE_VM     ?= test-vm test-vm-docker test-vm-docker-current test-vm-arm64 fuzz
-TEST_LANE_HOST   ?= test-go test-e2e test-e2e-current test-release
+TEST_LANE_GO     ?= test-go test-vm test-vm-docker test-vm-docker-current test-vm-arm64
+TEST_LANE_DOCKER ?= test-e2e test-e2e-current test-release fuzz
 TEST_LANE_ENGINE ?= engine-current
 test:
-	@test/suites.sh --before test-deps "$(TEST_LANE_VM)" "$(TEST_LANE_HOST)" "$(TEST_LANE_ENGINE)"
+	@test/suites.sh --before test-deps "$(TEST_LANE_GO)" "$(TEST_LANE_DOCKER)" "$(TEST_LANE_ENGINE)"
 
 # Day to day, without root: vet (every build tag) and every test that needs
 # neither root nor a network namespace: rules, store, planners, protocol
