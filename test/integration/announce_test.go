@@ -17,6 +17,7 @@ import (
 // interval as Docker's options say; on a network an engine that announces
 // created (com.docker.network.enable_ipv4 in CreateNetwork), none.
 func TestAnnouncementsThroughTheBinary(t *testing.T) {
+	// Serial: its assertions are timing bounds (Join under 1 s, the spacing of the announcements).
 	l := newProbeLAN(t)
 	d := itest.StartDaemon(t, l.host, itest.DaemonOptions{})
 	capt := l.capture()

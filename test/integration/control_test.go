@@ -43,6 +43,7 @@ func rawRequest(t *testing.T, sock, req string) *http.Response {
 // timeout): the body is cut after a second's grace, the client is told
 // why, and the daemon exits cleanly well within the 10 s a body may take.
 func TestControlHalfSentBodyDoesNotHoldShutdown(t *testing.T) {
+	// Serial: it bounds the shutdown's time (under 8 s).
 	_, d := setup(t, itest.DaemonOptions{})
 	c, err := net.Dial("unix", d.Socket)
 	if err != nil {
@@ -102,6 +103,7 @@ func TestControlHalfSentBodyDoesNotHoldShutdown(t *testing.T) {
 // method gets 405 with Allow: POST and a JSON error, and nothing is
 // carried out or counted.
 func TestControlAPIMethods(t *testing.T) {
+	t.Parallel()
 	_, d := setup(t, itest.DaemonOptions{})
 	for _, path := range []string{control.PathState, control.PathRepair} {
 		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete, "PATCH"} {
@@ -141,6 +143,7 @@ func TestControlAPIMethods(t *testing.T) {
 // --docker-host without an address is refused by serve, ls and doctor,
 // naming the value and the fix.
 func TestControlWrongSocketOrDockerHost(t *testing.T) {
+	t.Parallel()
 	itest.RequireRoot(t)
 	docker := itest.NewFakeDocker(t)
 	dockerSock := strings.TrimPrefix(docker.Host(), "unix://")

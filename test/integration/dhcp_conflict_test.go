@@ -16,6 +16,7 @@ import (
 // that holds an offered address (its kernel answers the ARP probe), and a
 // static address a LAN host holds.
 func TestDHCPOffersThatAreNotFree(t *testing.T) {
+	// Serial: a 300 ms address probe must see the LAN host's answer (its subtests run in parallel among themselves).
 	itest.RequireRoot(t)
 	t.Run("one address offered to everyone", func(t *testing.T) {
 		t.Parallel()

@@ -13,6 +13,7 @@ import (
 // What of a lease a container's kernel would refuse (issue 22 §3) is not
 // answered by Join, and broken T1/T2 still leave the lease renewed in time.
 func TestDHCPHostileLeases(t *testing.T) {
+	// Serial: the renewal must come on schedule (its subtests run in parallel among themselves).
 	itest.RequireRoot(t)
 	gw, other := dhcpServer.Addr(), netip.MustParseAddr("198.18.180.2")
 

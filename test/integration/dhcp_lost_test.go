@@ -16,6 +16,7 @@ import (
 // gives it back the block goes and the container works again. A renewal
 // to a server that ignores REQUESTs holds up no deletion.
 func TestDHCPLostLeaseThroughTheBinary(t *testing.T) {
+	// Serial: deletions are bounded (2 s) and blocks awaited by T1 plus slack (its subtests run in parallel among themselves).
 	itest.RequireRoot(t)
 	t.Run("refused at renewal, then given back", func(t *testing.T) {
 		t.Parallel()

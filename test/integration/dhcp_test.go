@@ -171,6 +171,7 @@ func dhcpKillTeardown(t *testing.T, e *dhcpEnv) {
 }
 
 func TestDHCP(t *testing.T) {
+	// Serial: renewals must come on schedule, the refusal within dhcp_timeout plus slack (its subtests run in parallel among themselves).
 	itest.RequireRoot(t)
 	start := time.Now()
 	t.Cleanup(func() { t.Logf("DHCP subtests took %s in all", time.Since(start).Round(100*time.Millisecond)) })

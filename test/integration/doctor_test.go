@@ -50,6 +50,7 @@ func lsJSON(t *testing.T, d *itest.Daemon, dockerHost string) control.Listing {
 // --repair removes it (exit 0) and ls no longer lists it, while the
 // network Docker knows and its endpoint stay.
 func TestDoctorAndLs(t *testing.T) {
+	t.Parallel()
 	docker := itest.NewFakeDocker(t)
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})

@@ -14,6 +14,7 @@ import (
 // GwAllocCheck (no gateway address reserved for internal and ipvlan l3
 // networks), and Join's DstName for com.docker.network.endpoint.ifname.
 func TestCurrentEngineProtocol(t *testing.T) {
+	t.Parallel()
 	_, d := setup(t, itest.DaemonOptions{})
 	post := func(route string, req any) map[string]any {
 		t.Helper()

@@ -79,6 +79,7 @@ func addMarkedMacvlan(t *testing.T, ns *itest.Netns, name, parent, alias string)
 }
 
 func TestInstancesTwoDaemonsOneNamespace(t *testing.T) {
+	t.Parallel()
 	ns := itest.NewNetns(t)
 	ns.AddVeth("vp0", "vp0-peer", 1500)
 	ns.AddVeth("vp1", "vp1-peer", 9000)
@@ -179,6 +180,7 @@ func TestInstancesTwoDaemonsOneNamespace(t *testing.T) {
 // A's DeleteEndpoint and DeleteNetwork (logged), while B's start deletes it
 // as a stray of B's (its mark, and no record of B's names it).
 func TestInstancesOtherMarkNeverDeleted(t *testing.T) {
+	t.Parallel()
 	ns := itest.NewNetns(t)
 	ns.AddVeth("vp0", "vp0-peer", 1500)
 	ns.AddVeth("vp1", "vp1-peer", 9000)
@@ -221,6 +223,7 @@ func TestInstancesOtherMarkNeverDeleted(t *testing.T) {
 // socket and leaves B's stray alone; B started on its own socket deletes
 // it.
 func TestInstancesSocketInUseRefusedBeforeReconcile(t *testing.T) {
+	t.Parallel()
 	ns := itest.NewNetns(t)
 	ns.AddVeth("vp0", "vp0-peer", 1500)
 	a := itest.StartDaemon(t, ns, itest.DaemonOptions{Dir: t.TempDir()})

@@ -19,6 +19,7 @@ import (
 // on it is refused whichever name each asks with, and another NIC may
 // reuse the subnet.
 func TestIPAMParentAltnameIsTheSameLink(t *testing.T) {
+	t.Parallel()
 	ns, d := ipamSetup(t)
 	if err := ns.NL.LinkAddAltName(ns.MustLink("vp0"), "lan0"); err != nil {
 		t.Fatalf("add altname lan0 to vp0: %v", err)
@@ -52,6 +53,7 @@ func TestIPAMParentAltnameIsTheSameLink(t *testing.T) {
 // A parent no link has is refused, with a subnet too (it was accepted),
 // naming it and the fix; so is the loopback interface.
 func TestIPAMParentMustExist(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	for _, tc := range []struct {
 		req   ipam.RequestPoolRequest
@@ -81,6 +83,7 @@ func TestIPAMParentMustExist(t *testing.T) {
 // Pools that can never be a network's are refused naming the rule, and
 // none of them is held (0.0.0.0/0 held would block every other pool).
 func TestIPAMExplicitPoolRangeRules(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	for _, tc := range []struct {
 		pool string
@@ -112,6 +115,7 @@ func TestIPAMExplicitPoolRangeRules(t *testing.T) {
 // (Docker's default): automatic pools avoid its subnet, so the network
 // made from the automatic pool is not refused, and a retry gets another.
 func TestIPAMAutoPoolAvoidsNetworksOfOtherIPAMs(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	// docker network create -d underlay --subnet 198.18.0.0/24 -o parent=vp0 (default IPAM)
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.0.0/24,198.18.0.1/24"}})
@@ -133,6 +137,7 @@ func TestIPAMAutoPoolAvoidsNetworksOfOtherIPAMs(t *testing.T) {
 // 128.0.0.0/1: a default route in two halves, which blocks nothing; the
 // routes inside them still do.
 func TestIPAMAutoPoolWithSplitDefaultRoutes(t *testing.T) {
+	t.Parallel()
 	ns, d := ipamSetup(t)
 	ns.AddAddr("vp0", "10.8.0.2/24")
 	ns.AddRoute("0.0.0.0/1", "10.8.0.1", "vp0", 0)
@@ -150,6 +155,7 @@ func TestIPAMAutoPoolWithSplitDefaultRoutes(t *testing.T) {
 // uses for the first's network (listed in the background, never on the
 // request path).
 func TestIPAMAutoPoolAvoidsDockerSubnets(t *testing.T) {
+	t.Parallel()
 	docker := itest.NewFakeDocker(t)
 	ns, a := ipamSetup(t, "--docker-host", docker.Host())
 	b := itest.StartDaemon(t, ns, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host(),

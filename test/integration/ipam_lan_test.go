@@ -26,6 +26,7 @@ func arpProbesFor(addr netip.Addr) func([]byte) bool {
 }
 
 func TestIPAMLANProbeSkipsAddressesTheLANHolds(t *testing.T) {
+	// Serial: the LAN's answer must reach the address probe within its budget, the probes are counted in a capture window.
 	l := newProbeLAN(t)
 	l.host.AddAddr(probeParent, "198.18.7.2/24")
 	l.lan.AddAddr(probeLANEnd, "198.18.7.1/24") // the LAN's router, say: answers ARP
@@ -118,6 +119,7 @@ func releaseAddr(t *testing.T, d *itest.Daemon, poolID, addr string) {
 }
 
 func TestIPAMStickyAddressesByName(t *testing.T) {
+	t.Parallel()
 	docker := itest.NewFakeDocker(t)
 	_, d := ipamSetup(t, "--docker-host", docker.Host())
 	const subnet = "198.18.40.0/24"

@@ -105,6 +105,7 @@ func plain(cidr string) string {
 }
 
 func TestIPAMActivateCapabilitiesAndSpaces(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	code, body, err := d.Post("/Plugin.Activate", nil)
 	var act struct{ Implements []string }
@@ -155,6 +156,7 @@ func TestIPAMActivateCapabilitiesAndSpaces(t *testing.T) {
 // auto pool must not overlap and checks the next auto pool moves past it,
 // and that default routes block nothing.
 func TestIPAMAutoPoolAvoidsHostState(t *testing.T) {
+	t.Parallel()
 	conf := resolvConf(t, "# written by the test", "search example.test", "nameserver 198.18.0.53", "nameserver 2001:db8:100::53", "options ndots:2")
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--default-address-pool", ipamBase,
 		"--default-address-pool", "base=2001:db8:100::/56,size=64", "--resolv-conf", conf}})
@@ -210,6 +212,7 @@ func TestIPAMAutoPoolAvoidsHostState(t *testing.T) {
 }
 
 func TestIPAMConcurrentAutoPools(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	const n = 32
 	pools := make([]ipam.RequestPoolResponse, n)
@@ -270,6 +273,7 @@ func TestIPAMConcurrentAutoPools(t *testing.T) {
 }
 
 func TestIPAMExplicitPoolOverlap(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	held := d.MustRequestPool(ipam.RequestPoolRequest{Pool: "198.18.10.0/24"})
 	wantPool(t, "explicit pool", held, "198.18.10.0/24")
@@ -298,6 +302,7 @@ func TestIPAMExplicitPoolOverlap(t *testing.T) {
 }
 
 func TestIPAMParentPool(t *testing.T) {
+	t.Parallel()
 	ns, d := ipamSetup(t)
 	ns.AddAddr("vp0", "198.18.20.2/29")
 	ns.AddRoute("default", "198.18.20.1", "vp0", 0)
@@ -358,6 +363,7 @@ func TestIPAMParentPool(t *testing.T) {
 }
 
 func TestIPAMSubPoolAndConcurrentAddresses(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	p := d.MustRequestPool(ipam.RequestPoolRequest{Pool: "198.18.30.0/24", SubPool: "198.18.30.128/28"})
 	wantPool(t, "pool with SubPool", p, "198.18.30.0/24")
@@ -400,6 +406,7 @@ func TestIPAMSubPoolAndConcurrentAddresses(t *testing.T) {
 }
 
 func TestIPAMNetworkAndBroadcastNeverHandedOut(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	v4 := d.MustRequestPool(ipam.RequestPoolRequest{Pool: "198.18.31.0/24"})
 	v6 := d.MustRequestPool(ipam.RequestPoolRequest{Pool: "2001:db8:31::/64", V6: true})
@@ -425,6 +432,7 @@ func TestIPAMNetworkAndBroadcastNeverHandedOut(t *testing.T) {
 }
 
 func TestIPAMReservationExpiry(t *testing.T) {
+	// Serial: consecutive requests must fall within the 2 s reservation timeout.
 	const timeout = 2 * time.Second
 	_, d := ipamSetup(t, "--pool-reservation-timeout", timeout.String())
 	unused := d.AutoPool(false)
@@ -485,6 +493,7 @@ func TestIPAMReservationExpiry(t *testing.T) {
 // hold the prefix forever for a pool Docker never releases, and hand out
 // the same addresses from two pools of one LAN.
 func TestIPAMExpiredReservationNotRevived(t *testing.T) {
+	t.Parallel()
 	const timeout = 2 * time.Second
 	_, d := ipamSetup(t, "--pool-reservation-timeout", timeout.String())
 	dead := d.AutoPool(false)
@@ -518,6 +527,7 @@ func TestIPAMExpiredReservationNotRevived(t *testing.T) {
 // default, --subnet): underlay's IPAM hears nothing of it, and only the
 // CreateNetwork names the prefix.
 func TestIPAMExpiredReservationNotRevivedByOtherIPAM(t *testing.T) {
+	t.Parallel()
 	const timeout = 2 * time.Second
 	_, d := ipamSetup(t, "--pool-reservation-timeout", timeout.String())
 	dead := d.AutoPool(false)
@@ -533,6 +543,7 @@ func TestIPAMExpiredReservationNotRevivedByOtherIPAM(t *testing.T) {
 }
 
 func TestIPAMKill9KeepsReservationsAndAddresses(t *testing.T) {
+	// Serial: the restart and a request must fall within the 6 s reservation timeout.
 	const timeout = 6 * time.Second
 	_, d := ipamSetup(t, "--pool-reservation-timeout", timeout.String())
 	inUse := d.AutoPool(false)
@@ -576,6 +587,7 @@ func TestIPAMKill9KeepsReservationsAndAddresses(t *testing.T) {
 }
 
 func TestIPAMRefusalsAndUnknownReleases(t *testing.T) {
+	t.Parallel()
 	_, d := ipamSetup(t)
 	for _, tc := range []struct {
 		req  ipam.RequestPoolRequest
@@ -635,6 +647,7 @@ func TestIPAMRefusalsAndUnknownReleases(t *testing.T) {
 }
 
 func TestIPAMBasesFromEnvironmentAndFlags(t *testing.T) {
+	t.Parallel()
 	empty := resolvConf(t)
 	env := []string{"DEFAULT_ADDRESS_POOLS=base=198.18.64.0/18,size=26 base=2001:db8:200::/48,size=64"}
 	e := itest.StartDaemon(t, itest.NewNetns(t), itest.DaemonOptions{Env: env, Args: []string{"--resolv-conf", empty}})
@@ -688,6 +701,7 @@ func TestIPAMBasesFromEnvironmentAndFlags(t *testing.T) {
 // underlay as both its IPAM and its network driver, past the reservation
 // timeout, and removes it in libnetwork's order.
 func TestIPAMNetworkCreateFlow(t *testing.T) {
+	// Serial: consecutive requests must fall within the 2 s reservation timeout.
 	const timeout = 2 * time.Second
 	ns, d := ipamSetup(t, "--pool-reservation-timeout", timeout.String())
 	var spaces ipam.AddressSpacesResponse

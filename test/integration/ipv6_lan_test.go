@@ -165,6 +165,7 @@ func eui64(prefix netip.Prefix, mac net.HardwareAddr) netip.Addr {
 }
 
 func TestIPv6FromTheLAN(t *testing.T) {
+	t.Parallel()
 	ns := itest.NewNetns(t)
 	slaacLAN := itest.NewLAN6(t, ns, "lan6s", netip.MustParsePrefix("2001:db8:61::1/64"))
 	dhcpLAN := itest.NewLAN6(t, ns, "lan6d", netip.MustParsePrefix("2001:db8:60::1/64"))

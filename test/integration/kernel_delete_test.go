@@ -42,6 +42,7 @@ func newKernel(t *testing.T, ns *itest.Netns) *netlinkutil.Kernel {
 }
 
 func TestDeleteLinkFreesNameAndMACWhenItReturns(t *testing.T) {
+	// Serial: each deletion must return at its announcement, which races the kernel's acknowledgement 12-24 ms later.
 	ns := itest.NewNetns(t)
 	ns.AddVeth("kp0", "kp0-peer", 1500)
 	k := newKernel(t, ns)
@@ -78,6 +79,7 @@ func TestDeleteLinkFreesNameAndMACWhenItReturns(t *testing.T) {
 // announcement names another link, so DeleteLink waits for the kernel's
 // acknowledgement instead, and a link gone already is not an error.
 func TestDeleteLinkOfRenamedOrGoneLink(t *testing.T) {
+	t.Parallel()
 	ns := itest.NewNetns(t)
 	ns.AddVeth("kp0", "kp0-peer", 1500)
 	k := newKernel(t, ns)
@@ -106,6 +108,7 @@ func TestDeleteLinkOfRenamedOrGoneLink(t *testing.T) {
 // More deletions at once than run in the background (64): all return, every
 // link is gone, and Close returns once the kernel has finished them.
 func TestConcurrentDeleteLinks(t *testing.T) {
+	t.Parallel()
 	ns := itest.NewNetns(t)
 	ns.AddVeth("kp0", "kp0-peer", 1500)
 	k := netlinkutil.NewAt(ns.Handle())

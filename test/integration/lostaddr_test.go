@@ -17,6 +17,7 @@ import (
 // again once unblocked; the table is gone with its last rule, and another
 // address is not blocked meanwhile.
 func TestLostAddressBlockedOnTheParent(t *testing.T) {
+	t.Parallel()
 	for _, f := range []struct {
 		name                 string
 		lanHost, lost, other string

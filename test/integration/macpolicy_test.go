@@ -15,6 +15,7 @@ import (
 // the kernel has it and the LAN hears its announcements from it; with
 // mac_address_policy=random every endpoint gets a new one.
 func TestStableMACThroughTheBinary(t *testing.T) {
+	// Serial: the announcements are counted in a capture window.
 	l := newProbeLAN(t)
 	d := itest.StartDaemon(t, l.host, itest.DaemonOptions{})
 	opts := map[string]string{"parent": probeParent, "com.docker.network.advertise_addr_ms": "100", "address_probe": "0"}

@@ -2,6 +2,14 @@
 // namespaces, drives its socket with the remote driver protocol and checks
 // the kernel's links with netlink. Files tagged vm need ipvlan, 8021q and
 // dummy and run in the project's test VM (test/vm/run.sh).
+//
+// A test that can run beside the others calls t.Parallel() first: it has
+// namespaces, a daemon and a temporary directory of its own, and most of
+// its time is waiting. A test whose assertions are timing bounds (or need
+// a request to fall within a window: a reservation, a grace period, a
+// probe's budget), a load test, or one not known to be safe beside others
+// stays serial and says why in its first line: go test runs every serial
+// top-level test, alone, before the parallel ones start.
 package integration
 
 import (

@@ -20,6 +20,7 @@ import (
 // of the plugin socket, and the same on --metrics-listen (TCP, here
 // 127.0.0.1 of the daemon's namespace).
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	itest.RequireRoot(t)
 	docker := itest.NewFakeDocker(t)
 	ns := itest.NewNetns(t)
@@ -106,6 +107,7 @@ func TestMetrics(t *testing.T) {
 // the socket's /metrics keep answering; once the flood ends, TCP scrapes
 // are answered again.
 func TestMetricsTCPFloodLeavesPluginSocket(t *testing.T) {
+	// Serial: a flood of 1,126 connections (load).
 	itest.RequireRoot(t)
 	docker := itest.NewFakeDocker(t)
 	ns := itest.NewNetns(t)

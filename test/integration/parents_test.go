@@ -84,6 +84,7 @@ func sortedCopy(s []string) []string {
 // the name is and names the holder, and an accepted network's endpoint
 // links hang off vp0.
 func TestParentAltnameIsTheKernelLink(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	addAltname(t, ns, "vp0", "lan0")
 	vp0 := ns.MustLink("vp0").Attrs().Index
@@ -141,6 +142,7 @@ func TestParentAltnameIsTheKernelLink(t *testing.T) {
 // The other way round: a passthru network asked on the altname holds vp0
 // exclusively, so any network asked on vp0 is refused naming it.
 func TestParentAltnamePassthruHoldsTheKernelLink(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	addAltname(t, ns, "vp0", "lan0")
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "lan0", "macvlan_mode": "passthru"}, V4: []string{"198.18.1.0/24"}})
@@ -166,6 +168,7 @@ func TestParentAltnamePassthruHoldsTheKernelLink(t *testing.T) {
 // the parent to use, directly, by an altname, or as the base of a VLAN;
 // nothing is created or stored. An ipvlan link is refused alike (VM suite).
 func TestParentMacvlanLinkRefused(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	if err := ns.NL.LinkAdd(&netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "mvx", ParentIndex: ns.MustLink("vp0").Attrs().Index}, Mode: netlink.MACVLAN_MODE_BRIDGE}); err != nil {
 		t.Fatal(err)
@@ -207,6 +210,7 @@ func TestParentMacvlanLinkRefused(t *testing.T) {
 // after the janitor's ticks, or at the next start. (The veth's peer is
 // moved away, as into a container, so nothing stands on vp0.10 any more.)
 func TestParentVLANNameTakenByAnotherLink(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		add  func(t *testing.T, ns *itest.Netns)

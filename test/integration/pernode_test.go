@@ -16,6 +16,7 @@ import (
 // and a network that comes back after its link was renamed moves to the
 // link its option means now.
 func TestPerNodeParents(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	ns.AddAddr("vp0", "198.18.40.2/24")
 	ns.AddAddr("vp1", "198.18.41.2/24")

@@ -23,6 +23,7 @@ var broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 // link with the probe's MAC already exists on the parent (its rx_handler
 // takes the reply from per-protocol sockets of the parent).
 func TestProbeConflictWithLANHost(t *testing.T) {
+	// Serial: its assertions are timing bounds (the first answer ends the probe within 2 s).
 	l := newProbeLAN(t)
 	addr := netip.MustParseAddr("198.18.7.1")
 	l.lan.AddAddr(probeLANEnd, "198.18.7.1/24")
@@ -65,6 +66,7 @@ func TestProbeConflictWithLANHost(t *testing.T) {
 // address, to broadcast) about budget/3 apart; the endpoint's MAC is in
 // the parent's unicast filter only while the probe runs.
 func TestProbeNoAnswer(t *testing.T) {
+	// Serial: its assertions are timing bounds (the probe's budget, the spacing of its frames).
 	l := newProbeLAN(t)
 	l.lan.AddAddr(probeLANEnd, "198.18.7.1/24") // the LAN host holds another address
 	capt := l.capture()
@@ -110,6 +112,7 @@ func TestProbeNoAnswer(t *testing.T) {
 // Another host probing for the same address at the same time is a
 // conflict too (RFC 5227 §2.1.1).
 func TestProbeSimultaneousProbe(t *testing.T) {
+	// Serial: a frame sent 200 ms in must reach the probe within its budget.
 	l := newProbeLAN(t)
 	addr := netip.MustParseAddr("198.18.7.9")
 	other := net.HardwareAddr{0x02, 0x00, 0x00, 0x07, 0x00, 0x09}
@@ -140,6 +143,7 @@ func TestProbeSimultaneousProbe(t *testing.T) {
 
 // A context that ends first ends the probe with its error.
 func TestProbeContextEnds(t *testing.T) {
+	// Serial: it bounds the probe's time after its context ends.
 	l := newProbeLAN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -157,6 +161,7 @@ func TestProbeContextEnds(t *testing.T) {
 // address, sender MAC the endpoint's, to broadcast) interval apart, and
 // the LAN host's stale neighbour entry for the address follows them.
 func TestAnnounceGratuitousARP(t *testing.T) {
+	// Serial: its assertions are timing bounds (the announcements' duration and spacing).
 	l := newProbeLAN(t)
 	l.lan.AddAddr(probeLANEnd, "198.18.7.1/24")
 	addr := netip.MustParseAddr("198.18.7.5")
@@ -191,6 +196,7 @@ func TestAnnounceGratuitousARP(t *testing.T) {
 // LAN's: an ARP reply for the address from there is no conflict, the same
 // reply untagged is.
 func TestProbeIgnoresOtherVLANs(t *testing.T) {
+	// Serial: frames sent 100-300 ms in must reach an 800 ms probe.
 	l := newProbeLAN(t)
 	addr := netip.MustParseAddr("198.18.7.10")
 	other := net.HardwareAddr{0x02, 0x00, 0x00, 0x07, 0x00, 0x10}

@@ -32,6 +32,7 @@ func requireIPv6(t *testing.T) {
 // and the LAN host's kernel takes them: its stale neighbour entry for the
 // address follows.
 func TestAnnounceIPv6UnsolicitedNA(t *testing.T) {
+	// Serial: its assertions are timing bounds (the spacing of the advertisements).
 	requireIPv6(t)
 	l := newProbeLAN(t)
 	l.lan.AddAddr(probeLANEnd, "2001:db8:7::1/64")
@@ -67,6 +68,7 @@ func TestAnnounceIPv6UnsolicitedNA(t *testing.T) {
 // ProbeIPv6 of an address a LAN host holds: its kernel answers the
 // duplicate address detection NS; a conflict naming its MAC.
 func TestProbeIPv6ConflictWithLANHost(t *testing.T) {
+	// Serial: it bounds the probe's time (the first answer ends it within 2 s).
 	requireIPv6(t)
 	l := newProbeLAN(t)
 	l.lan.AddAddr(probeLANEnd, "2001:db8:7::1/64")
@@ -87,6 +89,7 @@ func TestProbeIPv6ConflictWithLANHost(t *testing.T) {
 // NSs from :: to the address's solicited-node group, target the address,
 // without options.
 func TestProbeIPv6NoAnswer(t *testing.T) {
+	// Serial: its assertions are timing bounds (the probe's budget, the spacing of its frames).
 	requireIPv6(t)
 	l := newProbeLAN(t)
 	l.lan.AddAddr(probeLANEnd, "2001:db8:7::1/64")

@@ -13,6 +13,7 @@ import (
 )
 
 func TestActivateCapabilitiesAndScope(t *testing.T) {
+	t.Parallel()
 	_, d := setup(t, itest.DaemonOptions{})
 	code, body, err := d.Post("/Plugin.Activate", nil)
 	if err != nil || code != 200 || !strings.Contains(string(body), `"Implements":["NetworkDriver","IpamDriver"]`) {
@@ -51,6 +52,7 @@ func TestActivateCapabilitiesAndScope(t *testing.T) {
 }
 
 func TestMacvlanEndpointLifecycle(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp1", "mtu": "9000"},
 		V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
@@ -110,6 +112,7 @@ func modeOf(l netlink.Link) any {
 }
 
 func TestMacvlanModesOnVeth(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	for i, tc := range []struct {
 		mode string
@@ -129,6 +132,7 @@ func TestMacvlanModesOnVeth(t *testing.T) {
 }
 
 func TestMTUOption(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0", "mtu": "1280"}, V4: []string{"198.18.1.0/24"}})
 	d.Endpoint(netA, epA, "198.18.1.10/24", "", "")
@@ -144,6 +148,7 @@ func TestMTUOption(t *testing.T) {
 }
 
 func TestInvalidRequestsAnswerErrors(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	for _, tc := range []struct {
 		route, body string

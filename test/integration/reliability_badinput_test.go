@@ -107,6 +107,7 @@ func badRequests(endpointLink string) []badRequest {
 // an error naming the problem, and neither the links nor the state file
 // change.
 func TestBadInputs(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	for _, br := range []struct{ name, kind string }{{"docker0", "bridge"}, {"br-0123456789ab", "bridge"}, {"docker_gwbridge", "bridge"}} {
 		if err := ns.NL.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: br.name}}); err != nil {

@@ -71,6 +71,7 @@ func crashScenarios() map[string]crashScenario {
 // Docker's next call (the same request again) succeeds; deleting
 // everything then leaves nothing.
 func TestCrashAtEveryPoint(t *testing.T) {
+	t.Parallel()
 	scenarios := crashScenarios()
 	points := driver.CrashPoints()
 	if len(scenarios) != len(points) {

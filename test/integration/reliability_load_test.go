@@ -38,6 +38,7 @@ func hexID(prefix string, i int) string { return fmt.Sprintf("%s%011x%052d", pre
 // every endpoint and network ever requested leaves no link and no record,
 // and an exclusive network on each parent succeeds.
 func TestKillUnderLoad(t *testing.T) {
+	// Serial: a load test (4 clients, 30 rounds of SIGKILL).
 	ns := itest.NewNetns(t)
 	ps := parents(ns, 4)
 	d := itest.StartDaemon(t, ns, itest.DaemonOptions{})
@@ -128,6 +129,7 @@ func TestKillUnderLoad(t *testing.T) {
 // configurations on one parent, many times: exactly one wins, every loser
 // gets the conflict error naming it, nothing leaks.
 func TestRaceRepeated(t *testing.T) {
+	// Serial: a load test (20 trials of 64 concurrent creates).
 	ns, d := setup(t, itest.DaemonOptions{})
 	trials := 20
 	if itest.InVM() {
@@ -172,6 +174,7 @@ func TestRaceRepeated(t *testing.T) {
 // TestConcurrentCreatesAndDeletesOverManyParents: compatible networks
 // created and deleted concurrently on many parents stay consistent.
 func TestConcurrentCreatesAndDeletesOverManyParents(t *testing.T) {
+	// Serial: a load test (16 workers over 8 parents).
 	ns := itest.NewNetns(t)
 	ps := parents(ns, 8)
 	d := itest.StartDaemon(t, ns, itest.DaemonOptions{})

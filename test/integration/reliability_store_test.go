@@ -47,6 +47,7 @@ func startFails(t *testing.T, d *itest.Daemon, state string, want ...string) {
 }
 
 func TestStoreFaultsAtStart(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
 	if err := d.Stop(); err != nil {
@@ -111,6 +112,7 @@ func TestStoreFaultsAtStart(t *testing.T) {
 // that must commit fail with a clear error and leave no half-written
 // record; once space is back, everything works and nothing was lost.
 func TestDiskFullDuringCommit(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "small")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -169,6 +171,7 @@ func TestDiskFullDuringCommit(t *testing.T) {
 
 // TestNoTCPListener: the daemon listens on its unix socket only.
 func TestNoTCPListener(t *testing.T) {
+	t.Parallel()
 	_, d := setup(t, itest.DaemonOptions{})
 	for _, proto := range []string{"tcp", "tcp6", "udp", "udp6"} {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", d.Pid(), proto))

@@ -17,6 +17,7 @@ import (
 )
 
 func TestKill9AndRestartKeepsEverything(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	a := itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}}
 	d.MustCreateNetwork(a)
@@ -46,6 +47,7 @@ func TestKill9AndRestartKeepsEverything(t *testing.T) {
 }
 
 func TestStrayLinksRemovedBeforeServing(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
 	d.Endpoint(netA, epA, "198.18.1.10/24", "", "")
@@ -100,6 +102,7 @@ func TestStrayLinksRemovedBeforeServing(t *testing.T) {
 }
 
 func TestSecondInstanceOnSameStateExits(t *testing.T) {
+	// Serial: it bounds the second instance's exit (5 s).
 	ns, d := setup(t, itest.DaemonOptions{})
 	other := filepath.Join(t.TempDir(), "other.sock")
 	cmd := d.Command(nil, "serve", "--socket", other, "--state", d.State)
@@ -135,6 +138,7 @@ func TestSecondInstanceOnSameStateExits(t *testing.T) {
 }
 
 func TestSIGTERMFinishesInFlightRemovesSocketAndClosesState(t *testing.T) {
+	// Serial: SIGTERM must land within the 800 ms a request is held in flight.
 	docker := itest.NewFakeDocker(t)
 	_, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
@@ -169,6 +173,7 @@ func TestSIGTERMFinishesInFlightRemovesSocketAndClosesState(t *testing.T) {
 }
 
 func TestEnvironmentAndVersion(t *testing.T) {
+	t.Parallel()
 	ns := itest.NewNetns(t)
 	dir := t.TempDir()
 	state := filepath.Join(dir, "from-env", "state.db")

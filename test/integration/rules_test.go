@@ -52,6 +52,7 @@ func wantRecords(t *testing.T, d *itest.Daemon, endpoints int, ids ...string) {
 }
 
 func TestRule1SameIDIsReused(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	n := itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}}
 	d.MustCreateNetwork(n)
@@ -66,6 +67,7 @@ func TestRule1SameIDIsReused(t *testing.T) {
 }
 
 func TestRule2StaleDuplicateReplaced(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
 	d.Endpoint(netA, epA, "198.18.1.10/24", "", "")
@@ -84,6 +86,7 @@ func TestRule2StaleDuplicateReplaced(t *testing.T) {
 }
 
 func TestRule3ConflictsRefusedNamingHolder(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
 	d.Endpoint(netA, epA, "198.18.1.10/24", "", "")
@@ -111,6 +114,7 @@ func TestRule3ConflictsRefusedNamingHolder(t *testing.T) {
 }
 
 func TestRule4StaleHolder(t *testing.T) {
+	// Serial: the holder must still be younger than the 3 s grace when the create is sent.
 	docker := itest.NewFakeDocker(t)
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	sentA := time.Now() // the holder's record is created after this
@@ -144,6 +148,7 @@ func TestRule4StaleHolder(t *testing.T) {
 }
 
 func TestRule4DockerUnreachableRefuses(t *testing.T) {
+	t.Parallel()
 	_, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", "unix:///nonexistent/docker.sock"}})
 	d.MustCreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
 	if msg := d.CreateNetwork(itest.Net{ID: netB, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}}); !strings.Contains(msg, "aaaaaaaaaaaa") {
@@ -153,6 +158,7 @@ func TestRule4DockerUnreachableRefuses(t *testing.T) {
 }
 
 func TestRule5RaceOnOneParent(t *testing.T) {
+	t.Parallel()
 	docker := itest.NewFakeDocker(t)
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	const n = 64
@@ -188,6 +194,7 @@ func TestRule5RaceOnOneParent(t *testing.T) {
 }
 
 func TestRule5SameIDConcurrently(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	msgs := itest.Concurrently(64, func(int) string {
 		return d.CreateNetwork(itest.Net{ID: netA, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
@@ -202,6 +209,7 @@ func TestRule5SameIDConcurrently(t *testing.T) {
 }
 
 func TestRule6FailedCreateLeavesNothing(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	// Kernel-level failures: a parent that is not there, an MTU it refuses.
 	for _, n := range []itest.Net{

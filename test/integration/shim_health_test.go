@@ -16,6 +16,7 @@ import (
 // name (a crash while it was made), and a copy an operator renamed; a Join
 // right after an operator broke it answers and routes.
 func TestShimBrokenHostLinkIsHealed(t *testing.T) {
+	// Serial: repairs are bounded (5 s).
 	ns, d := setup(t, itest.DaemonOptions{})
 	mark := instanceMark(t, d)
 	shim := shimLink(netA)
@@ -153,6 +154,7 @@ func tailLog(s string, n int) string {
 // line, per burst of unrelated link events: 100 endpoint cycles on
 // another network log nothing more.
 func TestShimParentGoneForGoodIsQuiet(t *testing.T) {
+	// Serial: repairs are bounded (5 s) and WARN lines counted across timed windows.
 	ns, d := setup(t, itest.DaemonOptions{})
 	d.MustCreateNetwork(hostNet(netA, "vp1", 1))
 	d.MustCreateNetwork(itest.Net{ID: netB, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})

@@ -149,6 +149,7 @@ func wantPings(t *testing.T, when string, host *itest.Netns, hostAddr string, sb
 // daemon runs; Docker's replay of the create keeps it; Leave removes the
 // route and DeleteNetwork the link, which then stays gone.
 func TestShimHostAddressPingAndLifecycle(t *testing.T) {
+	// Serial: the live repair is bounded (3 s).
 	ns, d := setup(t, itest.DaemonOptions{})
 	mark := instanceMark(t, d)
 	shim := shimLink(netA)
@@ -231,6 +232,7 @@ func TestShimHostAddressPingAndLifecycle(t *testing.T) {
 // too, while a second endpoint keeps its own; a network without
 // host_address on the same parent has no host link.
 func TestShimHostAddressRoutesPerEndpoint(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	mark := instanceMark(t, d)
 	shim := shimLink(netA)
@@ -255,6 +257,7 @@ func TestShimHostAddressRoutesPerEndpoint(t *testing.T) {
 // Every host_address the driver cannot honour is refused with 400 naming
 // the fix, and leaves nothing behind.
 func TestShimHostAddressRefusals(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	aux := func(a string) []map[string]string { return []map[string]string{{"host": a + "/24"}} }
 	pool := []string{"198.18.1.0/24,198.18.1.1/24"}
@@ -318,6 +321,7 @@ func TestShimHostAddressRefusals(t *testing.T) {
 // network (a stale duplicate): the host link then has only the new
 // address; again without host_address, there is no host link.
 func TestShimHostAddressReplaced(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	mark := instanceMark(t, d)
 	shim := shimLink(netA)
@@ -339,6 +343,7 @@ func TestShimHostAddressReplaced(t *testing.T) {
 // no network owns is deleted as a stray; one without the mark, and the
 // host link of a live network, are kept.
 func TestShimStrayHostLinkRemovedAtStart(t *testing.T) {
+	t.Parallel()
 	ns, d := setup(t, itest.DaemonOptions{})
 	logged := instanceMark(t, d)
 	shim := shimLink(netA)
@@ -370,6 +375,7 @@ func TestShimStrayHostLinkRemovedAtStart(t *testing.T) {
 // when the parent comes back (the administrator re-creates it), the
 // watcher makes the host link again within 3 s.
 func TestShimHostLinkBackWithItsParent(t *testing.T) {
+	// Serial: the repair is bounded (3 s).
 	ns, d := setup(t, itest.DaemonOptions{})
 	mark := instanceMark(t, d)
 	shim := shimLink(netA)

@@ -70,6 +70,7 @@ func timedCreate(d *itest.Daemon, n itest.Net) (string, time.Duration) {
 // only after the driver answered {}: exactly one wins, every other is
 // refused naming it, and the winner is never removed as stale.
 func TestStaleLibnetworkOrderOneWinner(t *testing.T) {
+	// Serial: a load test: 64 concurrent creates whose Docker lookups must each answer within the 2 s lookup timeout.
 	for _, n := range []int{8, 64} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			docker := itest.NewFakeDocker(t)
@@ -143,6 +144,7 @@ func TestStaleLibnetworkOrderOneWinner(t *testing.T) {
 // as old as the grace period; Docker has learned it meanwhile, so the
 // create is refused and the holder stays.
 func TestStaleYoungHolderAskedAgainAfterGrace(t *testing.T) {
+	// Serial: the create must reach Docker within the 500 ms before Docker learns the holder.
 	docker := itest.NewFakeDocker(t)
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	sentA := time.Now()
@@ -166,6 +168,7 @@ func TestStaleYoungHolderAskedAgainAfterGrace(t *testing.T) {
 // asked: the create is refused at once and the holder stays. Docker's own
 // 404 for a holder older than the grace period removes it at once.
 func TestStaleOnlyDockers404RemovesHolder(t *testing.T) {
+	// Serial: its assertions are timing bounds (refusals within 2 s).
 	docker := itest.NewFakeDocker(t)
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	d.MustCreateNetwork(passthru(netA, "198.18.1.0/24"))
@@ -217,6 +220,7 @@ func TestStaleOnlyDockers404RemovesHolder(t *testing.T) {
 // Of several holders, one that Docker still knows is enough to refuse, and
 // then none of them is removed, not even those Docker does not know.
 func TestStaleOneLiveHolderKeepsAll(t *testing.T) {
+	t.Parallel()
 	docker := itest.NewFakeDocker(t)
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	for i, h := range []struct{ net, ep string }{{netA, epA}, {netB, epB}, {netC, epC}} {
@@ -238,6 +242,7 @@ func TestStaleOneLiveHolderKeepsAll(t *testing.T) {
 // passes, and a compatible create waiting on the parent meanwhile is
 // answered right after.
 func TestStaleCheckBoundedWhenDockerHangs(t *testing.T) {
+	// Serial: its assertions are timing bounds (5 s and 6 s).
 	docker := itest.NewFakeDocker(t)
 	ns, d := setup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	var holders []string

@@ -30,6 +30,7 @@ func vmWantRefusal(t *testing.T, msg, holder, parent, reason string) {
 // CreateNetwork, naming the holder, whether or not the holder has links in
 // the kernel yet.
 func TestVMMacvlanAndIpvlanNeverShareAParent(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	ns.AddDummy("d2", 1500)
 	ns.AddDummy("d3", 1500)
@@ -84,6 +85,7 @@ func TestVMMacvlanAndIpvlanNeverShareAParent(t *testing.T) {
 // so the holder's links keep theirs; the same mode and flag with a
 // disjoint subnet is accepted, and both networks' containers talk.
 func TestVMIpvlanModeSharedOnParent(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	a, b := vmNet(1), vmNet(2)
 	d.MustCreateNetwork(itest.Net{ID: a, Opts: map[string]string{"parent": "d0", "ipvlan_mode": "l3"}, V4: vmPool4(1), V6: vmPool6(1)})

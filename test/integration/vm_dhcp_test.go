@@ -25,6 +25,7 @@ import (
 // are renewed at T1 with the links in the containers; DeleteEndpoint
 // releases one (the server frees it) and leaves the other's.
 func TestVMDHCPIpvlan(t *testing.T) {
+	// Serial: the renewals must come on schedule.
 	start := time.Now()
 	ns := itest.NewNetns(t)
 	itest.RequireKernelLinks(t, ns)

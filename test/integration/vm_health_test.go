@@ -17,6 +17,7 @@ import (
 // later Join uses it, and neither a restart nor doctor --repair deletes it
 // (the kernel would take the container's interface with it).
 func TestVMOwnedVLANDownAndRenamed(t *testing.T) {
+	// Serial: repairs are bounded (5 s).
 	docker := itest.NewFakeDocker(t)
 	ns, d := vmSetup(t, itest.DaemonOptions{Args: []string{"--docker-host", docker.Host()}})
 	a := vmNet(1)

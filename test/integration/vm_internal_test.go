@@ -15,6 +15,7 @@ import (
 // characters of the network ID: one per network, reused when the same ID
 // comes back, removed with the network. Their endpoints get no gateway.
 func TestVMInternalNetworksGetOwnDummy(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	a, b, c := vmNet(1), vmNet(2), vmNet(3)
 	na := itest.Net{ID: a, Internal: true, V4: vmPool4(1), V6: vmPool6(1)}
@@ -75,6 +76,7 @@ func TestVMInternalNetworksGetOwnDummy(t *testing.T) {
 // dummy of such an internal network is named uli + 12 hex characters of a
 // hash of the ID, still one per network, reused and removed like the rest.
 func TestVMInternalNetworkWithSwarmID(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	ids := []string{"x3nbgq8wzbl0r6yd1e5pk2ms7", "x3nbgq8wzbl0r6yd1e5pk2ms8"} // 12-character prefix shared
 	var dummies []string

@@ -24,6 +24,7 @@ import (
 // from the router's advertisements) reach the router; DeleteEndpoint
 // gives one lease back and leaves the other's.
 func TestVMDHCPv6Ipvlan(t *testing.T) {
+	t.Parallel()
 	ns := itest.NewNetns(t)
 	itest.RequireKernelLinks(t, ns)
 	lan := itest.NewLAN6(t, ns, "lan6i", netip.MustParsePrefix("2001:db8:68::1/64"))

@@ -30,6 +30,7 @@ var (
 // through the parent exactly when the flag allows it (bridge: yes;
 // private: no; vepa: only through the wire, and a dummy parent has none).
 func TestVMIpvlanModesAndFlags(t *testing.T) {
+	t.Parallel()
 	for _, m := range vmIpvlanModes {
 		for _, f := range vmIpvlanFlags {
 			m, f := m, f
@@ -123,6 +124,7 @@ func vmWantJoin(t *testing.T, mode string, j network.JoinResponse, src, gw4, gw6
 
 // Single-stack networks get the routes or the gateway of their family only.
 func TestVMIpvlanSingleStackJoin(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	for i, tc := range []struct {
 		mode     string
@@ -158,6 +160,7 @@ func TestVMIpvlanSingleStackJoin(t *testing.T) {
 // (docker run --mac-address) is refused with a message that says why and
 // what to do, and nothing is recorded or created.
 func TestVMIpvlanCustomMACRefused(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	n := vmNet(1)
 	d.MustCreateNetwork(itest.Net{ID: n, Opts: map[string]string{"parent": "d0", "type": "ipvlan"}, V4: vmPool4(1)})

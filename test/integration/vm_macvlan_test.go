@@ -13,6 +13,7 @@ import (
 // macvlan in every mode on dummy parents: the links are in the mode asked
 // for; passthru takes its parent exclusively.
 func TestVMMacvlanModesOnDummy(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	ns.AddDummy("d2", 1500)
 	ns.AddDummy("d3", 1500)

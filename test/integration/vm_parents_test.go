@@ -51,6 +51,7 @@ func vmWantOneVLAN(t *testing.T, ns *itest.Netns, name, base string, id int, ali
 // what -o parent=d0.20 means: the network uses it, no second VLAN 20 link
 // appears, the conflict rules decide on it, and it is never deleted.
 func TestVMParentUserVLANUnderOtherNameUsed(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	ns.AddVLAN("uv20", "d0", 20)
 	idx := vmWantOneVLAN(t, ns, "uv20", "d0", 20, "")
@@ -109,6 +110,7 @@ func TestVMParentUserVLANUnderOtherNameUsed(t *testing.T) {
 // parent, shared under the conflict rules; it is deleted with the last
 // network on it.
 func TestVMParentVLANIDInDecimal(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	if err := ns.NL.LinkAddAltName(ns.MustLink("d0"), "lan0"); err != nil {
 		t.Fatalf("add altname lan0 to d0: %v", err)
@@ -181,6 +183,7 @@ func TestVMParentVLANIDInDecimal(t *testing.T) {
 // either succeeded on it or was refused with a clear message and left
 // nothing; the state agrees with the kernel. Repeated to meet the race.
 func TestVMParentVLANSpellingsConcurrently(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	if err := ns.NL.LinkAddAltName(ns.MustLink("d0"), "lan0"); err != nil {
 		t.Fatalf("add altname lan0 to d0: %v", err)
@@ -252,6 +255,7 @@ func indexOf(s []string, v string) int {
 // An ipvlan link as parent is refused with 400 naming its lower link, as a
 // macvlan one is (host suite); nothing is created.
 func TestVMParentIpvlanLinkRefused(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	if err := ns.NL.LinkAdd(&netlink.IPVlan{LinkAttrs: netlink.LinkAttrs{Name: "ivx", ParentIndex: ns.LinkIndex("d0")}, Mode: netlink.IPVLAN_MODE_L2}); err != nil {
 		t.Fatal(err)
@@ -273,6 +277,7 @@ func TestVMParentIpvlanLinkRefused(t *testing.T) {
 // d0.010 (d0.011) is refused naming the link, which is left alone and never
 // recorded as underlay's.
 func TestVMParentVLANNameTakenByAnotherLink(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	ns.AddDummy("d0.10", 1500)
 	ns.AddVLAN("d0.11", "d1", 11)

@@ -14,6 +14,7 @@ import (
 // and auto.VID makes VLAN VID on the link auto picks, or takes the picked
 // link when it is that VLAN.
 func TestVMPerNodeVLANParents(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	ns.Up("d1")
 	ns.AddAddr("d1", "198.18.60.2/24") // d1's connected route holds 198.18.60.0/24

@@ -48,6 +48,7 @@ func (k vmOwnedParent) want(t *testing.T, ns *itest.Netns, name string) int {
 // configuration answers {} and changes nothing, the parent link included,
 // also when many such requests race for a parent that does not exist yet.
 func TestVMRuleSameIDReusedOnOwnedParents(t *testing.T) {
+	t.Parallel()
 	for _, k := range vmOwnedParents {
 		t.Run(k.name, func(t *testing.T) {
 			ns, d := vmSetup(t, itest.DaemonOptions{})
@@ -89,6 +90,7 @@ func TestVMRuleSameIDReusedOnOwnedParents(t *testing.T) {
 // links and its parent link (unless another network still uses it), and
 // the new one is created.
 func TestVMRuleStaleDuplicateReplacedOnOwnedParents(t *testing.T) {
+	t.Parallel()
 	for _, k := range vmOwnedParents {
 		t.Run(k.name, func(t *testing.T) {
 			ns, d := vmSetup(t, itest.DaemonOptions{})
@@ -146,6 +148,7 @@ func TestVMRuleStaleDuplicateReplacedOnOwnedParents(t *testing.T) {
 // an endpoint created before the crash joins with its MAC, and the parent
 // goes with the network.
 func TestVMRuleKill9AndRestartOnOwnedParents(t *testing.T) {
+	t.Parallel()
 	for _, k := range vmOwnedParents {
 		t.Run(k.name, func(t *testing.T) {
 			ns, d := vmSetup(t, itest.DaemonOptions{})
@@ -188,6 +191,7 @@ func TestVMRuleKill9AndRestartOnOwnedParents(t *testing.T) {
 // either not done (the network is whole and Docker's retry removes it) or
 // done, its parent link included.
 func TestVMCrashPointsOnOwnedParents(t *testing.T) {
+	t.Parallel()
 	for _, k := range vmOwnedParents {
 		for _, tc := range []struct {
 			point string

@@ -16,6 +16,7 @@ import (
 // while the link is in a container deletes it once it is back. Nothing is
 // left.
 func TestVMEndpointLinkMovedToContainerAndBack(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	nets := []struct {
 		id   string

@@ -79,6 +79,7 @@ func vmContainer(t *testing.T, ns *itest.Netns, d *itest.Daemon, net, ep, addr s
 // endpoints, and new containers work. When the base d0 itself goes, the
 // repair waits for it and re-makes d0.10 and the host link once it is back.
 func TestVMShimVLANParentRepaired(t *testing.T) {
+	// Serial: repairs are bounded (3 s).
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	mark := instanceMark(t, d)
 	a, b, c := vmNet(1), vmNet(2), vmNet(3)
@@ -180,6 +181,7 @@ func TestVMShimVLANParentRepaired(t *testing.T) {
 // TestVMIpvlanModesAndFlags. The host link comes back within 3 s with its
 // route when deleted, and goes with the network.
 func TestVMShimIpvlanHostAddress(t *testing.T) {
+	// Serial: the live repair is bounded (3 s).
 	for _, m := range vmIpvlanModes {
 		m := m
 		t.Run(m.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 // with that ID on that base, networks share it, and it is deleted with the
 // last network on it, not before.
 func TestVMVLANParentCreatedSharedAndDeleted(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	a, b, c := vmNet(1), vmNet(2), vmNet(3)
 	d.MustCreateNetwork(itest.Net{ID: a, Opts: map[string]string{"parent": "d0.10"}, V4: vmPool4(1), V6: vmPool6(1)})
@@ -63,6 +64,7 @@ func TestVMVLANParentCreatedSharedAndDeleted(t *testing.T) {
 // with the last network, not when a network on it is replaced, not after a
 // kill -9 and restart.
 func TestVMVLANParentPreexistingNeverDeleted(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	ns.AddVLAN("d0.10", "d0", 10)
 	idx := vmWantVLAN(t, ns, "d0.10", "d0", 10)
@@ -101,6 +103,7 @@ func TestVMVLANParentPreexistingNeverDeleted(t *testing.T) {
 // vanished while it runs is created again by the next Join or same-ID
 // CreateNetwork that needs it.
 func TestVMOwnedParentRecreated(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		opts   map[string]string
@@ -174,6 +177,7 @@ func TestVMOwnedParentRecreated(t *testing.T) {
 // on d0.10 must not delete d0.10 from under d0.10.20 (the kernel deletes
 // a VLAN link's upper links with it).
 func TestVMVLANBaseOfAnotherVLANKept(t *testing.T) {
+	t.Parallel()
 	ns, d := vmSetup(t, itest.DaemonOptions{})
 	a, b := vmNet(1), vmNet(2)
 	d.MustCreateNetwork(itest.Net{ID: a, Opts: map[string]string{"parent": "d0.10"}, V4: vmPool4(1)})
