@@ -90,11 +90,13 @@ test-deps:
 	@test/deps.sh
 
 # Unit tests and the host integration suite (the real binary in network
-# namespaces with veth parents), all under the race detector.
+# namespaces with veth parents), all under the race detector. -parallel 4:
+# the integration tests that run in parallel mostly wait (the default is
+# GOMAXPROCS, 2 here; the VM's one CPU would make it 1).
 test-go:
 	$(GO) vet ./...
 	$(GO) vet -tags vm,e2e,crashpoints,vmdocker,bench ./...
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -parallel 4 -timeout 30m ./...
 
 # ipvlan, 802.1Q and dummy parents in a QEMU VM with Debian's cloud kernel
 # (and the host's dnsmasq, the IPv6 LAN tests' router and DHCPv6 server).
@@ -103,7 +105,7 @@ test-vm: bin/vm/underlay bin/vm/integration.test
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
 		echo "test-vm: skipped: the VM suite needs root (installs qemu-system-x86, fetches the kernel, creates namespaces): run sudo make test"; \
 	else \
-		VM_EXTRA_MODULES=nf_tables VM_BUNDLE=/usr/sbin/dnsmasq UNDERLAY_BIN=bin/vm/underlay test/vm/run.sh bin/vm/integration.test -test.v -test.timeout 25m; \
+		VM_EXTRA_MODULES=nf_tables VM_BUNDLE=/usr/sbin/dnsmasq UNDERLAY_BIN=bin/vm/underlay test/vm/run.sh bin/vm/integration.test -test.v -test.parallel 4 -test.timeout 25m; \
 	fi
 
 bin/vm/underlay: FORCE
@@ -225,7 +227,7 @@ test-vm-arm64: bin/vm-arm64/integration.test
 	else \
 		BINARIES_ONLY=1 ARCHES=arm64 GO=$(GO) release/build.sh bin/vm-arm64/dist $(VERSION) && \
 		VM_ARCH=arm64 VM_EXTRA_MODULES=nf_tables VM_TIMEOUT=1500 UNDERLAY_BIN=bin/vm-arm64/dist/underlay-linux-arm64 \
-			test/vm/run.sh bin/vm-arm64/integration.test -test.v -test.timeout 24m -test.run '$(VM_ARM64_RUN)' \
+			test/vm/run.sh bin/vm-arm64/integration.test -test.v -test.parallel 4 -test.timeout 24m -test.run '$(VM_ARM64_RUN)' \
 			>bin/vm-arm64/run.log 2>&1; \
 		rc=$$?; cat bin/vm-arm64/run.log; [ "$$rc" = 0 ] || exit "$$rc"; \
 		for t in $$(echo '$(VM_ARM64_RUN)' | tr -d '^()$$' | tr '|' ' '); do \
