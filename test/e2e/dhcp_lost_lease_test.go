@@ -37,7 +37,7 @@ func TestDHCPLostLease(t *testing.T) {
 	if err != nil || !dhcpRange.Contains(addr) {
 		t.Fatalf("c9l has address %q, want one of %s", ip, dhcpRange)
 	}
-	lease, ok := waitLease(d, addr, func(itest.DnsmasqLease) bool { return true })
+	lease, ok := d.WaitLease(leaseWait, addr, func(itest.DnsmasqLease) bool { return true })
 	if !ok {
 		t.Fatalf("dnsmasq has no lease of %s", addr)
 	}
@@ -73,7 +73,7 @@ func TestDHCPLostLease(t *testing.T) {
 	}, func() {
 		t.Logf("plugin log:\n%s\ndnsmasq log:\n%s", itest.TailLines(e.logSinceMark(), 30), itest.TailLines(d.Log(), 20))
 	})
-	if l, ok := waitLease(d, addr, func(l itest.DnsmasqLease) bool { return l.MAC == lease.MAC }); !ok || l.MAC != lease.MAC {
+	if l, ok := d.WaitLease(leaseWait, addr, func(l itest.DnsmasqLease) bool { return l.MAC == lease.MAC }); !ok || l.MAC != lease.MAC {
 		t.Errorf("after the win back dnsmasq's lease of %s is %q, want it leased to %s again", addr, l.Line, lease.MAC)
 	}
 	if out, code := e.doctor(t); strings.Contains(out, "lost-lease") {

@@ -71,7 +71,7 @@ func leasesOf(d *itest.Dnsmasq, mac string) []itest.DnsmasqLease {
 func oneLease(t *testing.T, d *itest.Dnsmasq, what string, v dhcpView) itest.DnsmasqLease {
 	t.Helper()
 	var ls []itest.DnsmasqLease
-	waitUntil(leaseWait, func() bool {
+	itest.WaitFor(leaseWait, func() bool {
 		ls = leasesOf(d, v.mac)
 		return len(ls) == 1 && ls[0].Addr == v.addr
 	})
@@ -261,7 +261,7 @@ func TestDHCPRestart(t *testing.T) {
 		// The plugin's lines reach dockerd's log through the engine's
 		// relay, behind the exchanges they report.
 		var evs []string
-		if !waitUntil(pluginLogWait, func() bool {
+		if !itest.WaitFor(pluginLogWait, func() bool {
 			evs = leaseEvents(dockerdLog(from))
 			return hasEvent(evs, "released DHCP lease", old.endpoint) && hasEvent(evs, "leased address", v.endpoint)
 		}) {
@@ -273,7 +273,7 @@ func TestDHCPRestart(t *testing.T) {
 	from := logSize()
 	e.restartDockerd(t)
 	m1 := restarted("after a dockerd restart", m0, from)
-	if !waitUntil(leaseWait, func() bool {
+	if !itest.WaitFor(leaseWait, func() bool {
 		return strings.Contains(d.Log(), "DHCPRELEASE("+dhcpSrvLink+") "+m0.addr.String()+" "+dhcpFixedMAC)
 	}) {
 		t.Errorf("dnsmasq logged no DHCPRELEASE of %s from %s:\n%s", m0.addr, dhcpFixedMAC, itest.TailLines(d.Log(), 30))

@@ -160,17 +160,6 @@ func processesInNetns(path string) []int {
 // a read right after the reply may see the old file, or an empty one.
 const leaseWait = 10 * time.Second
 
-// waitLease waits up to leaseWait until dnsmasq's lease file has a line
-// for addr that want accepts; it returns the last line read for addr and
-// whether there was one.
-func waitLease(d *itest.Dnsmasq, addr netip.Addr, want func(itest.DnsmasqLease) bool) (l itest.DnsmasqLease, ok bool) {
-	waitUntil(leaseWait, func() bool {
-		l, ok = d.Lease(addr)
-		return ok && want(l)
-	})
-	return l, ok
-}
-
 // dhcpCtr is a container of the DHCP network as Docker and dnsmasq see it.
 type dhcpCtr struct {
 	name  string
@@ -217,7 +206,7 @@ func TestDHCP(t *testing.T) {
 		}
 		c.addr, c.mac = addr, n.MacAddress
 		var found bool
-		c.lease, found = waitLease(d, addr, func(l itest.DnsmasqLease) bool { return l.MAC == c.mac })
+		c.lease, found = d.WaitLease(leaseWait, addr, func(l itest.DnsmasqLease) bool { return l.MAC == c.mac })
 		if !found || c.lease.MAC != c.mac {
 			t.Fatalf("%s has %s with MAC %s; dnsmasq's lease file: %q", c.name, addr, c.mac, c.lease.Line)
 		}
@@ -302,10 +291,10 @@ func TestDHCP(t *testing.T) {
 	})
 	// The file read above may have been one dnsmasq was rewriting
 	// (truncated): c9b's line and the release in the log are awaited too.
-	if l, ok := waitLease(d, cs[1].addr, func(l itest.DnsmasqLease) bool { return l.MAC == cs[1].mac }); !ok || l.MAC != cs[1].mac {
+	if l, ok := d.WaitLease(leaseWait, cs[1].addr, func(l itest.DnsmasqLease) bool { return l.MAC == cs[1].mac }); !ok || l.MAC != cs[1].mac {
 		t.Fatalf("after c9a's release, c9b's lease of %s is %q", cs[1].addr, l.Line)
 	}
-	if !waitUntil(leaseWait, func() bool {
+	if !itest.WaitFor(leaseWait, func() bool {
 		return strings.Contains(d.Log(), "DHCPRELEASE("+dhcpSrvLink+") "+cs[0].addr.String()+" "+cs[0].mac)
 	}) {
 		t.Errorf("dnsmasq logged no DHCPRELEASE of %s from %s:\n%s", cs[0].addr, cs[0].mac, itest.TailLines(d.Log(), 20))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/itest"
 )
 
 // must runs docker and fails the test on error.
@@ -50,19 +51,6 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 	within(t, timeout, what, f, func() {})
 }
 
-// waitUntil polls cond every 100 ms until it holds or timeout passes, and
-// reports whether it held (cond runs once more at the deadline): for
-// checks that report with t.Errorf and carry on, where eventually would
-// stop the test.
-func waitUntil(timeout time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
-}
-
 // pluginLogWait is how long a test waits for a line of the plugin in
 // dockerd's log: the engine relays the plugin's output to its log with a
 // delay, so a line the plugin wrote before it answered a request (or
@@ -74,7 +62,7 @@ const pluginLogWait = 10 * time.Second
 // whether ok held.
 func (e *env) waitLogSinceMark(ok func(log string) bool) (string, bool) {
 	var log string
-	held := waitUntil(pluginLogWait, func() bool {
+	held := itest.WaitFor(pluginLogWait, func() bool {
 		log = e.logSinceMark()
 		return ok(log)
 	})

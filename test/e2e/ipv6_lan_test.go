@@ -435,7 +435,7 @@ func (e *env) testDHCPv6(t *testing.T, kind string) {
 	// first): wait for the lease.
 	var lease itest.Dnsmasq6Lease
 	var ok bool
-	waitUntil(leaseWait, func() bool {
+	itest.WaitFor(leaseWait, func() bool {
 		lease, ok = l.d.Lease6(addr)
 		return ok && lease.DUID == duidLL(c.mac)
 	})
@@ -459,7 +459,7 @@ func (e *env) testDHCPv6(t *testing.T, kind string) {
 		if addr4, err = netip.ParseAddr(c.IPAddress); err != nil || !netip.MustParsePrefix("198.18.183.0/24").Contains(addr4) || c.IPPrefixLen != 24 {
 			t.Fatalf("%s: docker inspect shows IPv4 %q/%d; want an address of 198.18.183.0/24", ctrName, c.IPAddress, c.IPPrefixLen)
 		}
-		if l4, ok := waitLease(l.d.Dnsmasq, addr4, func(l4 itest.DnsmasqLease) bool { return l4.MAC == c.MacAddress }); !ok || l4.MAC != c.MacAddress {
+		if l4, ok := l.d.Dnsmasq.WaitLease(leaseWait, addr4, func(l4 itest.DnsmasqLease) bool { return l4.MAC == c.MacAddress }); !ok || l4.MAC != c.MacAddress {
 			t.Fatalf("%s has %s with MAC %s; dnsmasq's lease file: %q", ctrName, addr4, c.MacAddress, l4.Line)
 		}
 		if out, _ := e.exec(ctrName, "ip", "-4", "route", "show", "default"); !strings.Contains(out, "default via "+router4+" dev eth0") {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/itest"
 )
 
 // Point 6: swarm on one node. Local scope: a service on a --config-only +
@@ -125,7 +126,7 @@ func TestSwarm(t *testing.T) {
 func (e *env) wantNoEndpointLinks(t *testing.T) {
 	t.Helper()
 	var left []string
-	waitUntil(15*time.Second, func() bool {
+	itest.WaitFor(15*time.Second, func() bool {
 		left = left[:0]
 		for _, l := range e.nsLinks(t) {
 			if strings.HasPrefix(l, "ule") {
