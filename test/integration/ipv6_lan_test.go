@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -82,11 +83,24 @@ func plug6(t *testing.T, d *itest.Daemon, host *itest.Netns, netID, epID string)
 
 // addrs6 are eth0's IPv6 addresses.
 func (c container6) addrs6(t *testing.T) []netlink.Addr {
-	addrs, err := c.ns.NL.AddrList(c.ns.MustLink("eth0"), unix.AF_INET6)
-	if err != nil {
-		t.Fatal(err)
+	return addrList6(t, c.ns, "eth0")
+}
+
+// addrList6 lists a link's IPv6 addresses. A dump the kernel interrupted
+// (the namespace's addresses changed meanwhile: SLAAC, DAD) may miss some
+// and is made again.
+func addrList6(t *testing.T, ns *itest.Netns, name string) []netlink.Addr {
+	t.Helper()
+	for try := 1; ; try++ {
+		addrs, err := ns.NL.AddrList(ns.MustLink(name), unix.AF_INET6)
+		if errors.Is(err, netlink.ErrDumpInterrupted) && try < 100 {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("IPv6 addresses of %s: %v", name, err)
+		}
+		return addrs
 	}
-	return addrs
 }
 
 func (c container6) String(t *testing.T) string {
@@ -141,11 +155,7 @@ func (c container6) waitDefaultVia(t *testing.T, router netip.Addr, timeout time
 // linkLocal is the link-local address of a link in a namespace.
 func linkLocal(t *testing.T, ns *itest.Netns, name string) netip.Addr {
 	t.Helper()
-	addrs, err := ns.NL.AddrList(ns.MustLink(name), unix.AF_INET6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
+	for _, a := range addrList6(t, ns, name) {
 		if a.IP.IsLinkLocalUnicast() {
 			ip, _ := netip.AddrFromSlice(a.IP)
 			return ip
