@@ -145,13 +145,7 @@ func (d *Dnsmasq6) Lease6(addr netip.Addr) (Dnsmasq6Lease, bool) {
 // or an empty one. When no line is accepted in time it returns the last
 // line read for addr (the zero line when there was none) and false.
 func (d *Dnsmasq6) WaitLease6(timeout time.Duration, addr netip.Addr, ok func(Dnsmasq6Lease) bool) (Dnsmasq6Lease, bool) {
-	var l Dnsmasq6Lease
-	held := WaitFor(timeout, func() bool {
-		var found bool
-		l, found = d.Lease6(addr)
-		return found && (ok == nil || ok(l))
-	})
-	return l, held
+	return waitLine(timeout, func() (Dnsmasq6Lease, bool) { return d.Lease6(addr) }, ok)
 }
 
 // HexColons is b as dnsmasq writes client IDs and DUIDs: hex bytes

@@ -210,10 +210,17 @@ func (d *Dnsmasq) Lease(addr netip.Addr) (DnsmasqLease, bool) {
 // file or an empty one. When no line is accepted in time it returns the
 // last line read for addr (the zero line when there was none) and false.
 func (d *Dnsmasq) WaitLease(timeout time.Duration, addr netip.Addr, ok func(DnsmasqLease) bool) (DnsmasqLease, bool) {
-	var l DnsmasqLease
+	return waitLine(timeout, func() (DnsmasqLease, bool) { return d.Lease(addr) }, ok)
+}
+
+// waitLine waits up to timeout until read finds a line that ok accepts
+// (any line when ok is nil), and returns it; when none is accepted in time,
+// the last line read (the zero line when there was none) and false.
+func waitLine[L any](timeout time.Duration, read func() (L, bool), ok func(L) bool) (L, bool) {
+	var l L
 	held := WaitFor(timeout, func() bool {
 		var found bool
-		l, found = d.Lease(addr)
+		l, found = read()
 		return found && (ok == nil || ok(l))
 	})
 	return l, held
