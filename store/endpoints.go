@@ -112,6 +112,12 @@ func (t *Tx) PutEndpoint(ep Endpoint) error {
 				return err
 			}
 		}
+		if err := t.indexAddrs(old, key, false); err != nil {
+			return err
+		}
+	}
+	if err := t.indexAddrs(ep, key, true); err != nil {
+		return err
 	}
 	v, err := encodeEndpoint(ep)
 	if err != nil {
@@ -142,6 +148,9 @@ func (t *Tx) DeleteEndpoint(networkID, id string) error {
 		return err
 	}
 	if err := t.unindexLink(ep.Link, key); err != nil {
+		return err
+	}
+	if err := t.indexAddrs(ep, key, false); err != nil {
 		return err
 	}
 	if err := t.b(bucketEndpoints).Delete(key); err != nil {
@@ -190,5 +199,5 @@ func (t *Tx) deleteEndpointsOf(networkID string, seq []byte) error {
 			return fmt.Errorf("delete the endpoints of network %s: %w", networkID, err)
 		}
 	}
-	return nil
+	return t.deleteAddrsOf(seq)
 }

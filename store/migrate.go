@@ -60,6 +60,8 @@ var migrations = map[int]func(*bolt.Tx) error{
 	2: migrateIPAM,
 	// 3 -> 4: the compact layout of networks and endpoints.
 	3: migrateCompact,
+	// 4 -> 5: index the endpoints' addresses (addrs.go).
+	4: migrateAddrs,
 }
 
 // migrate brings the file to SchemaVersion and reports whether it is due

@@ -154,6 +154,11 @@ func checkState(tx *Tx, nets []Network, eps []Endpoint) error {
 		if got, ok, err = tx.EndpointByLink(ep.Link); err != nil || !ok || !reflect.DeepEqual(got, ep) {
 			return fmt.Errorf("endpoint of link %s: got %+v %v %v, want %+v", ep.Link, got, ok, err, ep)
 		}
+		for _, a := range endpointAddrs(ep) {
+			if ids, err := tx.EndpointsWithAddr(ep.NetworkID, a); err != nil || !reflect.DeepEqual(ids, []string{ep.ID}) {
+				return fmt.Errorf("endpoints of network %s with address %s: %v %v, want [%s]", ep.NetworkID, a, ids, err, ep.ID)
+			}
+		}
 	}
 	var all []string
 	if err := tx.ForEachNetwork(func(n Network) error { all = append(all, n.ID); return nil }); err != nil || len(all) != len(nets) {

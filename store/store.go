@@ -4,11 +4,11 @@
 // driver's pools and addresses.
 //
 // Every read goes through View, every write through Update or Batch. A Tx
-// keeps the secondary indexes (networks by parent, endpoints by link name,
-// pending reservations) consistent with the records, so callers never scan
+// keeps the secondary indexes (networks by parent, endpoints by link name
+// and by address, pending reservations) consistent with the records, so callers never scan
 // the whole file on a request path.
 //
-// The layout (schema 4), bucket by bucket; ID is an ID in its key form
+// The layout (schema 5), bucket by bucket; ID is an ID in its key form
 // (keys.go: a Docker ID as its 32 bytes), seq a network's sequence number
 // (keys.go: 2 to 9 bytes, given once, never reused), {x} a set of keys
 // (a nested bucket, tx.go):
@@ -20,6 +20,7 @@
 //	nets-pending          ID -> nothing, while the network has a reservation
 //	eps                   seq + endpoint ID -> the Endpoint's other fields (codec.go)
 //	eps-by-link           link name -> seq + the endpoint ID's first bytes
+//	eps-by-addr           seq + address (16 bytes) + endpoint ID -> nothing (addrs.go)
 //	parent-links          name -> ParentLink as JSON
 //	parent-links-by-base  base link name -> {name}
 //	ipam-pools            pool ID -> IPAMPool as JSON
@@ -49,7 +50,7 @@ import (
 
 // SchemaVersion is the layout version this build writes. A file with a higher
 // version is refused; a file with a lower one is migrated on Open.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // ErrLocked is returned by Open when another process holds the state file.
 var ErrLocked = errors.New("state file is locked by another process")
@@ -74,6 +75,8 @@ var (
 	bucketPending     = []byte("nets-pending")
 	bucketEndpoints   = []byte("eps")
 	bucketLinks       = []byte("eps-by-link")
+	// Since schema 5: the endpoints' addresses (addrs.go).
+	bucketAddrs       = []byte("eps-by-addr")
 	bucketParentLinks = []byte("parent-links")
 	// Since schema 2: base link -> the parent links underlay created on it.
 	bucketParentLinksByBase = []byte("parent-links-by-base")
