@@ -71,6 +71,10 @@ type Links interface {
 	DelHostRoute(ctx context.Context, dst netip.Addr, dev string) error
 	// LinkAddrs returns the addresses of the named link (both families).
 	LinkAddrs(ctx context.Context, name string) ([]netip.Addr, error)
+	// OwnAddr reports whether addr is one of the host's own addresses,
+	// and a link that carries it (ownaddr.go); scope is the link a
+	// link-local IPv6 address is looked up on.
+	OwnAddr(ctx context.Context, addr netip.Addr, scope int) (link string, own bool, err error)
 	// Heal puts back on an existing link what underlay gave it: the MTU
 	// (when h.MTU is set and differs), a host address (when h.Addr is
 	// valid and missing), and the up flag.
