@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -75,7 +75,7 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, c.Timeout, err)
 		}
 		addr := leases.Addr(l)
-		why, release, err := offerFree(ctx, offerChecks{claims: &d.claims, store: d.store, lan: d.lan}, n, ep, addr, budget)
+		why, release, err := offerFree(ctx, d.offerChecks(), n, ep, addr, budget)
 		if err != nil {
 			return store.Lease{}, unclaim, err
 		}
@@ -96,25 +96,29 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 }
 
 // offerChecks is what checks an offered address (DHCP's or DHCPv6's):
-// the claims of creates in flight, the store's endpoints, the LAN probe.
+// the claims of creates in flight, the holders no probe sees (the host,
+// the store's endpoints: addrheld.go), the LAN probe.
 type offerChecks struct {
 	claims *lan.Claims
+	links  netlinkutil.Links
 	store  Store
 	lan    *lan.LAN
 }
 
 // offerFree says why an offered address is not free for ep ("" when it
 // is: then it is claimed for ep until release): another create in flight
-// was offered it, another endpoint of this daemon on the parent holds it,
-// or a host on the LAN answers a probe for it (within budget).
+// was offered it, the host or another endpoint of this daemon on the
+// parent holds it, or a host on the LAN answers a probe for it (within
+// budget).
 func offerFree(ctx context.Context, o offerChecks, n store.Network, ep store.Endpoint, addr netip.Addr, budget time.Duration) (why string, release func(), err error) {
 	if !o.claims.Claim(n.Parent, addr, ep.ID) {
 		return "another endpoint being created was offered it too", nil, nil
 	}
 	release = func() { o.claims.Release(n.Parent, addr, ep.ID) }
-	if why, err = heldElsewhere(o.store, n, ep, addr); err != nil || why != "" {
+	h, err := addrHeld(ctx, o.links, o.store, n, ep, addr)
+	if err != nil || h.held() {
 		release()
-		return why, nil, err
+		return h.String(), nil, err
 	}
 	if perr := o.lan.Probe(ctx, n, ep, addr, budget); perr != nil {
 		release()
@@ -123,28 +127,7 @@ func offerFree(ctx context.Context, o offerChecks, n store.Network, ep store.End
 	return "", release, nil
 }
 
-// heldElsewhere names another endpoint of this daemon on the parent whose
-// record holds addr, of either family ("" when none).
-func heldElsewhere(st Store, n store.Network, ep store.Endpoint, addr netip.Addr) (string, error) {
-	var other string
-	err := st.View(func(tx *store.Tx) error {
-		nets, err := tx.NetworksOn(n.Parent)
-		if err != nil {
-			return err
-		}
-		for _, on := range nets {
-			eps, err := tx.Endpoints(on.ID)
-			if err != nil {
-				return err
-			}
-			for _, e := range eps {
-				if e.ID != ep.ID && slices.Contains(rules.EndpointAddrs(e), addr) {
-					other = fmt.Sprintf("endpoint %s of network %s holds it", dockerid.Short(e.ID), dockerid.Short(on.ID))
-					return nil
-				}
-			}
-		}
-		return nil
-	})
-	return other, err
+// offerChecks are the driver's checks of an offered address.
+func (d *Driver) offerChecks() offerChecks {
+	return offerChecks{claims: &d.claims, links: d.links, store: d.store, lan: d.lan}
 }

@@ -91,6 +91,16 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	if ep.MAC == "" && n.Type == rules.TypeMacvlan {
 		ep.MAC, generated = d.macs.Choose(ctx, *n, ep, existing), true
 	}
+	if rules.DHCPOf(*n).On && ep.IPv4 != "" {
+		return nil, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv4)
+	}
+	// Holders no probe sees (addrheld.go): the host, this daemon's other
+	// endpoints on the parent.
+	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, *n, ep, rules.EndpointAddrs(ep))
+	if err != nil {
+		return nil, err
+	}
+	defer unclaim() // once recorded, or not
 	leased := false // whether this request leased the address
 	if !rules.DHCPOf(*n).On && existing == nil {
 		if err := d.lan.ProbeStatic(ctx, *n, ep); err != nil {
@@ -99,8 +109,6 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	}
 	if rules.DHCPOf(*n).On {
 		switch {
-		case ep.IPv4 != "":
-			return nil, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv4)
 		case existing != nil && existing.Lease != nil && existing.MAC == ep.MAC:
 			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
 		default:

@@ -52,7 +52,11 @@ func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoin
 			return false, unclaim, undo, rules.Invalidf("endpoint %s of ipv6_mode=slaac network %s has no MAC of its own (%q): use a macvlan network", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.MAC)
 		}
 		ep.IPv6 = addr
-		return true, unclaim, undo, nil
+		// The link-local address is the container's own on the parent's
+		// LAN: the host's link-local of the parent, or another endpoint's,
+		// would be a duplicate no probe sees (addrheld.go).
+		unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, rules.EndpointAddrs(store.Endpoint{IPv6: addr}))
+		return err == nil, unclaim, undo, err
 	}
 	if existing != nil && existing.Lease6 != nil && existing.MAC == ep.MAC {
 		ep.Lease6, ep.IPv6 = existing.Lease6, existing.IPv6 // Docker asked again
@@ -61,7 +65,7 @@ func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoin
 	if existing != nil && existing.Lease6 != nil { // asked again with another MAC: not this one's lease
 		d.lease6.Release(context.WithoutCancel(ctx), n, *existing)
 	}
-	checks := offerChecks{claims: &d.claims, store: d.store, lan: d.lan}
+	checks := d.offerChecks()
 	budget := d.lan.Budget(ctx, n)
 	free := func(ctx context.Context, addr netip.Addr) (string, func(), error) {
 		return offerFree(ctx, checks, n, *ep, addr, budget)
