@@ -116,8 +116,12 @@ func (m *IPAM) allocate(tx *store.Tx, r addrRequest, commit bool) (netip.Prefix,
 			return netip.Prefix{}, "", fmt.Errorf("%w: the reservation of pool %s (%s) expired and pool %s took its place: create the network again", pluginapi.ErrConflict, poolID, rec.Prefix, h.ID)
 		}
 	}
+	held, err := heldOnParent(tx, rec.Parent)
+	if err != nil {
+		return netip.Prefix{}, "", err
+	}
 	used := func(a netip.Addr) bool {
-		return tx.IPAMAddressUsed(poolID, a.String()) || r.own[a] || a.String() == rec.Gateway
+		return tx.IPAMAddressUsed(poolID, a.String()) || r.own[a] || a.String() == rec.Gateway || held(a)
 	}
 	var a netip.Addr
 	kind := addrKind("")
@@ -130,7 +134,7 @@ func (m *IPAM) allocate(tx *store.Tx, r addrRequest, commit bool) (netip.Prefix,
 			return netip.Prefix{}, "", invalidf("address %s is reserved in pool %s (its network, broadcast or subnet-router anycast address): pick another address inside the subnet", want, pool)
 		}
 		if used(want) && !(gateway && want.String() == rec.Gateway && !tx.IPAMAddressUsed(poolID, want.String())) {
-			return netip.Prefix{}, "", fmt.Errorf("%w: address %s of pool %s is already in use (handed out, the host's own, or the LAN's gateway): pick another or let underlay choose", pluginapi.ErrConflict, want, pool)
+			return netip.Prefix{}, "", fmt.Errorf("%w: address %s of pool %s is already in use (handed out, the host's own, an endpoint's of this daemon on the pool's parent, or the LAN's gateway): pick another or let underlay choose", pluginapi.ErrConflict, want, pool)
 		}
 		a = want
 	case gateway && rec.Gateway != "":
@@ -220,4 +224,27 @@ func (m *IPAM) expired(n int) {
 	for range n {
 		m.events.ReservationRolledBack("ipam")
 	}
+}
+
+// heldOnParent reports, for a pool with a parent (--ipam-opt parent=),
+// whether an endpoint of the daemon's networks on that parent holds an
+// address, whatever its network (a DHCP endpoint's lease too): one read of
+// the store's address index per network on the parent. The driver refuses
+// such an address at CreateEndpoint anyway; the IPAM does not offer it.
+func heldOnParent(tx *store.Tx, parent string) (func(netip.Addr) bool, error) {
+	if parent == "" {
+		return func(netip.Addr) bool { return false }, nil
+	}
+	nets, err := tx.NetworksOn(parent)
+	if err != nil {
+		return nil, err
+	}
+	return func(a netip.Addr) bool {
+		for _, n := range nets {
+			if ids, err := tx.EndpointsWithAddr(n.ID, a); err != nil || len(ids) > 0 {
+				return true // unreadable: not offered
+			}
+		}
+		return false
+	}, nil
 }

@@ -973,3 +973,29 @@ func TestExplicitPoolOfTheParentLANLearnsItsGateway(t *testing.T) {
 		t.Fatalf("a second LAN pool: %v", err)
 	}
 }
+
+// A pool with a parent does not offer an address an endpoint of the
+// daemon's networks on that parent holds (a DHCP endpoint's lease, say),
+// and refuses it asked for; a pool on another parent offers it.
+func TestAddressHeldByAnEndpointOnTheParent(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	if err := e.db.Update(func(tx *store.Tx) error {
+		if err := tx.PutNetwork(store.Network{ID: "dhcpnet", Type: "macvlan", Parent: "eth0"}); err != nil {
+			return err
+		}
+		return tx.PutEndpoint(store.Endpoint{NetworkID: "dhcpnet", ID: "leased", Link: "l1", IPv4: "198.18.2.2/24", Lease: &store.Lease{Addr: "198.18.2.2/24"}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.pool(t, "", "198.18.2.0/24", "", map[string]string{"parent": "eth0"}, false)
+	if a := e.address(t, p.ID, "", nil); a.Addr() == netip.MustParseAddr("198.18.2.2") {
+		t.Fatalf("the pool on eth0 offered %s, which an endpoint on eth0 holds", a)
+	}
+	if _, err := e.m.RequestAddress(ctx, p.ID, "198.18.2.2", nil); !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "198.18.2.2") || !strings.Contains(err.Error(), "an endpoint's of this daemon on the pool's parent") {
+		t.Fatalf("asked for 198.18.2.2 held on eth0: %v, want a conflict naming it", err)
+	}
+	other := e.pool(t, "", "198.18.2.0/24", "", map[string]string{"parent": "eth1"}, false)
+	if _, err := e.m.RequestAddress(ctx, other.ID, "198.18.2.2", nil); err != nil {
+		t.Fatalf("198.18.2.2 of a pool on another parent: %v", err)
+	}
+}
