@@ -55,7 +55,7 @@ func TestHostAddressIsRefused(t *testing.T) {
 // Decline) and others taken.
 func TestHostAddressOffersAreDeclined(t *testing.T) {
 	f, fl, fl6 := holdersFixture(t)
-	f.k.AddHostAddr("lan0", netip.MustParseAddr("198.18.180.100")) // the DHCP fake's first offer
+	f.k.AddHostAddr("lan0", netip.MustParseAddr("198.18.180.100"))   // the DHCP fake's first offer
 	f.k.AddHostAddr("lan0", netip.MustParseAddr("2001:db8:60::100")) // the DHCPv6 fake's
 	ctx := context.Background()
 	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, rules.OptAddressProbe, "0")); err != nil {
