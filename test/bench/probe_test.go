@@ -3,12 +3,17 @@
 package bench
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
 )
 
 // benchProbe measures what address_probe adds to a container's start:
@@ -22,6 +27,7 @@ import (
 func benchProbe(t *testing.T, tb *table) {
 	benchProbeFamily(t, tb, false)
 	benchProbeFamily(t, tb, true)
+	benchHolders(t, tb)
 }
 
 func benchProbeFamily(t *testing.T, tb *table, v6 bool) {
@@ -94,4 +100,95 @@ func benchProbeFamily(t *testing.T, tb *table, v6 bool) {
 	tb.row("probe", fmt.Sprintf("%s endpoint cycle p50, address_probe=%s vs 0 (c=1)", fam, budget), ms(withProbe.pct(0.5)), ms(without.pct(0.5)),
 		"+"+ms(added), fmt.Sprintf("<= +%s + 50 ms", ms(budget)), verdict(added <= budget+50*time.Millisecond))
 	tb.row("probe", fam+" endpoint cycle p99, with / without the probe", ms(withProbe.pct(0.99)), ms(without.pct(0.99)), "", "", "")
+}
+
+// benchHolders measures the checks every endpoint's address gets for the
+// holders no probe sees (issue 33), each on a small and a big host, side
+// by side: whether the host holds the address (netlinkutil OwnAddr: one
+// route lookup) in a namespace of 2 links against one of 2,002 (1,000 veth
+// pairs with an IPv4 and an IPv6 address each), and whether an endpoint of
+// the daemon on the parent holds it (the networks on the parent, then one
+// read of the store's address index each) in a state of no endpoints
+// against one of 10,000 on the parent. Target: neither grows (the big
+// host's p50 within 1.5x the small one's, plus 0.1 ms).
+func benchHolders(t *testing.T, tb *table) {
+	small, big := itest.NewNetns(t), itest.NewNetns(t)
+	for _, ns := range []*itest.Netns{small, big} {
+		ns.AddVeth("hq0", "hq0-peer", 1500)
+	}
+	for i := 0; i < 1000; i++ {
+		name := fmt.Sprintf("hb%d", i)
+		big.AddVeth(name, name+"-peer", 1500)
+		big.AddAddr(name, fmt.Sprintf("198.19.%d.%d/32", i/250, 1+i%250))
+		big.AddAddr(name, fmt.Sprintf("2001:db8:199::%x/128", i+1))
+	}
+	kernels := []*netlinkutil.Kernel{netlinkutil.NewAt(small.Handle()), netlinkutil.NewAt(big.Handle())}
+	addrs := []netip.Addr{netip.MustParseAddr("198.18.62.7"), netip.MustParseAddr("2001:db8:162::7")}
+	var own [2]result
+	for b := 0; b < 6; b++ {
+		for _, k := range []int{b % 2, 1 - b%2} {
+			own[k].add(run(1, 500, func(_, i int) error {
+				_, held, err := kernels[k].OwnAddr(context.Background(), addrs[i%2], 0)
+				if err == nil && held {
+					err = fmt.Errorf("%s is not the host's", addrs[i%2])
+				}
+				return err
+			}))
+		}
+	}
+	holdersRow(t, tb, "host's addresses (one route lookup)", "2,002 links vs 2", own)
+
+	var dbs [2]*store.DB
+	for k, n := range []int{0, 10000} {
+		db, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		if err := db.Update(func(tx *store.Tx) error {
+			for _, nw := range []string{"n-static", "n-dhcp"} {
+				if err := tx.PutNetwork(store.Network{ID: nw, Type: "macvlan", Parent: "hq0"}); err != nil {
+					return err
+				}
+			}
+			for i := 0; i < n; i++ {
+				ep := store.Endpoint{NetworkID: "n-dhcp", ID: id("h", 0, i), Link: fmt.Sprintf("hl%d", i),
+					IPv4: fmt.Sprintf("198.19.%d.%d/16", i/250, 1+i%250), IPv6: fmt.Sprintf("2001:db8:199::%x/64", i+1)}
+				if err := tx.PutEndpoint(ep); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		dbs[k] = db
+	}
+	var index [2]result
+	for b := 0; b < 6; b++ {
+		for _, k := range []int{b % 2, 1 - b%2} {
+			index[k].add(run(1, 500, func(_, i int) error {
+				return dbs[k].View(func(tx *store.Tx) error {
+					nets, err := tx.NetworksOn("hq0")
+					for _, n := range nets {
+						if ids, err := tx.EndpointsWithAddr(n.ID, addrs[i%2]); err != nil || len(ids) > 0 {
+							return fmt.Errorf("%s held by %v: %v", addrs[i%2], ids, err)
+						}
+					}
+					return err
+				})
+			}))
+		}
+	}
+	holdersRow(t, tb, "daemon's endpoints (address index)", "10,000 endpoints vs 0", index)
+}
+
+func holdersRow(t *testing.T, tb *table, what, sizes string, r [2]result) {
+	if r[0].failures+r[1].failures > 0 {
+		t.Errorf("holder check %s: %d and %d failures", what, r[0].failures, r[1].failures)
+	}
+	smallP, bigP := r[0].pct(0.5), r[1].pct(0.5)
+	ratio := float64(bigP) / float64(max(smallP, time.Microsecond))
+	tb.row("probe", fmt.Sprintf("holder check, %s, p50, %s", what, sizes), ms(bigP), ms(smallP), fmt.Sprintf("%.2fx", ratio), "<= 1.5x + 0.1 ms",
+		verdict(bigP <= smallP*3/2+100*time.Microsecond))
 }
