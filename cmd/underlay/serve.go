@@ -30,10 +30,10 @@ import (
 	"github.com/underlay-net/underlay/store"
 )
 
-// serve runs the daemon until SIGTERM or SIGINT: open the state, reconcile
-// it with the kernel, then (and only then) serve the socket. On a signal it
-// finishes in-flight requests, closes the state file and removes the
-// socket.
+// serve runs the daemon until SIGTERM or SIGINT: lock the socket path,
+// open the state, reconcile it with the kernel, then (and only then) serve
+// the socket. On a signal it finishes in-flight requests, closes the state
+// file and removes the socket; the lock goes with the process.
 func serve(c serveConfig, stderr io.Writer) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
@@ -63,9 +63,16 @@ func serve(c serveConfig, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	// A daemon already serving this socket is refused before anything is
+	// A second daemon on this socket is refused before anything is
 	// reconciled: reconcile only ever touches this state file's links, but
-	// a second daemon has no business changing anything.
+	// a second daemon has no business changing anything. The lock, held
+	// until the process ends, settles two daemons started at once; the
+	// check then refuses any other process answering on the path.
+	socketLock, err := lockSocket(c.Socket, log)
+	if err != nil {
+		return err
+	}
+	defer socketLock.Close() // after the socket is removed and the state closed
 	if err := checkSocketFree(c.Socket); err != nil {
 		return err
 	}

@@ -43,6 +43,8 @@ type DaemonOptions struct {
 	Env []string
 	// Dir holds the socket, state and log; default a new temp dir.
 	Dir string
+	// Socket is the socket's path; default underlay.sock in Dir.
+	Socket string
 }
 
 // StartDaemon starts the underlay binary in ns and waits until its socket
@@ -50,12 +52,24 @@ type DaemonOptions struct {
 // failed.
 func StartDaemon(t testing.TB, ns *Netns, o DaemonOptions) *Daemon {
 	t.Helper()
+	d := NewDaemon(t, ns, o)
+	d.Start()
+	return d
+}
+
+// NewDaemon is StartDaemon without the start: Start or StartNoWait run it.
+func NewDaemon(t testing.TB, ns *Netns, o DaemonOptions) *Daemon {
+	t.Helper()
 	dir := o.Dir
 	if dir == "" {
 		dir = t.TempDir()
 	}
+	socket := o.Socket
+	if socket == "" {
+		socket = filepath.Join(dir, "underlay.sock")
+	}
 	d := &Daemon{t: t, ns: ns, bin: Binary(t), dir: dir, args: o.Args, env: o.Env,
-		Socket: filepath.Join(dir, "underlay.sock"), State: filepath.Join(dir, "underlay.db"), LogPath: filepath.Join(dir, "underlay.log")}
+		Socket: socket, State: filepath.Join(dir, "underlay.db"), LogPath: filepath.Join(dir, "underlay.log")}
 	d.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", d.Socket)
 	}}, Timeout: 120 * time.Second}
@@ -66,7 +80,6 @@ func StartDaemon(t testing.TB, ns *Netns, o DaemonOptions) *Daemon {
 			t.Logf("underlay log:\n%s", log)
 		}
 	})
-	d.Start()
 	return d
 }
 

@@ -1,9 +1,13 @@
 package integration
 
 import (
+	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/vishvananda/netlink"
@@ -252,4 +256,83 @@ func TestInstancesSocketInUseRefusedBeforeReconcile(t *testing.T) {
 
 	b.Start()
 	ns.WantLinks("lo", "vp0", "vp0-peer")
+}
+
+// Two daemons started at once on one socket path, each with its own state
+// file (so bbolt's lock on the state does not part them): exactly one
+// serves, and the other exits 1 before reconciling anything, naming the
+// socket and the serving daemon's PID. Ten rounds, each started once the
+// previous round's server is gone, by SIGTERM (socket removed) or by
+// kill -9 (socket and lock file left behind): the path is free again
+// either way.
+func TestInstancesTwoDaemonsAtOnceOnOneSocket(t *testing.T) {
+	t.Parallel()
+	ns := itest.NewNetns(t)
+	socket := filepath.Join(t.TempDir(), "underlay.sock")
+	for round := range 10 {
+		pair := []*itest.Daemon{
+			itest.NewDaemon(t, ns, itest.DaemonOptions{Dir: t.TempDir(), Socket: socket}),
+			itest.NewDaemon(t, ns, itest.DaemonOptions{Dir: t.TempDir(), Socket: socket}),
+		}
+		startAtOnce(t, pair...)
+		var winner, loser *itest.Daemon
+		select {
+		case <-pair[0].Exited():
+			winner, loser = pair[1], pair[0]
+		case <-pair[1].Exited():
+			winner, loser = pair[0], pair[1]
+		case <-time.After(15 * time.Second):
+			t.Fatalf("round %d: two daemons started at once on %s both still run after 15s: want the second refused", round, socket)
+		}
+		if err := winner.WaitReady(15 * time.Second); err != nil {
+			t.Fatalf("round %d: the daemon that was not refused does not serve: %v", round, err)
+		}
+		if code := loser.ProcessState().ExitCode(); code != 1 {
+			t.Fatalf("round %d: the refused daemon exited with %d, want 1:\n%s", round, code, loser.Log())
+		}
+		out := loser.Log()
+		if want := fmt.Sprintf("pid %d", winner.Pid()); !strings.Contains(out, socket) || !strings.Contains(out, want) {
+			t.Fatalf("round %d: the refused daemon said:\n%s\nwant an error naming %s and the serving daemon (%s)", round, out, socket, want)
+		}
+		if strings.Contains(out, "state restored") {
+			t.Fatalf("round %d: the refused daemon reconciled its state before it was refused:\n%s", round, out)
+		}
+		select {
+		case <-winner.Exited():
+			t.Fatalf("round %d: the serving daemon exited (%v):\n%s", round, winner.ProcessState(), winner.Log())
+		default:
+		}
+		if round%2 == 0 {
+			if err := winner.Stop(); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		} else {
+			winner.Kill()
+		}
+	}
+	// The last round's server was killed with -9: one daemon alone takes
+	// the path.
+	itest.StartDaemon(t, ns, itest.DaemonOptions{Dir: t.TempDir(), Socket: socket})
+}
+
+// startAtOnce starts the daemons from goroutines released together,
+// without waiting for their sockets.
+func startAtOnce(t *testing.T, ds ...*itest.Daemon) {
+	t.Helper()
+	release := make(chan struct{})
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	for i, d := range ds {
+		wg.Go(func() {
+			<-release
+			errs[i] = d.StartNoWait()
+		})
+	}
+	close(release)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
