@@ -454,15 +454,17 @@ func TestReleaseJournaledNamesTheCase(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.pending(t); len(got) != 4 || slices.ContainsFunc(got, func(p store.PendingRelease) bool { return p.Deletion != (p.EndpointID == drivertest.EpA || p.EndpointID == drivertest.EpB) }) {
+	if got := f.pending(t); len(got) != 4 || slices.ContainsFunc(got, func(p store.PendingRelease) bool {
+		return p.Deletion != (p.EndpointID == drivertest.EpA || p.EndpointID == drivertest.EpB)
+	}) {
 		t.Fatalf("journal read back %+v: want the deletion mark on A's and B's entries only", got)
 	}
 	logs := &logRecords{}
 	ReleaseJournaled(context.Background(), f.db, slog.New(logs), t0, Journaled{
-		Family:  "DHCPv6",
-		Mine:    func(p store.PendingRelease) bool { return p.Lease6 != nil },
-		Held:    func(store.Endpoint, store.PendingRelease) bool { return false },
-		Expiry:  func(store.PendingRelease) time.Time { return time.Time{} },
+		Family: "DHCPv6",
+		Mine:   func(p store.PendingRelease) bool { return p.Lease6 != nil },
+		Held:   func(store.Endpoint, store.PendingRelease) bool { return false },
+		Expiry: func(store.PendingRelease) time.Time { return time.Time{} },
 		Release: func(_ context.Context, p store.PendingRelease) error {
 			if p.EndpointID == drivertest.EpB {
 				return errors.New("sendto: network is down")
