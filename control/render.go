@@ -64,6 +64,36 @@ type EndpointEntry struct {
 	// Lease is the DHCP lease's state (bound, renewing, rebinding, lost);
 	// empty for an endpoint without one.
 	Lease string `json:"lease,omitempty"`
+	// Lease6 is the DHCPv6 lease of an endpoint of an ipv6_mode=dhcpv6
+	// network; nil for an endpoint without one.
+	Lease6 *Lease6Entry `json:"lease6,omitempty"`
+}
+
+// Lease6Entry is an endpoint's DHCPv6 lease (IA_NA).
+type Lease6Entry struct {
+	// State is bound (before T1), renewing (T1 to T2), rebinding (T2 to
+	// the expiry) or lost: the address is blocked on the parent until the
+	// server gives it back (the states of Lease).
+	State   string `json:"state"`
+	Address string `json:"address"`
+	// DUID and IAID (hex) are the client identity the lease was taken
+	// with; Server (hex) is the DUID of the server that granted it.
+	DUID   string `json:"duid"`
+	IAID   string `json:"iaid"`
+	Server string `json:"server,omitempty"`
+	// Acquired is when the exchange that granted it began; T1 and T2 when
+	// it is renewed and rebound, Preferred when the address is deprecated
+	// and Expiry when it ends without a renewal. An infinite time ("never")
+	// is left out.
+	Acquired  time.Time `json:"acquired"`
+	T1        time.Time `json:"t1,omitzero"`
+	T2        time.Time `json:"t2,omitzero"`
+	Preferred time.Time `json:"preferred_until,omitzero"`
+	Expiry    time.Time `json:"expiry,omitzero"`
+	// Lost is when it was lost (zero while held; a lease past its expiry
+	// the daemon has not marked yet is lost without it), LostWhy how.
+	Lost    time.Time `json:"lost,omitzero"`
+	LostWhy string    `json:"lost_why,omitempty"`
 }
 
 // ParentEntry is a parent link underlay created and the networks on it.
@@ -113,7 +143,7 @@ func listing(st State, dk dockerView) Listing {
 	eps := map[string][]EndpointEntry{}
 	for _, ep := range st.Endpoints {
 		eps[ep.NetworkID] = append(eps[ep.NetworkID], EndpointEntry{ID: ep.ID, Link: ep.Link, MAC: ep.MAC, IPv4: ep.IPv4, IPv6: ep.IPv6,
-			Joined: ep.Sandbox != "" && ep.Boot == st.Boot, Lease: leaseState(ep, st.Now)})
+			Joined: ep.Sandbox != "" && ep.Boot == st.Boot, Lease: leaseState(ep, st.Now), Lease6: lease6Entry(ep, st.Now)})
 	}
 	on := map[string][]string{}
 	for _, n := range st.Networks {
@@ -170,10 +200,29 @@ func printListing(w io.Writer, l Listing) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "ENDPOINT\tNETWORK\tLINK\tMAC\tADDRESSES\tJOINED\tLEASE")
+	fmt.Fprintln(tw, "ENDPOINT\tNETWORK\tLINK\tMAC\tADDRESSES\tJOINED\tLEASE\tLEASE6")
 	for _, n := range l.Networks {
 		for _, e := range n.Endpoints {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dockerid.Short(e.ID), dockerid.Short(n.ID), e.Link, dash(e.MAC), dash(strings.Trim(e.IPv4+","+e.IPv6, ",")), yesNo(e.Joined), dash(e.Lease))
+			state6 := ""
+			if e.Lease6 != nil {
+				state6 = e.Lease6.State
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dockerid.Short(e.ID), dockerid.Short(n.ID), e.Link, dash(e.MAC), dash(strings.Trim(e.IPv4+","+e.IPv6, ",")), yesNo(e.Joined), dash(e.Lease), dash(state6))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "DHCPV6 LEASE\tENDPOINT\tDUID\tIAID\tSTATE\tT1\tT2\tEXPIRY\tLOST")
+	for _, n := range l.Networks {
+		for _, e := range n.Endpoints {
+			if l6 := e.Lease6; l6 != nil {
+				lost := lostText(l6.Lost, l6.LostWhy)
+				if l6.State == store.LeaseLost && l6.Lost.IsZero() {
+					lost = lostText(l6.Expiry, "it expired while the daemon was not running")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l6.Address, dockerid.Short(e.ID), dash(l6.DUID), dash(l6.IAID), l6.State,
+					never(l6.T1), never(l6.T2), never(l6.Expiry), lost)
+			}
 		}
 	}
 	tw.Flush()
@@ -281,6 +330,35 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// never is a lease time, "never" for an infinite one (zero).
+func never(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return stamp(t)
+}
+
+// lostText is when and how a lease was lost: "-" while held.
+func lostText(at time.Time, why string) string {
+	switch {
+	case at.IsZero():
+		return "-"
+	case why == "":
+		return stamp(at)
+	}
+	return stamp(at) + " (" + why + ")"
+}
+
+// lease6Entry is an endpoint's DHCPv6 lease at now; nil without one.
+func lease6Entry(ep store.Endpoint, now time.Time) *Lease6Entry {
+	l := ep.Lease6
+	if l == nil {
+		return nil
+	}
+	return &Lease6Entry{State: l.State(now), Address: l.Addr, DUID: l.DUID, IAID: l.IAID, Server: l.ServerID, Acquired: l.Acquired,
+		T1: l.At(l.T1), T2: l.At(l.T2), Preferred: l.At(l.Preferred), Expiry: l.Expiry(), Lost: l.Lost, LostWhy: l.LostWhy}
 }
 
 // leaseState is an endpoint's DHCP lease state at now; "" without one.

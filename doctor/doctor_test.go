@@ -9,6 +9,7 @@ import (
 
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 const (
@@ -126,6 +127,21 @@ func TestCheck(t *testing.T) {
 		{name: "a bound lease is no finding", change: func(in *Input) {
 			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", T1: now.Add(time.Minute), T2: now.Add(2 * time.Minute), Expiry: now.Add(time.Hour)}
 		}},
+		{name: "a lost DHCPv6 lease", change: func(in *Input) {
+			in.Endpoints[0].Lease6 = &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Minute), T1: time.Hour, T2: 2 * time.Hour, Valid: 3 * time.Hour, Lost: now.Add(-time.Second), LostWhy: "NoBinding"}
+		}, want: []string{"lost-lease " + epA + " "}},
+		{name: "a DHCPv6 lease past its valid lifetime while the daemon was down is lost", change: func(in *Input) {
+			in.Endpoints[0].Lease6 = &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Hour), T1: time.Minute, T2: 2 * time.Minute, Valid: 3 * time.Minute}
+		}, want: []string{"lost-lease " + epA + " "}},
+		{name: "a DHCPv6 lease rebinding, or infinite, is no finding", change: func(in *Input) {
+			in.Endpoints[0].Lease6 = &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Hour), T1: time.Minute, T2: 2 * time.Minute, Valid: 2 * time.Hour}
+			in.Endpoints = append(in.Endpoints, store.Endpoint{NetworkID: in.Endpoints[0].NetworkID, ID: "e2", Link: "ule2",
+				Lease6: &store.Lease6{Addr: "2001:db8::11", Acquired: now.Add(-time.Hour), T1: record.Infinite6, T2: record.Infinite6, Preferred: record.Infinite6, Valid: record.Infinite6}})
+		}},
+		{name: "both leases of a dual-stack endpoint lost", change: func(in *Input) {
+			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute), LostWhy: "DHCPNAK"}
+			in.Endpoints[0].Lease6 = &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Minute), T1: time.Hour, T2: 2 * time.Hour, Valid: 3 * time.Hour, Lost: now.Add(-time.Second), LostWhy: "NoBinding"}
+		}, want: []string{"lost-lease " + epA + " ", "lost-lease " + epA + " "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := healthy()
@@ -161,5 +177,33 @@ func TestCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLostLease6Message: the finding of a lost DHCPv6 lease names the
+// family, the address, the DUID and IAID, when and why, and that the
+// address is blocked; one past its expiry unmarked says it expired while
+// the daemon was down.
+func TestLostLease6Message(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ep := store.Endpoint{NetworkID: "aaaaaaaaaaaa1", ID: "eeeeeeeeeeee1", Link: "ule1",
+		Lease6: &store.Lease6{Addr: "2001:db8::10", DUID: "00030001020000000001", IAID: "0a0b0c0d", Acquired: now.Add(-time.Hour),
+			T1: time.Minute, T2: 2 * time.Minute, Valid: 3 * time.Hour, Lost: now.Add(-time.Minute), LostWhy: "NoBinding at the renewal"}}
+	got := lostLeases(Input{Now: now, Endpoints: []store.Endpoint{ep}})
+	if len(got) != 1 {
+		t.Fatalf("findings %+v, want one", got)
+	}
+	for _, want := range []string{"endpoint eeeeeeeeeeee of network aaaaaaaaaaaa lost its DHCPv6 lease of 2001:db8::10 (DUID 00030001020000000001, IAID 0a0b0c0d) at 2026-11-30T11:59:00Z (NoBinding at the renewal)", "blocked on the parent"} {
+		if !strings.Contains(got[0].Message, want) {
+			t.Errorf("message %q lacks %q", got[0].Message, want)
+		}
+	}
+	if got[0].Action != nil || !strings.Contains(got[0].Repair, "DHCPv6 server") {
+		t.Errorf("finding %+v: want no action, the repair naming the DHCPv6 server", got[0])
+	}
+	ep.Lease6.Lost, ep.Lease6.LostWhy, ep.Lease6.Valid = time.Time{}, "", 30*time.Minute
+	got = lostLeases(Input{Now: now, Endpoints: []store.Endpoint{ep}})
+	if len(got) != 1 || !strings.Contains(got[0].Message, "at 2026-11-30T11:30:00Z (it expired while the daemon was not running)") {
+		t.Errorf("unmarked past its expiry: %+v", got)
 	}
 }

@@ -91,8 +91,10 @@ func broken(in Input) []Finding {
 	return out
 }
 
-// lostLeases are the DHCP leases endpoints lost: their addresses are
-// blocked until the server gives them back.
+// lostLeases are the DHCP and DHCPv6 leases endpoints lost: their
+// addresses are blocked until the server gives them back. Both are
+// lost-lease findings about the endpoint (a dual-stack endpoint may have
+// two, each naming its family and address).
 func lostLeases(in Input) []Finding {
 	var out []Finding
 	for _, ep := range in.Endpoints {
@@ -107,6 +109,20 @@ func lostLeases(in Input) []Finding {
 			Message: fmt.Sprintf("endpoint %s of network %s lost its DHCP lease of %s at %s (%s): the container cannot send from that address until the LAN's server gives it back",
 				dockerid.Short(ep.ID), dockerid.Short(ep.NetworkID), ep.Lease.Addr, since.Format(time.RFC3339), why),
 			Repair: "none by underlay (it keeps asking the server for that address): free the address on the DHCP server, or restart the container (docker restart) to get a new address"})
+	}
+	for _, ep := range in.Endpoints {
+		l := ep.Lease6
+		if l == nil || l.State(in.Now) != store.LeaseLost {
+			continue
+		}
+		since, why := l.Lost, l.LostWhy
+		if since.IsZero() {
+			since, why = l.Expiry(), "it expired while the daemon was not running"
+		}
+		out = append(out, Finding{Kind: kindLostLease, Subject: ep.ID,
+			Message: fmt.Sprintf("endpoint %s of network %s lost its DHCPv6 lease of %s (DUID %s, IAID %s) at %s (%s): the container cannot send from that address (blocked on the parent) until the LAN's server gives it back",
+				dockerid.Short(ep.ID), dockerid.Short(ep.NetworkID), l.Addr, l.DUID, l.IAID, since.Format(time.RFC3339), why),
+			Repair: "none by underlay (it asks the server for that address every 30 s): free the address on the DHCPv6 server (its binding for that DUID and IAID), or restart the container (docker restart) to get a new address"})
 	}
 	return out
 }

@@ -145,7 +145,8 @@ func TestDHCPv6LostLeaseBlockGoesWithTheNetwork(t *testing.T) {
 // The DHCPv6 journal, dual stack: a kill -9 between the leases' exchange
 // and the endpoint's commit leaves both leases journaled, and the next
 // start releases each with its own client (neither leaser takes the
-// other's entries); a kill right after a deletion's commit, likewise.
+// other's entries); a kill right after a deletion's commit, likewise,
+// its entries marked as a deletion's (the start's line names the case).
 func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
 	f, fl := lan6Fixture(t)
 	fl4 := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
@@ -158,12 +159,16 @@ func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
 	if _, err := f.endpoint(netA, ep1, "", "52:54:00:00:00:01"); err != nil {
 		t.Fatal(err)
 	}
-	journal := func() []string {
+	journal := func() []string { // "e1 ADDR" ("e1 ADDR deletion" for a deletion's entry)
 		var p []store.PendingRelease
 		_ = f.db.View(func(tx *store.Tx) (err error) { p, err = tx.PendingReleases(); return err })
 		var out []string
 		for _, r := range p {
-			out = append(out, r.EndpointID[:2]+" "+r.Addr())
+			e := r.EndpointID[:2] + " " + r.Addr()
+			if r.Deletion {
+				e += " deletion"
+			}
+			out = append(out, e)
 		}
 		slices.Sort(out)
 		return out
@@ -193,7 +198,7 @@ func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
 	waitFor(t, "the journal emptied", func() bool { return len(journal()) == 0 })
 	// Deleted, and killed right after the commit: released at the next start.
 	f.killedAt("delete-endpoint/after-commit", func() { _ = f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}) })
-	if got, want := fmt.Sprint(journal()), "[e1 198.18.180.100/24 e1 2001:db8:60::100]"; got != want {
+	if got, want := fmt.Sprint(journal()), "[e1 198.18.180.100/24 deletion e1 2001:db8:60::100 deletion]"; got != want {
 		t.Fatalf("journal after the deletion's commit %s, want %s", got, want)
 	}
 	restart()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // scrape GETs Path from h and returns the status and the text.
@@ -193,6 +194,77 @@ underlay_dhcp_leases{state="rebinding"} 1
 underlay_dhcp_leases{state="renewing"} 1
 `
 	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want), "underlay_dhcp_leases"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLease6StateGauge: DHCPv6 leases are counted by state in their own
+// gauge, underlay_dhcp6_leases (underlay_dhcp_leases keeps its series:
+// DHCP only), and only on ipv6_mode=dhcpv6 networks; every state has a
+// series, 0 included.
+func TestLease6StateGauge(t *testing.T) {
+	db, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now()
+	lease6 := func(acquired, valid time.Duration, lost bool) *store.Lease6 {
+		l := &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(acquired), T1: time.Hour, T2: 2 * time.Hour, Preferred: valid, Valid: valid}
+		if lost {
+			l.Lost = now.Add(-time.Minute)
+		}
+		if valid == record.Infinite6 {
+			l.T1, l.T2 = record.Infinite6, record.Infinite6
+		}
+		return l
+	}
+	if err := db.Update(func(tx *store.Tx) error {
+		for _, n := range []store.Network{
+			{ID: "v6", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"ipv6_mode": "dhcpv6"}},
+			{ID: "ds", Type: "macvlan", Parent: "eth1", Mode: "bridge", Options: map[string]string{"ipv6_mode": "dhcpv6", "dhcp": "true"}},
+			{ID: "sl", Type: "macvlan", Parent: "eth2", Mode: "bridge", Options: map[string]string{"ipv6_mode": "slaac"}},
+		} {
+			if err := tx.PutNetwork(n); err != nil {
+				return err
+			}
+		}
+		for i, l := range []*store.Lease6{lease6(0, 3*time.Hour, false), lease6(-90*time.Minute, 3*time.Hour, false),
+			lease6(-150*time.Minute, 3*time.Hour, false), lease6(0, 3*time.Hour, true), lease6(-4*time.Hour, 3*time.Hour, false),
+			lease6(-100*365*24*time.Hour, record.Infinite6, false)} {
+			if err := tx.PutEndpoint(store.Endpoint{NetworkID: "v6", ID: fmt.Sprintf("e%d", i), Link: fmt.Sprintf("ule%d", i), Lease6: l}); err != nil {
+				return err
+			}
+		}
+		// Dual stack: one of each family.
+		if err := tx.PutEndpoint(store.Endpoint{NetworkID: "ds", ID: "d", Link: "uled", Lease6: lease6(0, 3*time.Hour, false),
+			Lease: &store.Lease{Addr: "198.18.180.10/24", T1: now.Add(time.Hour), T2: now.Add(2 * time.Hour), Expiry: now.Add(3 * time.Hour)}}); err != nil {
+			return err
+		}
+		// A record on a slaac network holds no lease of the network's.
+		return tx.PutEndpoint(store.Endpoint{NetworkID: "sl", ID: "x", Link: "ulex", Lease6: lease6(0, 3*time.Hour, false)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{})
+	if err := m.WatchState(db); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP underlay_dhcp6_leases DHCPv6 leases of endpoints of ipv6_mode=dhcpv6 networks by state: bound (before T1), renewing (T1 to T2), rebinding (T2 to the end of the valid lifetime), lost (expired, or the server no longer holds it: the address is blocked until won back).
+# TYPE underlay_dhcp6_leases gauge
+underlay_dhcp6_leases{state="bound"} 3
+underlay_dhcp6_leases{state="lost"} 2
+underlay_dhcp6_leases{state="rebinding"} 1
+underlay_dhcp6_leases{state="renewing"} 1
+# HELP underlay_dhcp_leases DHCP leases of endpoints by state: bound (before T1), renewing (T1 to T2), rebinding (T2 to the expiry), lost (expired or refused: the address is blocked until won back).
+# TYPE underlay_dhcp_leases gauge
+underlay_dhcp_leases{state="bound"} 1
+underlay_dhcp_leases{state="lost"} 0
+underlay_dhcp_leases{state="rebinding"} 0
+underlay_dhcp_leases{state="renewing"} 0
+`
+	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want), "underlay_dhcp6_leases", "underlay_dhcp_leases"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,8 +14,9 @@ type State interface {
 	View(func(*store.Tx) error) error
 }
 
-// WatchState registers the gauges underlay_networks, underlay_endpoints and
-// underlay_owned_links, read from s at every scrape in one read-only
+// WatchState registers the gauges underlay_networks, underlay_endpoints,
+// underlay_owned_links, underlay_dhcp_leases and underlay_dhcp6_leases,
+// read from s at every scrape in one read-only
 // transaction (bbolt's readers hold up no writer, except a commit that
 // must grow the file's mapping). Call it once, when the state file is
 // open.
@@ -30,7 +31,7 @@ func (m *Metrics) WatchState(s State) error {
 type stateCollector struct {
 	state                      State
 	networks, endpoints, links *prometheus.Desc
-	leases                     *prometheus.Desc
+	leases, leases6            *prometheus.Desc
 	now                        func() time.Time
 }
 
@@ -45,6 +46,8 @@ func newStateCollector(s State) *stateCollector {
 			"Links underlay owns by its records: the parent links it created, the endpoints' links and the host links.", nil, nil),
 		leases: prometheus.NewDesc("underlay_dhcp_leases",
 			"DHCP leases of endpoints by state: bound (before T1), renewing (T1 to T2), rebinding (T2 to the expiry), lost (expired or refused: the address is blocked until won back).", []string{"state"}, nil),
+		leases6: prometheus.NewDesc("underlay_dhcp6_leases",
+			"DHCPv6 leases of endpoints of ipv6_mode=dhcpv6 networks by state: bound (before T1), renewing (T1 to T2), rebinding (T2 to the end of the valid lifetime), lost (expired, or the server no longer holds it: the address is blocked until won back).", []string{"state"}, nil),
 		now: time.Now,
 	}
 }
@@ -54,24 +57,30 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.endpoints
 	ch <- c.links
 	ch <- c.leases
+	ch <- c.leases6
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	var n store.Counts
-	leases := map[string]int{}
+	leases, leases6 := map[string]int{}, map[string]int{}
 	now := c.now()
 	if err := c.state.View(func(tx *store.Tx) (err error) {
 		if n, err = tx.Counts(); err != nil {
 			return err
 		}
 		return tx.ForEachNetwork(func(nw store.Network) error {
-			if on, _ := strconv.ParseBool(nw.Options["dhcp"]); !on {
+			v4, _ := strconv.ParseBool(nw.Options["dhcp"])
+			v6 := nw.Options["ipv6_mode"] == "dhcpv6"
+			if !v4 && !v6 {
 				return nil
 			}
 			eps, err := tx.Endpoints(nw.ID)
 			for _, ep := range eps {
-				if ep.Lease != nil {
+				if v4 && ep.Lease != nil {
 					leases[ep.Lease.State(now)]++
+				}
+				if v6 && ep.Lease6 != nil {
+					leases6[ep.Lease6.State(now)]++
 				}
 			}
 			return err
@@ -85,5 +94,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.links, prometheus.GaugeValue, float64(n.ParentLinks+n.EndpointLinks+n.HostLinks))
 	for _, st := range store.LeaseStates {
 		ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(leases[st]), st)
+		ch <- prometheus.MustNewConstMetric(c.leases6, prometheus.GaugeValue, float64(leases6[st]), st)
 	}
 }

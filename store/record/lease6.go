@@ -37,3 +37,28 @@ func (l Lease6) Expiry() time.Time {
 	}
 	return l.Acquired.Add(l.Valid)
 }
+
+// At is the time d after Acquired; zero for Infinite6 ("never").
+func (l Lease6) At(d time.Duration) time.Time {
+	if d == Infinite6 {
+		return time.Time{}
+	}
+	return l.Acquired.Add(d)
+}
+
+// State is what the lease is at now, in Lease's states: bound until T1,
+// renewing until T2, rebinding until the valid lifetime's end, lost once
+// marked lost or past that end (the daemon may not have marked it yet:
+// it was down). An infinite time is never reached.
+func (l Lease6) State(now time.Time) string {
+	reached := func(d time.Duration) bool { t := l.At(d); return !t.IsZero() && !now.Before(t) }
+	switch {
+	case !l.Lost.IsZero() || reached(l.Valid):
+		return LeaseLost
+	case !reached(l.T1):
+		return LeaseBound
+	case !reached(l.T2):
+		return LeaseRenewing
+	}
+	return LeaseRebinding
+}

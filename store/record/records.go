@@ -119,6 +119,11 @@ type PendingRelease struct {
 	Lease6 *Lease6 `json:"lease6,omitempty"`
 	// Since is when it was written.
 	Since time.Time `json:"since"`
+	// Deletion says the entry was written with its endpoint's deletion
+	// (DeleteEndpoint, DeleteNetwork), for the release sent after that
+	// commit; false for one written right after the exchange, before the
+	// endpoint's record, and for entries written before this field was.
+	Deletion bool `json:"deletion,omitempty"`
 }
 
 // Addr is the address of the journaled lease (its key with the network

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/control"
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/vishvananda/netlink"
@@ -174,6 +176,62 @@ func eui64(prefix netip.Prefix, mac net.HardwareAddr) netip.Addr {
 	return netip.AddrFrom16(b)
 }
 
+// noDocker is a --docker-host nothing answers: ls and doctor then skip
+// Docker (a warning), which these tests do not need.
+const noDocker = "unix:///nonexistent/docker.sock"
+
+// lease6Listed is the endpoint's DHCPv6 lease as `underlay ls --json`
+// shows it, and the endpoints' table of `underlay ls` (its row).
+func lease6Listed(t *testing.T, d *itest.Daemon, netID, epID string) (*control.Lease6Entry, string) {
+	t.Helper()
+	var found *control.Lease6Entry
+	for _, n := range lsJSON(t, d, noDocker).Networks {
+		for _, e := range n.Endpoints {
+			if n.ID == netID && e.ID == epID {
+				if e.Lease6 == nil {
+					t.Fatalf("ls --json lists endpoint %s without its DHCPv6 lease: %+v", epID[:12], e)
+				}
+				found = e.Lease6
+			}
+		}
+	}
+	if found == nil {
+		t.Fatalf("ls --json does not list endpoint %s of network %s", epID[:12], netID[:12])
+	}
+	table, errOut, code := cli(t, "ls", "--socket", d.Socket, "--docker-host", noDocker)
+	if code != 0 {
+		t.Fatalf("underlay ls exited %d: %s", code, errOut)
+	}
+	var row string
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, found.Address+" ") && strings.Contains(line, epID[:12]) {
+			row = line
+		}
+	}
+	if row == "" {
+		t.Fatalf("ls's DHCPV6 LEASE table has no row for %s of endpoint %s:\n%s", found.Address, epID[:12], table)
+	}
+	return found, row
+}
+
+// dhcp6Leases is the daemon's underlay_dhcp6_leases{state=STATE}.
+func dhcp6Leases(t *testing.T, d *itest.Daemon, state string) float64 {
+	t.Helper()
+	code, body, err := d.Get("/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %s (%v)", code, body, err)
+	}
+	m, err := itest.Metrics(string(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := m[`underlay_dhcp6_leases{state="`+state+`"}`]
+	if !ok {
+		t.Fatalf("no underlay_dhcp6_leases{state=%q} in:\n%s", state, body)
+	}
+	return v
+}
+
 func TestIPv6FromTheLAN(t *testing.T) {
 	t.Parallel()
 	ns := itest.NewNetns(t)
@@ -251,6 +309,20 @@ func TestIPv6FromTheLAN(t *testing.T) {
 		if err := itest.Ping(c.ns, c.addr.Addr().String(), "2001:db8:60::1", 5*time.Second); err != nil {
 			t.Fatalf("the container does not reach the router from its leased address: %v\n%s", err, c.String(t))
 		}
+		// The operator sees the lease as dnsmasq holds it: ls (JSON and
+		// table) and the gauge (the daemon's only lease while this runs).
+		listed, row := lease6Listed(t, d, netID, epID)
+		duid := hex.EncodeToString(dhcp6.DUIDFromMAC(c.mac))
+		if listed.Address != c.addr.Addr().String() || listed.DUID != duid || listed.IAID != fmt.Sprintf("%08x", l.IAID) || listed.State != "bound" ||
+			listed.T1.IsZero() || !listed.T2.After(listed.T1) || !listed.Expiry.After(listed.T2) || !listed.Lost.IsZero() {
+			t.Errorf("ls --json lease6 %+v: want %s bound, DUID %s and IAID %08x (dnsmasq's), T1 < T2 < expiry, not lost", listed, c.addr.Addr(), duid, l.IAID)
+		}
+		if !strings.Contains(row, duid) || !strings.Contains(row, "bound") {
+			t.Errorf("ls's DHCPv6 row %q lacks the DUID %s or the state bound", row, duid)
+		}
+		if v := dhcp6Leases(t, d, "bound"); v != 1 {
+			t.Errorf("underlay_dhcp6_leases{state=\"bound\"} = %v, want 1", v)
+		}
 		// Durable: a daemon restarted before T1 (60 s of dnsmasq's 2 min)
 		// renews the lease from its record, for the same client.
 		d.Restart()
@@ -302,6 +374,20 @@ func TestIPv6FromTheLAN(t *testing.T) {
 			if strings.Contains(line, "lost a DHCPv6 lease") {
 				t.Logf("daemon: %s", line)
 			}
+		}
+		// The record says lost before the line is logged: ls, doctor
+		// and the gauge show it (this subtest's is the daemon's only
+		// DHCPv6 lease now).
+		listed, row := lease6Listed(t, d, netID, epID)
+		if listed.Address != a || listed.State != "lost" || listed.Lost.IsZero() || listed.LostWhy == "" || !strings.Contains(row, "lost") {
+			t.Errorf("ls lists the lost lease as %+v, row %q: want %s lost, with when and why", listed, row, a)
+		}
+		out, errOut, code := cli(t, "doctor", "--socket", d.Socket, "--docker-host", noDocker)
+		if code != control.ExitFindings || !strings.Contains(out, "lost-lease "+epID) || !strings.Contains(out, "lost its DHCPv6 lease of "+a+" (DUID "+listed.DUID+", IAID "+listed.IAID+")") {
+			t.Errorf("doctor: exit %d, want %d with the lost-lease finding naming %s, its DUID and IAID:\n%s%s", code, control.ExitFindings, a, out, errOut)
+		}
+		if v := dhcp6Leases(t, d, "lost"); v != 1 {
+			t.Errorf("underlay_dhcp6_leases{state=\"lost\"} = %v, want 1", v)
 		}
 		if err := itest.Ping(c.ns, a, "2001:db8:63::1", 2*time.Second); err == nil {
 			t.Fatalf("the container still reaches the router from %s, whose lease is lost", a)

@@ -47,6 +47,7 @@ func (ls *Leaser) JournalDeletion(ctx context.Context, n store.Network, ep store
 		return nil
 	}
 	rec := ls.pendingRelease(n, ep, r)
+	rec.Deletion = true
 	return &rec
 }
 
@@ -128,11 +129,12 @@ func ReleaseJournaled(ctx context.Context, st Store, log *slog.Logger, now time.
 		exp := j.Expiry(p)
 		forget := held[[3]string{p.NetworkID, p.EndpointID, p.Addr()}] || (!exp.IsZero() && !now.Before(exp))
 		if !forget && j.Release != nil {
+			short, left := leftBy(p)
 			if err := j.Release(ctx, p); err != nil {
-				log.Warn("could not release a "+j.Family+" lease a crash left: retrying at the next start until it expires", "endpoint", p.EndpointID, "address", p.Addr(), "error", err)
+				log.Warn("could not release a "+j.Family+" lease "+short+": retrying at the next start until it expires", "endpoint", p.EndpointID, "address", p.Addr(), "error", err)
 				continue
 			}
-			log.Info("released a "+j.Family+" lease a crash left between its exchange and its record", "network", p.NetworkID, "endpoint", p.EndpointID, "address", p.Addr())
+			log.Info("released a "+j.Family+" lease "+left, "network", p.NetworkID, "endpoint", p.EndpointID, "address", p.Addr())
 			forget = true
 		}
 		if forget {
@@ -141,4 +143,17 @@ func ReleaseJournaled(ctx context.Context, st Store, log *slog.Logger, now time.
 			}
 		}
 	}
+}
+
+// leftBy names how a journaled lease no record holds was left, briefly
+// and in full: by its endpoint's deletion, whose own release did not go
+// through (the daemon stopped before it, or the server did not answer
+// it), or by a crash between the exchange and the endpoint's record (so
+// are named the entries written before PendingRelease.Deletion was).
+func leftBy(p store.PendingRelease) (short, full string) {
+	if p.Deletion {
+		d := "journaled by its endpoint's deletion, whose own release did not go through (the daemon stopped before it, or the server did not answer it)"
+		return d, d
+	}
+	return "a crash left", "a crash left between its exchange and its record"
 }

@@ -3,6 +3,7 @@ package leases
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"slices"
@@ -186,9 +187,9 @@ func TestJournalDeletion(t *testing.T) {
 	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
 	ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	got := f.ls.JournalDeletion(context.Background(), n, ep)
-	want := store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: epMAC, Lease: *ep.Lease, Since: t0}
-	if got == nil || !equalPending(*got, want) {
-		t.Fatalf("JournalDeletion = %+v, want %+v", got, want)
+	want := store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: epMAC, Lease: *ep.Lease, Since: t0, Deletion: true}
+	if got == nil || !equalPending(*got, want) || !got.Deletion {
+		t.Fatalf("JournalDeletion = %+v, want %+v (marked a deletion's)", got, want)
 	}
 	if p := f.pending(t); len(p) != 0 {
 		t.Fatalf("JournalDeletion wrote %+v itself; the deletion's transaction does", p)
@@ -380,5 +381,123 @@ func TestReleaseJournaledFamily(t *testing.T) {
 	}
 	if got, want := f.pendingAddrs(t), []string{"192.0.2.10/24", "2001:db8::b"}; !slices.Equal(got, want) {
 		t.Fatalf("journal %v, want %v (the other family's and the failed one)", got, want)
+	}
+}
+
+// logRecords is a slog handler that keeps every record.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r)
+	return nil
+}
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+
+// lines are the records as "LEVEL message address=ADDR".
+func (l *logRecords) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.recs {
+		line := r.Level.String() + " " + r.Message
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "address" {
+				line += " address=" + a.Value.String()
+			}
+			return true
+		})
+		out = append(out, line)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestReleaseJournaledNamesTheCase: the start's lines name how a journaled
+// lease was left: a deletion's entry (PendingRelease.Deletion) as its
+// endpoint's deletion whose release did not go through; an exchange's
+// entry, and one written before the field was (no "deletion" in its
+// JSON), as a crash between the exchange and the record, as before.
+func TestReleaseJournaledNamesTheCase(t *testing.T) {
+	f := newJournal(t, true)
+	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	drivertest.Put(t, f.db, []store.Network{n})
+	entry := func(ep, addr string, deletion bool) store.PendingRelease {
+		return store.PendingRelease{NetworkID: n.ID, EndpointID: ep, Parent: "eth0", MAC: epMAC,
+			Lease6: &store.Lease6{Addr: addr, Acquired: t0, Valid: record.Infinite6}, Since: t0, Deletion: deletion}
+	}
+	deleted, failing := entry(drivertest.EpA, "2001:db8::a", true), entry(drivertest.EpB, "2001:db8::b", true)
+	crashed := entry(drivertest.EpC, "2001:db8::c", false)
+	// An entry as a daemon before PendingRelease.Deletion wrote it.
+	var old store.PendingRelease
+	if err := json.Unmarshal([]byte(`{"network":"`+n.ID+`","endpoint":"`+drivertest.EpD+`","parent":"eth0","mac":"`+epMAC+
+		`","lease":{"addr":"","acquired":"0001-01-01T00:00:00Z","t1":"0001-01-01T00:00:00Z","t2":"0001-01-01T00:00:00Z","expiry":"0001-01-01T00:00:00Z"},`+
+		`"lease6":{"addr":"2001:db8::d","duid":"","iaid":"","server":"","acquired":"2026-01-01T00:00:00Z","t1":0,"t2":0,"preferred":0,"valid":9223372036854775807},"since":"2026-01-01T00:00:00Z"}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Deletion {
+		t.Fatalf("an entry without the field decoded as a deletion's: %+v", old)
+	}
+	if err := f.db.Update(func(tx *store.Tx) error {
+		for _, p := range []store.PendingRelease{deleted, failing, crashed, old} {
+			if err := tx.PutPendingRelease(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.pending(t); len(got) != 4 || slices.ContainsFunc(got, func(p store.PendingRelease) bool {
+		return p.Deletion != (p.EndpointID == drivertest.EpA || p.EndpointID == drivertest.EpB)
+	}) {
+		t.Fatalf("journal read back %+v: want the deletion mark on A's and B's entries only", got)
+	}
+	logs := &logRecords{}
+	ReleaseJournaled(context.Background(), f.db, slog.New(logs), t0, Journaled{
+		Family: "DHCPv6",
+		Mine:   func(p store.PendingRelease) bool { return p.Lease6 != nil },
+		Held:   func(store.Endpoint, store.PendingRelease) bool { return false },
+		Expiry: func(store.PendingRelease) time.Time { return time.Time{} },
+		Release: func(_ context.Context, p store.PendingRelease) error {
+			if p.EndpointID == drivertest.EpB {
+				return errors.New("sendto: network is down")
+			}
+			return nil
+		},
+	})
+	const deletion = "journaled by its endpoint's deletion, whose own release did not go through (the daemon stopped before it, or the server did not answer it)"
+	want := []string{
+		"INFO released a DHCPv6 lease a crash left between its exchange and its record address=2001:db8::c",
+		"INFO released a DHCPv6 lease a crash left between its exchange and its record address=2001:db8::d",
+		"INFO released a DHCPv6 lease " + deletion + " address=2001:db8::a",
+		"WARN could not release a DHCPv6 lease " + deletion + ": retrying at the next start until it expires address=2001:db8::b",
+	}
+	if got := logs.lines(); !slices.Equal(got, want) {
+		t.Fatalf("start's lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestPendingReleaseDeletionJSON: the mark is left out of an exchange's
+// entry (the state file's bytes are those of before), written for a
+// deletion's.
+func TestPendingReleaseDeletionJSON(t *testing.T) {
+	p := store.PendingRelease{NetworkID: "n", EndpointID: "e", Lease6: &store.Lease6{Addr: "2001:db8::a"}}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "deletion") {
+		t.Errorf("an exchange's entry carries the mark: %s", b)
+	}
+	p.Deletion = true
+	if b, err = json.Marshal(p); err != nil || !strings.Contains(string(b), `"deletion":true`) {
+		t.Errorf("a deletion's entry: %s, %v; want \"deletion\":true", b, err)
 	}
 }

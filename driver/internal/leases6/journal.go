@@ -53,6 +53,7 @@ func (ls *Leaser) JournalDeletion(ctx context.Context, n store.Network, ep store
 		return nil
 	}
 	rec := ls.pendingRelease(n, ep, r)
+	rec.Deletion = true
 	return &rec
 }
 
