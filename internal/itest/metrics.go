@@ -24,6 +24,22 @@ func (d *Daemon) Get(path string) (int, []byte, error) {
 	return resp.StatusCode, out, err
 }
 
+// Scrape GETs /metrics on the daemon's socket and parses it (series ->
+// value); it fails the test when the daemon does not answer 200 with a
+// parsable text.
+func (d *Daemon) Scrape() map[string]float64 {
+	d.t.Helper()
+	code, body, err := d.Get("/metrics")
+	if err != nil || code != http.StatusOK {
+		d.t.Fatalf("GET /metrics on the socket: %d %s (%v)", code, body, err)
+	}
+	m, err := Metrics(string(body))
+	if err != nil {
+		d.t.Fatalf("GET /metrics: %v\n%s", err, body)
+	}
+	return m
+}
+
 // HTTPGet GETs url over TCP from inside the namespace (where a daemon's
 // 127.0.0.1 is), and returns the status and the body.
 func (n *Netns) HTTPGet(url string) (int, []byte, error) {

@@ -181,15 +181,7 @@ type metricsText map[string]float64
 
 func scrape(t *testing.T, d *itest.Daemon) metricsText {
 	t.Helper()
-	code, body, err := d.Get("/metrics")
-	if err != nil || code != 200 {
-		t.Fatalf("GET /metrics: %d %s (%v)", code, body, err)
-	}
-	m, err := itest.Metrics(string(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return d.Scrape()
 }
 
 // mean is (sum - before's sum) / (count - before's count).

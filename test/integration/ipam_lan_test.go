@@ -70,15 +70,7 @@ func TestIPAMLANProbeSkipsAddressesTheLANHolds(t *testing.T) {
 	if n := len(capt.match(arpProbesFor(held))); n != before {
 		t.Errorf("198.18.7.1 was probed again (%d probes, %d before) while remembered as in use", n, before)
 	}
-	code, body, err := d.Get("/metrics")
-	if err != nil || code != 200 {
-		t.Fatalf("GET /metrics: %d %v", code, err)
-	}
-	m, err := itest.Metrics(string(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := m["underlay_ipam_probe_conflicts_total"]; v != 1 {
+	if v := d.Scrape()["underlay_ipam_probe_conflicts_total"]; v != 1 {
 		t.Errorf("underlay_ipam_probe_conflicts_total = %v, want 1", v)
 	}
 	log := d.Log()

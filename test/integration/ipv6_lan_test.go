@@ -217,17 +217,10 @@ func lease6Listed(t *testing.T, d *itest.Daemon, netID, epID string) (*control.L
 // dhcp6Leases is the daemon's underlay_dhcp6_leases{state=STATE}.
 func dhcp6Leases(t *testing.T, d *itest.Daemon, state string) float64 {
 	t.Helper()
-	code, body, err := d.Get("/metrics")
-	if err != nil || code != 200 {
-		t.Fatalf("GET /metrics: %d %s (%v)", code, body, err)
-	}
-	m, err := itest.Metrics(string(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := d.Scrape()
 	v, ok := m[`underlay_dhcp6_leases{state="`+state+`"}`]
 	if !ok {
-		t.Fatalf("no underlay_dhcp6_leases{state=%q} in:\n%s", state, body)
+		t.Fatalf("no underlay_dhcp6_leases{state=%q} in:\n%v", state, m)
 	}
 	return v
 }
