@@ -55,6 +55,9 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 		}
 	}
 	if err := d.joinHostRoute(ctx, *n, *ep); err != nil {
+		if errors.Is(err, netlinkutil.ErrRouteHeld) {
+			d.unjoin(ctx, *n, *ep, sandbox)
+		}
 		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", dockerid.Short(ep.ID), err)
 	}
 	if ctx.Err() == nil { // Docker still waits for this answer
@@ -70,13 +73,18 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 // host address. A host link that is missing or broken (down, without its
 // address, another MTU: an operator's doing) is made healthy first, under
 // the parent's lock, with the routes of every joined endpoint: a Join
-// never fails for a state underlay can repair.
+// never fails for a state underlay can repair. It does fail when another
+// link holds the route to the endpoint's address (netlinkutil.ErrRouteHeld:
+// another instance's host link, an operator's route), which stays.
 func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.Endpoint) error {
 	if n.HostAddress == "" {
 		return nil
 	}
-	if d.shims.Healthy(ctx, n) && d.shims.Route(ctx, &n, ep, false) == nil {
-		return nil
+	if d.shims.Healthy(ctx, n) {
+		err := d.shims.Route(ctx, &n, ep, false)
+		if err == nil || errors.Is(err, netlinkutil.ErrRouteHeld) {
+			return err
+		}
 	}
 	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
 	if err != nil {
@@ -90,10 +98,44 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 	}); err != nil {
 		return err
 	}
-	if a, ok := rules.EndpointV4(ep); ok && !slices.Contains(routes, a) {
-		routes = append(routes, a) // a join kept in memory (joins.go)
+	// The others' routes (a route another link holds is left, warned of),
+	// then this endpoint's (such a route refuses the Join).
+	if a, ok := rules.EndpointV4(ep); ok {
+		routes = slices.DeleteFunc(routes, func(r netip.Addr) bool { return r == a })
 	}
-	return d.shims.Ensure(ctx, n, routes)
+	if err := d.shims.Ensure(ctx, n, routes); err != nil {
+		return err
+	}
+	return d.shims.Route(ctx, &n, ep, false)
+}
+
+// unjoin undoes a Join refused for its host route: the join's record
+// and the endpoint's link go, under the parent's lock (the repair of the
+// host link reads the joins under it), and a route through the host link,
+// if one came meanwhile, with them; the route another link holds stays.
+// What fails is logged: the refusal is the answer.
+func (d *Driver) unjoin(ctx context.Context, n store.Network, ep store.Endpoint, sandbox string) {
+	ctx = context.WithoutCancel(ctx)
+	log := d.log.With("network", n.ID, "endpoint", ep.ID)
+	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
+	if err != nil {
+		log.Warn("a refused Join could not be undone: its record keeps it joined until Docker deletes the endpoint", "error", err)
+		return
+	}
+	defer unlockParent()
+	joined := ep
+	joined.Sandbox, joined.Boot = sandbox, d.boot
+	if commit := d.joins.Leave(joined); commit != nil {
+		if err := d.store.Batch(commit); err != nil {
+			log.Warn("a refused Join could not be undone: its record keeps it joined until Docker deletes the endpoint", "error", err)
+		}
+	}
+	if err := d.shims.Route(ctx, &n, ep, true); err != nil {
+		log.Warn("a refused Join could not remove the host link's route to it", "error", err)
+	}
+	if err := d.owned.Delete(ctx, ep.Link, true); err != nil {
+		log.Warn("a refused Join could not delete the endpoint's link", "link", ep.Link, "error", err)
+	}
 }
 
 // addEndpointLink creates the link, replacing a leftover of an earlier

@@ -196,3 +196,40 @@ func TestJoinRemakesTheHostLinkWithEveryRoute(t *testing.T) {
 	f.mustEndpoint(netA, epB, "198.18.1.11/24")
 	f.wantRoutes(map[string]string{"198.18.1.10": shim, "198.18.1.11": shim})
 }
+
+// A Join whose address the host already routes through another link (an
+// operator's route, another instance's host link) is refused with a
+// conflict naming the holder, and undone: the endpoint's link goes and its
+// record is not joined, so no repair routes it later; the foreign route
+// stays through the refusal, a Join through the unhealthy path (host
+// link gone), DeleteEndpoint and a restart. A second endpoint is routed.
+func TestJoinRefusedForAHeldHostRoute(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	shim := rules.ShimName(netA)
+	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
+	f.k.HoldRoute(netip.MustParseAddr("198.18.1.10"), "eth1")
+	held := map[string]string{"198.18.1.10": "eth1"}
+	for _, broken := range []bool{false, true} {
+		if broken {
+			f.k.Remove(shim) // Join makes the host link again first
+		}
+		if _, err := f.endpoint(netA, epA, "198.18.1.10/24", ""); err != nil {
+			t.Fatal(err)
+		}
+		_, err := f.join(netA, epA)
+		wantErr(t, err, ErrConflict, "198.18.1.10", "link eth1", "which carries no underlay mark (an operator's route)", "ip route del 198.18.1.10/32 dev eth1", shim, "--ip")
+		f.wantRoutes(held)
+		f.wantLinks(shim) // the endpoint's link went
+		if rec := f.epRecord(netA, epA); rec.Sandbox != "" {
+			t.Fatalf("the refused Join left the record joined to %q", rec.Sandbox)
+		}
+		if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: epA}); err != nil {
+			t.Fatal(err)
+		}
+		f.wantRoutes(held)
+	}
+	f.mustEndpoint(netA, epB, "198.18.1.11/24")
+	f.restart()
+	f.wantRoutes(map[string]string{"198.18.1.10": "eth1", "198.18.1.11": shim})
+}

@@ -65,7 +65,9 @@ type Links interface {
 	// AddShim creates a macvlan or ipvlan link of the host (marked with
 	// ep.Mark) with addr as a host address, up.
 	AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) error
-	// AddHostRoute routes one address through a link (replacing).
+	// AddHostRoute routes one address through a link; a route to it
+	// through another link (or none) is refused with a *RouteHeldError,
+	// never replaced.
 	AddHostRoute(ctx context.Context, dst netip.Addr, dev string) error
 	// DelHostRoute deletes that route; a missing one is not an error.
 	DelHostRoute(ctx context.Context, dst netip.Addr, dev string) error

@@ -1,11 +1,13 @@
 package netlinkutil
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -51,21 +53,189 @@ func (k *Kernel) AddShim(ctx context.Context, ep Endpoint, addr netip.Addr) erro
 	return nil
 }
 
-// AddHostRoute routes dst (one address) through the link dev; an existing
-// route to dst is replaced, and the neighbour entry dev holds for dst is
-// flushed: a container started again gets a new endpoint with a new MAC on
-// the same address, and the old entry would keep the host talking to the
-// old MAC until the kernel gives up on it.
+// ErrRouteHeld is wrapped by AddHostRoute's refusal (a *RouteHeldError):
+// the host already routes the address through another link.
+var ErrRouteHeld = errors.New("host route held by another link")
+
+// RouteHeldError is AddHostRoute's refusal to take a host route that is
+// not its own: the main table routes Dst (one address) through Holder,
+// not through Dev. Holder has only Index when the link could not be read;
+// a route without a link (blackhole, unreachable, prohibit) has a zero
+// Holder and Type naming its kind.
+type RouteHeldError struct {
+	Dst    netip.Addr
+	Dev    string
+	Holder Link
+	Type   string // "" for a unicast route
+}
+
+// Prefix is the route's destination, dst/32 or dst/128.
+func (e *RouteHeldError) Prefix() netip.Prefix { return netip.PrefixFrom(e.Dst, e.Dst.BitLen()) }
+
+// Through says where the route goes: "link NAME" (with its alias), or
+// "no link" and the kind of the route.
+func (e *RouteHeldError) Through() string {
+	switch {
+	case e.Holder.Name != "" && e.Holder.Alias != "":
+		return fmt.Sprintf("link %s (alias %q)", e.Holder.Name, e.Holder.Alias)
+	case e.Holder.Name != "":
+		return "link " + e.Holder.Name
+	case e.Holder.Index != 0:
+		return fmt.Sprintf("link index %d", e.Holder.Index)
+	}
+	return "no link (a " + cmp.Or(e.Type, "unicast") + " route)"
+}
+
+// DelCommand is the ip command that removes the route held.
+func (e *RouteHeldError) DelCommand() string {
+	switch {
+	case e.Holder.Name != "":
+		return fmt.Sprintf("ip route del %s dev %s", e.Prefix(), e.Holder.Name)
+	case e.Type != "":
+		return fmt.Sprintf("ip route del %s %s", e.Type, e.Prefix())
+	}
+	return fmt.Sprintf("ip route del %s", e.Prefix())
+}
+
+func (e *RouteHeldError) Error() string {
+	return fmt.Sprintf("%v: the host already routes %s through %s, not through %s: remove that route (%s) or use another address",
+		ErrRouteHeld, e.Prefix(), e.Through(), e.Dev, e.DelCommand())
+}
+
+func (e *RouteHeldError) Unwrap() error { return ErrRouteHeld }
+
+// AddHostRoute routes dst (one address) through the link dev, unless the
+// main table already routes dst (exactly dst/32 or dst/128) elsewhere: a
+// route through another link (another instance's host link, an
+// operator's) or without one is never replaced but refused with a
+// *RouteHeldError; one through dev is kept. The neighbour entry dev holds
+// for dst is flushed: a container started again gets a new endpoint with
+// a new MAC on the same address, and the old entry would keep the host
+// talking to the old MAC until the kernel gives up on it.
+//
+// Race-safe between processes: the route is added exclusively
+// (NLM_F_EXCL), so of two adds of dst with one metric one wins and the
+// other, answered EEXIST, looks again and finds the winner.
 func (k *Kernel) AddHostRoute(ctx context.Context, dst netip.Addr, dev string) error {
 	r, err := k.hostRoute(ctx, dst, dev)
 	if err != nil {
 		return err
 	}
-	if err := k.retry(ctx, func(h *netlink.Handle) error { return h.RouteReplace(r) }); err != nil {
-		return fmt.Errorf("route %s via %s: %w", dst, dev, err)
+	exhaustive := false
+	for {
+		held, ok, err := k.mainRoute(ctx, dst, r.LinkIndex, exhaustive)
+		if err != nil {
+			return fmt.Errorf("route %s via %s: look up the host's route to it: %w", dst, dev, err)
+		}
+		if ok && routeLink(held) == r.LinkIndex {
+			k.flushNeighbour(r.LinkIndex, dst)
+			return nil
+		}
+		if ok {
+			return fmt.Errorf("route %s via %s: %w", dst, dev, k.routeHeld(dst, dev, held))
+		}
+		err = k.retry(ctx, func(h *netlink.Handle) error { return h.RouteAdd(r) })
+		if err == nil {
+			k.flushNeighbour(r.LinkIndex, dst)
+			return nil
+		}
+		if !errors.Is(err, unix.EEXIST) || exhaustive {
+			return fmt.Errorf("route %s via %s: %w", dst, dev, err)
+		}
+		// Added meanwhile (another instance racing), or a route the
+		// lookup passed over: look again, through the whole table.
+		exhaustive = true
 	}
-	k.flushNeighbour(r.LinkIndex, dst)
-	return nil
+}
+
+// mainRoute returns the main table's route to exactly dst/32 (dst/128),
+// the one through the link index dev if there are several; found is false
+// when the table has none. Cost: one FIB lookup (RTM_GETROUTE with
+// RTM_F_FIB_MATCH answers the table entry the address matches, without a
+// dump), which settles it when the entry is in the main table: the
+// longest-prefix match there is dst's own route if it has one. When the
+// lookup ends elsewhere (a policy rule, the local table, no route at all)
+// or exhaustive is set, the main table is dumped and filtered here (every
+// route of the family: the kernel filters no dump by destination).
+func (k *Kernel) mainRoute(ctx context.Context, dst netip.Addr, dev int, exhaustive bool) (netlink.Route, bool, error) {
+	want := &net.IPNet{IP: dst.AsSlice(), Mask: net.CIDRMask(dst.BitLen(), dst.BitLen())}
+	if !exhaustive {
+		var rs []netlink.Route
+		err := k.retry(ctx, func(h *netlink.Handle) (err error) {
+			rs, err = h.RouteGetWithOptions(want.IP, &netlink.RouteGetOptions{FIBMatch: true})
+			return err
+		})
+		if err == nil && len(rs) > 0 && rs[0].Table == unix.RT_TABLE_MAIN {
+			return rs[0], sameNet(rs[0].Dst, want), nil
+		}
+	}
+	family := netlink.FAMILY_V4
+	if dst.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	var rs []netlink.Route
+	err := k.retry(ctx, func(h *netlink.Handle) (err error) {
+		rs, err = h.RouteListFiltered(family, &netlink.Route{Dst: want, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+		return err
+	})
+	if err != nil || len(rs) == 0 {
+		return netlink.Route{}, false, err
+	}
+	if i := slices.IndexFunc(rs, func(r netlink.Route) bool { return routeLink(r) == dev }); i >= 0 {
+		return rs[i], true, nil
+	}
+	return rs[0], true, nil
+}
+
+func sameNet(a, b *net.IPNet) bool {
+	return a != nil && a.IP.Equal(b.IP) && slices.Equal(a.Mask, b.Mask)
+}
+
+// routeLink is the link a route goes through (its first nexthop's for a
+// multipath route), 0 for none.
+func routeLink(r netlink.Route) int {
+	if r.LinkIndex == 0 && len(r.MultiPath) > 0 {
+		return r.MultiPath[0].LinkIndex
+	}
+	return r.LinkIndex
+}
+
+// routeHeld describes the route r to dst that is not dev's.
+func (k *Kernel) routeHeld(dst netip.Addr, dev string, r netlink.Route) *RouteHeldError {
+	e := &RouteHeldError{Dst: dst, Dev: dev, Type: routeType(r.Type)}
+	if idx := routeLink(r); idx != 0 {
+		e.Holder = Link{Index: idx}
+		var l netlink.Link
+		if err := k.with(func(h *netlink.Handle) (err error) { l, err = h.LinkByIndex(idx); return err }); err == nil {
+			e.Holder = convert(l)
+		}
+	}
+	return e
+}
+
+// routeType names a route's kind as ip route spells it, "" for unicast.
+func routeType(t int) string {
+	switch t {
+	case unix.RTN_UNICAST:
+		return ""
+	case unix.RTN_LOCAL:
+		return "local"
+	case unix.RTN_BROADCAST:
+		return "broadcast"
+	case unix.RTN_ANYCAST:
+		return "anycast"
+	case unix.RTN_MULTICAST:
+		return "multicast"
+	case unix.RTN_BLACKHOLE:
+		return "blackhole"
+	case unix.RTN_UNREACHABLE:
+		return "unreachable"
+	case unix.RTN_PROHIBIT:
+		return "prohibit"
+	case unix.RTN_THROW:
+		return "throw"
+	}
+	return fmt.Sprintf("type %d", t)
 }
 
 // flushNeighbour forgets the link's neighbour entry for an address (none

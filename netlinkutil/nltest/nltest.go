@@ -27,7 +27,8 @@ type Kernel struct {
 	fault func(op, name string) error
 	calls map[string]int
 	// addrs are the host addresses of shims, by link name; routes the
-	// host routes, destination -> link name.
+	// host routes, destination -> link name ("" for a route through no
+	// link, as a blackhole route).
 	addrs  map[string][]netip.Addr
 	routes map[netip.Addr]string
 	subs   []chan netlinkutil.LinkEvent
@@ -384,7 +385,10 @@ func (k *Kernel) AddShim(ctx context.Context, ep netlinkutil.Endpoint, addr neti
 	return nil
 }
 
-// AddHostRoute implements netlinkutil.Links.
+// AddHostRoute implements netlinkutil.Links: a route to dst through
+// another link, or through none, is refused as the real kernel's is (a
+// *netlinkutil.RouteHeldError naming the holder), and one through dev
+// kept.
 func (k *Kernel) AddHostRoute(_ context.Context, dst netip.Addr, dev string) error {
 	if err := k.begin("route", dev); err != nil {
 		return err
@@ -394,8 +398,24 @@ func (k *Kernel) AddHostRoute(_ context.Context, dst netip.Addr, dev string) err
 	if _, ok := k.links[dev]; !ok {
 		return fmt.Errorf("route %s: %w: %s", dst, netlinkutil.ErrNotFound, dev)
 	}
+	if holder, ok := k.routes[dst]; ok && holder != dev {
+		e := &netlinkutil.RouteHeldError{Dst: dst, Dev: dev, Type: "blackhole"}
+		if l, ok := k.links[holder]; ok {
+			e.Holder, e.Type = *l, ""
+		}
+		return fmt.Errorf("route %s via %s: %w", dst, dev, e)
+	}
 	k.routes[dst] = dev
 	return nil
+}
+
+// HoldRoute adds a route to dst through the link named, as someone else
+// would (an operator, another underlay instance); "" is a blackhole route.
+// It replaces a route to dst, as ip route replace does.
+func (k *Kernel) HoldRoute(dst netip.Addr, link string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.routes[dst] = link
 }
 
 // DelHostRoute implements netlinkutil.Links.

@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
@@ -41,6 +43,17 @@ type Shims struct {
 	// DeleteOwned deletes a link of this instance (recorded: its record
 	// says it is one), telling the repair watcher it is underlay's doing.
 	DeleteOwned func(ctx context.Context, name string, recorded bool) error
+
+	mu sync.Mutex
+	// warned are the host routes Ensure found held by another link and
+	// warned of, with the holder it named: one warning per holder, until
+	// the route is underlay's again or its endpoint leaves.
+	warned map[heldKey]string
+}
+
+type heldKey struct {
+	link string
+	dst  netip.Addr
 }
 
 // host_address: the host reaching its own containers. The kernel passes no
@@ -59,7 +72,9 @@ func (h *Shims) spec(n record.Network) netlinkutil.Endpoint {
 // address: made when missing (replacing a link of its name that carries no
 // mark, and deleting a copy an operator renamed, so a network has one),
 // healed when down, without its address or with another MTU; then its
-// routes to the joined endpoints. The caller holds the parent's lock.
+// routes to the joined endpoints, but for a route another link holds,
+// which is left to it (a warning, once). The caller holds the parent's
+// lock.
 func (h *Shims) Ensure(ctx context.Context, n record.Network, routes []netip.Addr) error {
 	if n.HostAddress == "" {
 		return nil
@@ -98,11 +113,68 @@ func (h *Shims) Ensure(ctx context.Context, n record.Network, routes []netip.Add
 		return err
 	}
 	for _, r := range routes {
-		if err := h.Links.AddHostRoute(ctx, r, name); err != nil {
+		err := h.Links.AddHostRoute(ctx, r, name)
+		var held *netlinkutil.RouteHeldError
+		switch {
+		case errors.As(err, &held):
+			h.warnHeld(n, held)
+		case err != nil:
 			return err
+		default:
+			h.forget(name, r)
 		}
 	}
 	return nil
+}
+
+// Two instances (or an operator) and one address: the host routes an
+// address through one link, and underlay never replaces nor deletes a
+// route it did not make. A Join whose route another link holds is refused
+// (Route); a route Ensure puts back that another link took meanwhile is
+// left to it, with a warning.
+
+// warnHeld warns, once per holder, that the route to an endpoint of n is
+// held by another link and left to it.
+func (h *Shims) warnHeld(n record.Network, held *netlinkutil.RouteHeldError) {
+	k := heldKey{held.Dev, held.Dst}
+	holder := held.Through()
+	h.mu.Lock()
+	if h.warned == nil {
+		h.warned = map[heldKey]string{}
+	}
+	seen := h.warned[k] == holder
+	h.warned[k] = holder
+	h.mu.Unlock()
+	if seen {
+		return
+	}
+	through, fix := h.holder(held)
+	h.Log.Warn("the host's route to a joined endpoint is held by another link: left alone, so the host does not reach that endpoint through its host link",
+		"network", n.ID, "address", held.Dst, "host_link", held.Dev, "holder", through, "fix", fix)
+}
+
+// forget ends the warning about a route: underlay's again, or gone.
+func (h *Shims) forget(link string, dst netip.Addr) {
+	h.mu.Lock()
+	delete(h.warned, heldKey{link, dst})
+	h.mu.Unlock()
+}
+
+// holder names the link (or none) through which the host routes the
+// address, whose it is, and how to free the address.
+func (h *Shims) holder(held *netlinkutil.RouteHeldError) (holder, fix string) {
+	l := held.Holder
+	fix = "remove that route (" + held.DelCommand() + ")"
+	switch {
+	case l.Name == "":
+		return held.Through(), fix
+	case l.Alias == h.Mark:
+		return fmt.Sprintf("link %s, which carries this instance's mark but is not this network's host link", l.Name), fix
+	case strings.HasPrefix(l.Alias, netlinkutil.MarkPrefix):
+		return fmt.Sprintf("link %s, which carries the mark %q of another underlay instance", l.Name, l.Alias),
+			fmt.Sprintf("disconnect the other instance's container with address %s (or remove its network), or %s", held.Dst, fix)
+	}
+	return held.Through() + ", which carries no underlay mark (an operator's route)", fix
 }
 
 // heal puts back what an existing host link lost (up, its address,
@@ -149,16 +221,31 @@ func (h *Shims) deleteRenamed(ctx context.Context, name string, addr netip.Addr)
 }
 
 // Route adds (or, with del, removes) the host's /32 route to an
-// endpoint of a network with a host address.
+// endpoint of a network with a host address. A route to the address that
+// another link holds is refused (pluginapi.ErrConflict and
+// netlinkutil.ErrRouteHeld, naming the holder and the fix) and left as it
+// is; removing deletes only the route through the host link.
 func (h *Shims) Route(ctx context.Context, n *record.Network, ep record.Endpoint, del bool) error {
 	a, ok := rules.EndpointV4(ep)
 	if n == nil || n.HostAddress == "" || !ok {
 		return nil
 	}
+	name := rules.ShimName(n.ID)
 	if del {
-		return h.Links.DelHostRoute(ctx, a, rules.ShimName(n.ID))
+		h.forget(name, a)
+		return h.Links.DelHostRoute(ctx, a, name)
 	}
-	return h.Links.AddHostRoute(ctx, a, rules.ShimName(n.ID))
+	err := h.Links.AddHostRoute(ctx, a, name)
+	var held *netlinkutil.RouteHeldError
+	if errors.As(err, &held) {
+		through, fix := h.holder(held)
+		return fmt.Errorf("%w: %w: endpoint %s has address %s, which the host already routes through %s, not through the host link %s of network %s; underlay never takes a route it did not make: %s, or give this container another address (--ip)",
+			pluginapi.ErrConflict, netlinkutil.ErrRouteHeld, dockerid.Short(ep.ID), a, through, name, dockerid.Short(n.ID), fix)
+	}
+	if err == nil {
+		h.forget(name, a)
+	}
+	return err
 }
 
 // Healthy reports whether the network's host link exists with this

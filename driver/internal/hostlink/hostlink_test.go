@@ -1,11 +1,13 @@
 package hostlink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
@@ -460,4 +462,139 @@ func TestHealthyNotOurs(t *testing.T) {
 			t.Fatal("Healthy = true for a link whose altname is the host link's name")
 		}
 	})
+}
+
+// held: the ways a route to an endpoint's address can be someone else's,
+// each with what the refusal and the warning must name.
+var held = []struct {
+	name   string
+	holder func(t *testing.T, f *fixture) // adds the holder's link, if any
+	link   string                         // "" for a route through no link
+	want   []string
+}{
+	{"an operator's route", func(t *testing.T, f *fixture) { f.k.AddHostLink("eth1", "device", 1500) },
+		"eth1", []string{"link eth1", "which carries no underlay mark (an operator's route)", "ip route del 192.0.2.10/32 dev eth1"}},
+	{"another instance's host link", func(t *testing.T, f *fixture) {
+		s := f.h.spec(drivertest.Macvlan(drivertest.NetB, "eth0", "bridge", "192.0.2.0/24"))
+		s.Mark = other
+		if err := f.k.AddShim(context.Background(), s, netip.MustParseAddr("192.0.2.253")); err != nil {
+			t.Fatal(err)
+		}
+	}, rules.ShimName(drivertest.NetB), []string{"link " + rules.ShimName(drivertest.NetB), other, "of another underlay instance",
+		"disconnect the other instance's container with address 192.0.2.10"}},
+	{"this instance's other host link", func(t *testing.T, f *fixture) {
+		s := f.h.spec(drivertest.Macvlan(drivertest.NetC, "eth0", "bridge", "192.0.2.0/24"))
+		if err := f.k.AddShim(context.Background(), s, netip.MustParseAddr("192.0.2.252")); err != nil {
+			t.Fatal(err)
+		}
+	}, rules.ShimName(drivertest.NetC), []string{"link " + rules.ShimName(drivertest.NetC) + ", which carries this instance's mark but is not this network's host link",
+		"ip route del 192.0.2.10/32 dev " + rules.ShimName(drivertest.NetC)}},
+	{"a blackhole route", func(*testing.T, *fixture) {}, "", []string{"no link (a blackhole route)", "ip route del blackhole 192.0.2.10/32"}},
+}
+
+// TestRouteRefusesAHeldRoute: a route to the endpoint's address through
+// another link (or none) is a conflict naming the holder and the fix,
+// and stays as it was.
+func TestRouteRefusesAHeldRoute(t *testing.T) {
+	for _, tc := range held {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			n := network()
+			if err := f.h.Ensure(ctx, n, nil); err != nil {
+				t.Fatal(err)
+			}
+			tc.holder(t, f)
+			f.k.HoldRoute(epAddrs[0], tc.link)
+			ep := record.Endpoint{NetworkID: n.ID, ID: drivertest.EpA, IPv4: epAddrs[0].String() + "/24"}
+			err := f.h.Route(ctx, &n, ep, false)
+			want := append([]string{"192.0.2.10", shim, "another address (--ip)"}, tc.want...)
+			drivertest.WantErr(t, err, pluginapi.ErrConflict, want...)
+			if !errors.Is(err, netlinkutil.ErrRouteHeld) {
+				t.Fatalf("Route = %v, want it to wrap netlinkutil.ErrRouteHeld", err)
+			}
+			if got := f.k.Routes(); !mapsEqual(got, map[netip.Addr]string{epAddrs[0]: tc.link}) {
+				t.Fatalf("routes %v after the refusal, want %s still through %q", got, epAddrs[0], tc.link)
+			}
+			// Removing the endpoint's route leaves the holder's.
+			if err := f.h.Route(ctx, &n, ep, true); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.k.Routes(); !mapsEqual(got, map[netip.Addr]string{epAddrs[0]: tc.link}) {
+				t.Fatalf("routes %v after Route(del), want %s still through %q", got, epAddrs[0], tc.link)
+			}
+		})
+	}
+}
+
+// TestRouteKeepsItsOwn: a route already through the host link is fine.
+func TestRouteKeepsItsOwn(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	n := network()
+	if err := f.h.Ensure(ctx, n, epAddrs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	ep := record.Endpoint{NetworkID: n.ID, ID: drivertest.EpA, IPv4: epAddrs[0].String() + "/24"}
+	if err := f.h.Route(ctx, &n, ep, false); err != nil {
+		t.Fatal(err)
+	}
+	f.healthy(t, 1500, epAddrs[0])
+}
+
+// TestEnsureLeavesHeldRoutes: the repair puts back the routes it can,
+// leaves a route another link holds as it is, and warns once per holder,
+// naming it; again once the route was underlay's again and taken anew.
+func TestEnsureLeavesHeldRoutes(t *testing.T) {
+	for _, tc := range held {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			var log bytes.Buffer
+			f.h.Log = slog.New(slog.NewTextHandler(&log, nil))
+			ctx := context.Background()
+			tc.holder(t, f)
+			f.k.HoldRoute(epAddrs[0], tc.link)
+			warnings := func() int {
+				return strings.Count(log.String(), "level=WARN msg=\"the host's route to a joined endpoint is held by another link")
+			}
+			for range 3 {
+				if err := f.h.Ensure(ctx, network(), epAddrs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := map[netip.Addr]string{epAddrs[0]: tc.link, epAddrs[1]: shim}
+			if got := f.k.Routes(); !mapsEqual(got, want) {
+				t.Fatalf("routes %v, want %v", got, want)
+			}
+			if n := warnings(); n != 1 {
+				t.Fatalf("%d warnings over 3 repairs, want 1:\n%s", n, log.String())
+			}
+			for _, w := range append([]string{"address=192.0.2.10", "host_link=" + shim}, tc.want...) {
+				if !strings.Contains(log.String(), w) {
+					t.Fatalf("the warning does not name %q:\n%s", w, log.String())
+				}
+			}
+			// The holder lets go: the repair routes it; taken again: warned again.
+			if err := f.k.DelHostRoute(ctx, epAddrs[0], tc.link); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.h.Ensure(ctx, network(), epAddrs); err != nil {
+				t.Fatal(err)
+			}
+			f.healthy(t, 1500, epAddrs...)
+			f.k.HoldRoute(epAddrs[0], tc.link)
+			if err := f.h.Ensure(ctx, network(), epAddrs); err != nil {
+				t.Fatal(err)
+			}
+			if n := warnings(); n != 2 {
+				t.Fatalf("%d warnings, want 2 (the route was taken twice):\n%s", n, log.String())
+			}
+			for _, l := range strings.Split(log.String(), "\n") {
+				if strings.Contains(l, "WARN") {
+					t.Log(l)
+					break
+				}
+			}
+		})
+	}
 }
