@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/underlay-net/underlay/driver/internal/lan"
+	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -51,6 +52,11 @@ func (h addrHolder) held() bool { return h.host || h.endpoint != "" }
 // or another endpoint (not ep) of this daemon on n's parent, whatever its
 // network (static, DHCP, DHCPv6 or SLAAC).
 func addrHeld(ctx context.Context, links netlinkutil.Links, st Store, n store.Network, ep store.Endpoint, addr netip.Addr) (addrHolder, error) {
+	if n.Parent == rules.DummyName(n.ID) {
+		// An internal network's own dummy parent: no LAN, and the host's
+		// addresses on its other links are not on it.
+		return endpointHolding(st, n, ep, addr)
+	}
 	scope := 0
 	if addr.Is6() && addr.IsLinkLocalUnicast() {
 		p, err := links.Get(ctx, n.Parent)
@@ -66,8 +72,15 @@ func addrHeld(ctx context.Context, links netlinkutil.Links, st Store, n store.Ne
 	if own {
 		return addrHolder{host: true, hostLink: link}, nil
 	}
+	return endpointHolding(st, n, ep, addr)
+}
+
+// endpointHolding names another endpoint (not ep) of this daemon on n's
+// parent that holds addr: one read of the address index per network on
+// the parent.
+func endpointHolding(st Store, n store.Network, ep store.Endpoint, addr netip.Addr) (addrHolder, error) {
 	var h addrHolder
-	err = st.View(func(tx *store.Tx) error {
+	err := st.View(func(tx *store.Tx) error {
 		nets, err := tx.NetworksOn(n.Parent)
 		if err != nil {
 			return err
@@ -102,13 +115,16 @@ func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *
 		}
 	}
 	for _, a := range addrs {
-		flag := "--ip"
+		flag := "run the container with another --ip"
 		if a.Is6() {
-			flag = "--ip6"
+			flag = "run the container with another --ip6"
+		}
+		if a.Is6() && a.IsLinkLocalUnicast() {
+			flag = "give the container another MAC (--mac-address): its link-local address is formed from it"
 		}
 		if !claims.Claim(n.Parent, a, ep.ID) {
 			unclaim()
-			return func() {}, fmt.Errorf("%w: endpoint %s of network %s asks for %s, which another endpoint being created on parent %s asks for or was offered at the same time: run the container with another %s", ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), a, n.Parent, flag)
+			return func() {}, fmt.Errorf("%w: endpoint %s of network %s asks for %s, which another endpoint being created on parent %s asks for or was offered at the same time: %s", ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), a, n.Parent, flag)
 		}
 		taken = append(taken, a)
 		h, err := addrHeld(ctx, links, st, n, ep, a)
@@ -120,12 +136,12 @@ func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *
 			continue
 		}
 		unclaim()
-		fix := fmt.Sprintf("run the container with another %s, or keep %s out of Docker's addresses with --aux-address host=%s (docker network create)", flag, a, a)
+		fix := fmt.Sprintf("%s, or keep %s out of Docker's addresses with --aux-address host=%s (docker network create)", flag, a, a)
 		if h.endpoint != "" {
-			fix = fmt.Sprintf("run the container with another %s, or remove the container of endpoint %s first", flag, dockerid.Short(h.endpoint))
+			fix = fmt.Sprintf("%s, keep %s out of Docker's addresses with --aux-address or --ip-range (docker network create), or remove the container of endpoint %s first", flag, a, dockerid.Short(h.endpoint))
 		}
 		if a.Is6() && a.IsLinkLocalUnicast() {
-			fix = "give the container another MAC (--mac-address): its link-local address is formed from it"
+			fix = flag
 		}
 		return func() {}, fmt.Errorf("%w: endpoint %s of network %s asks for %s on parent %s, but %s, and no probe can see that holder: %s", ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), a, n.Parent, h, fix)
 	}

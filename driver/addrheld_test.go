@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -184,4 +185,48 @@ func TestSLAACLinkLocalOfTheHostIsRefused(t *testing.T) {
 	if _, err := f.endpoint(netA, epA, "", "52:54:00:12:34:57"); err != nil {
 		t.Fatalf("another MAC: %v", err)
 	}
+}
+
+// An internal network without a parent sits on a dummy link of its own:
+// the host's addresses on its other links are no holders there.
+func TestInternalNetworkIgnoresTheHostsAddresses(t *testing.T) {
+	f, _, _ := holdersFixture(t)
+	f.mustCreate(netReq{ID: netC, Internal: true, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	if _, err := f.endpoint(netC, epA, "198.18.2.100/24", ""); err != nil {
+		t.Fatalf("an internal network's endpoint with an address the host holds on lan0: %v", err)
+	}
+}
+
+// An offer that cannot be checked (the route lookup fails) is given back
+// to the server, not kept bound to a client that never uses it.
+func TestDHCPOfferThatCannotBeCheckedIsReleased(t *testing.T) {
+	f, fl, _ := holdersFixture(t)
+	if err := f.d.CreateNetwork(context.Background(), dhcpNet(netA, rules.OptAddressProbe, "0")); err != nil {
+		t.Fatal(err)
+	}
+	f.k.SetFault(func(op, name string) error {
+		if op == "ownaddr" {
+			return errors.New("netlink: no buffer space")
+		}
+		return nil
+	})
+	_, err := f.endpoint(netA, epA, "", "")
+	if err == nil || !strings.Contains(err.Error(), "198.18.180.100") {
+		t.Fatalf("CreateEndpoint with the check failing: %v, want an error naming the offer 198.18.180.100", err)
+	}
+	if strings.Join(fl.released, ",") != "198.18.180.100/24" {
+		t.Fatalf("released %v, want the offer that could not be checked given back", fl.released)
+	}
+}
+
+// A SLAAC endpoint whose link-local address another create claims is told
+// to change its MAC, not its --ip6 (SLAAC networks take none).
+func TestSLAACLinkLocalClaimedNamesTheMAC(t *testing.T) {
+	f, _, _ := holdersFixture(t)
+	if err := f.d.CreateNetwork(context.Background(), lan6Net(netA, "slaac", rules.OptAddressProbe, "0")); err != nil {
+		t.Fatal(err)
+	}
+	f.d.claims.Claim("lan0", netip.MustParseAddr("fe80::5054:ff:fe12:3456"), epB)
+	_, err := f.endpoint(netA, epA, "", "52:54:00:12:34:56")
+	wantErr(t, err, ErrConflict, "fe80::5054:ff:fe12:3456", "--mac-address")
 }

@@ -76,8 +76,11 @@ func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.End
 		}
 		addr := leases.Addr(l)
 		why, release, err := offerFree(ctx, d.offerChecks(), n, ep, addr, budget)
-		if err != nil {
-			return store.Lease{}, unclaim, err
+		if err != nil { // the lease is not taken: given back, as DHCPv6's is
+			if rerr := d.lease.DHCP.Release(context.WithoutCancel(ctx), r, l); rerr != nil {
+				d.log.Warn("could not release a DHCP lease whose address could not be checked", "address", addr, "error", rerr)
+			}
+			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: check the offered %s: %w", dockerid.Short(ep.ID), dockerid.Short(n.ID), addr, err)
 		}
 		if why == "" {
 			d.log.Info("leased address", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "router", l.Router, "server", l.ServerID, "expiry", l.Expiry)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
@@ -116,13 +117,23 @@ func (m *IPAM) allocate(tx *store.Tx, r addrRequest, commit bool) (netip.Prefix,
 			return netip.Prefix{}, "", fmt.Errorf("%w: the reservation of pool %s (%s) expired and pool %s took its place: create the network again", pluginapi.ErrConflict, poolID, rec.Prefix, h.ID)
 		}
 	}
-	held, err := heldOnParent(tx, rec.Parent)
+	held, err := holdersOn(tx, rec.Parent)
 	if err != nil {
 		return netip.Prefix{}, "", err
 	}
-	used := func(a netip.Addr) bool {
-		return tx.IPAMAddressUsed(poolID, a.String()) || r.own[a] || a.String() == rec.Gateway || held(a)
+	// why says why an address is not free ("" when it is).
+	why := func(a netip.Addr) string {
+		switch {
+		case tx.IPAMAddressUsed(poolID, a.String()):
+			return "handed out by this pool"
+		case r.own[a]:
+			return "the host's own address"
+		case a.String() == rec.Gateway:
+			return "the LAN's gateway"
+		}
+		return held.holder(a)
 	}
+	used := func(a netip.Addr) bool { return why(a) != "" }
 	var a netip.Addr
 	kind := addrKind("")
 	switch {
@@ -134,7 +145,7 @@ func (m *IPAM) allocate(tx *store.Tx, r addrRequest, commit bool) (netip.Prefix,
 			return netip.Prefix{}, "", invalidf("address %s is reserved in pool %s (its network, broadcast or subnet-router anycast address): pick another address inside the subnet", want, pool)
 		}
 		if used(want) && !(gateway && want.String() == rec.Gateway && !tx.IPAMAddressUsed(poolID, want.String())) {
-			return netip.Prefix{}, "", fmt.Errorf("%w: address %s of pool %s is already in use (handed out, the host's own, an endpoint's of this daemon on the pool's parent, or the LAN's gateway): pick another or let underlay choose", pluginapi.ErrConflict, want, pool)
+			return netip.Prefix{}, "", fmt.Errorf("%w: address %s of pool %s is already in use (%s): pick another or let underlay choose", pluginapi.ErrConflict, want, pool, why(want))
 		}
 		a = want
 	case gateway && rec.Gateway != "":
@@ -163,6 +174,9 @@ func (m *IPAM) allocate(tx *store.Tx, r addrRequest, commit bool) (netip.Prefix,
 		if err != nil {
 			return netip.Prefix{}, "", fmt.Errorf("%w: pool %s has no free address left: widen --ip-range or the subnet", pluginapi.ErrConflict, poolID)
 		}
+	}
+	if held.err != nil {
+		return netip.Prefix{}, "", held.err
 	}
 	if !commit {
 		return netip.PrefixFrom(a, pool.Bits()), kind, nil
@@ -226,25 +240,44 @@ func (m *IPAM) expired(n int) {
 	}
 }
 
-// heldOnParent reports, for a pool with a parent (--ipam-opt parent=),
-// whether an endpoint of the daemon's networks on that parent holds an
-// address, whatever its network (a DHCP endpoint's lease too): one read of
-// the store's address index per network on the parent. The driver refuses
-// such an address at CreateEndpoint anyway; the IPAM does not offer it.
-func heldOnParent(tx *store.Tx, parent string) (func(netip.Addr) bool, error) {
+// parentHolders are the daemon's networks on a pool's parent
+// (--ipam-opt parent=), whose endpoints' addresses the pool does not hand
+// out: a DHCP endpoint's lease as much as a static one's. The driver
+// refuses such an address at CreateEndpoint anyway; the IPAM does not
+// offer it. err keeps the first failed read (the address is then not
+// offered, and the request fails with the error).
+type parentHolders struct {
+	tx     *store.Tx
+	parent string
+	nets   []store.Network
+	err    error
+}
+
+// holdersOn reads the networks on parent ("" for a pool without one).
+func holdersOn(tx *store.Tx, parent string) (*parentHolders, error) {
+	p := &parentHolders{tx: tx, parent: parent}
 	if parent == "" {
-		return func(netip.Addr) bool { return false }, nil
+		return p, nil
 	}
 	nets, err := tx.NetworksOn(parent)
-	if err != nil {
-		return nil, err
-	}
-	return func(a netip.Addr) bool {
-		for _, n := range nets {
-			if ids, err := tx.EndpointsWithAddr(n.ID, a); err != nil || len(ids) > 0 {
-				return true // unreadable: not offered
+	p.nets = nets
+	return p, err
+}
+
+// holder names the endpoint that holds a ("" when none): one read of the
+// address index per network on the parent.
+func (p *parentHolders) holder(a netip.Addr) string {
+	for _, n := range p.nets {
+		ids, err := p.tx.EndpointsWithAddr(n.ID, a)
+		if err != nil {
+			if p.err == nil {
+				p.err = fmt.Errorf("read the endpoints holding %s on parent %s: %w", a, p.parent, err)
 			}
+			return "unreadable"
 		}
-		return false
-	}, nil
+		if len(ids) > 0 {
+			return fmt.Sprintf("endpoint %s of network %s on parent %s holds it", dockerid.Short(ids[0]), dockerid.Short(n.ID), p.parent)
+		}
+	}
+	return ""
 }

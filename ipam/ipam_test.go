@@ -991,7 +991,7 @@ func TestAddressHeldByAnEndpointOnTheParent(t *testing.T) {
 	if a := e.address(t, p.ID, "", nil); a.Addr() == netip.MustParseAddr("198.18.2.2") {
 		t.Fatalf("the pool on eth0 offered %s, which an endpoint on eth0 holds", a)
 	}
-	if _, err := e.m.RequestAddress(ctx, p.ID, "198.18.2.2", nil); !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "198.18.2.2") || !strings.Contains(err.Error(), "an endpoint's of this daemon on the pool's parent") {
+	if _, err := e.m.RequestAddress(ctx, p.ID, "198.18.2.2", nil); !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "198.18.2.2") || !strings.Contains(err.Error(), "endpoint leased of network dhcpnet on parent eth0 holds it") {
 		t.Fatalf("asked for 198.18.2.2 held on eth0: %v, want a conflict naming it", err)
 	}
 	other := e.pool(t, "", "198.18.2.0/24", "", map[string]string{"parent": "eth1"}, false)

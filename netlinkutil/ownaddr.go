@@ -35,8 +35,10 @@ func (k *Kernel) OwnAddr(ctx context.Context, addr netip.Addr, scope int) (link 
 		return err
 	})
 	if err != nil {
-		// No route at all (ENETUNREACH, EHOSTUNREACH, ENODEV for a scope
-		// gone) is not a local one.
+		// A destination the kernel does not route to the host is no local
+		// one: no route at all (ENETUNREACH, EHOSTUNREACH, ENODEV for a
+		// scope gone), or a prohibit (EACCES) or blackhole (EINVAL) route,
+		// as Calico's for its address blocks.
 		if isNoRoute(err) {
 			return "", false, nil
 		}
@@ -78,9 +80,10 @@ func (k *Kernel) OwnAddr(ctx context.Context, addr netip.Addr, scope int) (link 
 	return link, true, nil // a failure to name the link changes nothing: it is the host's
 }
 
-// isNoRoute reports whether a route lookup failed for want of a route.
+// isNoRoute reports whether a route lookup failed for want of a route to
+// the host: none, or one that refuses (prohibit, blackhole).
 func isNoRoute(err error) bool {
-	for _, e := range []error{unix.ENETUNREACH, unix.EHOSTUNREACH, unix.ENODEV, unix.ENETDOWN} {
+	for _, e := range []error{unix.ENETUNREACH, unix.EHOSTUNREACH, unix.ENODEV, unix.ENETDOWN, unix.EACCES, unix.EINVAL} {
 		if errors.Is(err, e) {
 			return true
 		}

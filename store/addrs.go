@@ -68,11 +68,7 @@ func (t *Tx) EndpointsWithAddr(networkID string, addr netip.Addr) ([]string, err
 	if err != nil || seq == nil || !addr.IsValid() {
 		return nil, err
 	}
-	a := addr.Unmap()
-	if addr.Is4In6() && !a.Is4() {
-		return nil, nil
-	}
-	prefix := addrIndexKey(seq, a, seq)
+	prefix := addrIndexKey(seq, addr.Unmap(), seq)
 	var ids []string
 	c := t.b(bucketAddrs).Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {

@@ -14,11 +14,14 @@ func (k *Kernel) AddHostAddr(name string, addr netip.Addr) {
 }
 
 // OwnAddr implements netlinkutil.Links: an address of any link, the
-// scope's first for a link-local one.
+// scope's first for a link-local one (op "ownaddr", the address as the
+// name, for SetFault).
 func (k *Kernel) OwnAddr(_ context.Context, addr netip.Addr, scope int) (string, bool, error) {
+	if err := k.begin("ownaddr", addr.String()); err != nil {
+		return "", false, err
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.calls["ownaddr"]++
 	link, own := "", false
 	for name, as := range k.addrs {
 		for _, a := range as {

@@ -77,8 +77,8 @@ func TestAddressHoldersNoProbeSees(t *testing.T) {
 		e.d.MustCall("CreateEndpoint", network.CreateEndpointRequest{NetworkID: netB, EndpointID: epB, Interface: &network.EndpointInterface{Address: "198.18.180.20/24"}}, nil)
 		// underlay's IPAM refuses it asked for.
 		pool := e.d.MustRequestPool(ipam.RequestPoolRequest{Pool: "198.18.180.0/24", Options: map[string]string{"parent": "lan0"}})
-		if _, code, msg := e.d.RequestAddress(pool.PoolID, held.String(), false); code != http.StatusConflict || !strings.Contains(msg, held.String()) {
-			t.Fatalf("underlay's IPAM asked for the host's %s: %d %q, want 409 naming it", held, code, msg)
+		if _, code, msg := e.d.RequestAddress(pool.PoolID, held.String(), false); code != http.StatusConflict || !strings.Contains(msg, held.String()) || !strings.Contains(msg, "the host's own address") {
+			t.Fatalf("underlay's IPAM asked for the host's %s: %d %q, want 409 naming it and the host", held, code, msg)
 		}
 	})
 
@@ -92,8 +92,9 @@ func TestAddressHoldersNoProbeSees(t *testing.T) {
 		refused(t, e.d, "CreateEndpoint", network.CreateEndpointRequest{NetworkID: netB, EndpointID: epB, Interface: &network.EndpointInterface{Address: leased.String()}},
 			leased.Addr().String(), "endpoint "+epA[:12]+" of network "+netA[:12]+" holds it", "another --ip")
 		pool := e.d.MustRequestPool(ipam.RequestPoolRequest{Pool: "198.18.180.0/24", Options: map[string]string{"parent": "lan0"}})
-		if _, code, msg := e.d.RequestAddress(pool.PoolID, leased.Addr().String(), false); code != http.StatusConflict || !strings.Contains(msg, leased.Addr().String()) {
-			t.Fatalf("underlay's IPAM asked for %s, which a DHCP endpoint on lan0 leased: %d %q, want 409 naming it", leased.Addr(), code, msg)
+		holder := "endpoint " + epA[:12] + " of network " + netA[:12] + " on parent lan0 holds it"
+		if _, code, msg := e.d.RequestAddress(pool.PoolID, leased.Addr().String(), false); code != http.StatusConflict || !strings.Contains(msg, leased.Addr().String()) || !strings.Contains(msg, holder) {
+			t.Fatalf("underlay's IPAM asked for %s, which a DHCP endpoint on lan0 leased: %d %q, want 409 naming it and %q", leased.Addr(), code, msg, holder)
 		}
 		// The reverse: a static endpoint holds the server's next offer,
 		// which the next DHCP endpoint declines.

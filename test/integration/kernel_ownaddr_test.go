@@ -30,6 +30,17 @@ func TestOwnAddrFindsTheHostsAddresses(t *testing.T) {
 	if err := ns.NL.RouteAdd(&netlink.Route{Dst: anyip, LinkIndex: ns.MustLink("lo").Attrs().Index, Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL, Scope: unix.RT_SCOPE_HOST}); err != nil {
 		t.Fatalf("add the local route 198.18.7.0/24: %v", err)
 	}
+	// Prohibit and blackhole routes (Calico keeps its blocks so): the
+	// kernel refuses the lookup; not the host's.
+	for _, r := range []struct {
+		dst string
+		typ int
+	}{{"198.18.40.0/24", unix.RTN_PROHIBIT}, {"198.18.41.0/24", unix.RTN_BLACKHOLE}, {"2001:db8:40::/64", unix.RTN_PROHIBIT}, {"2001:db8:41::/64", unix.RTN_BLACKHOLE}} {
+		_, dst, _ := net.ParseCIDR(r.dst)
+		if err := ns.NL.RouteAdd(&netlink.Route{Dst: dst, Type: r.typ}); err != nil {
+			t.Fatalf("add the route to %s of type %d: %v", r.dst, r.typ, err)
+		}
+	}
 	ns.Up("lo")
 	var lanLL netip.Addr
 	if !itest.WaitFor(5*time.Second, func() bool {
@@ -62,6 +73,10 @@ func TestOwnAddrFindsTheHostsAddresses(t *testing.T) {
 		{"2001:db8:2::101", 0, false, ""},
 		{"2001:db8:99::1", 0, false, ""}, // no route at all
 		{"fe80::1", lan0, false, ""},
+		{"198.18.40.5", 0, false, ""}, // prohibit
+		{"198.18.41.5", 0, false, ""}, // blackhole
+		{"2001:db8:40::5", 0, false, ""},
+		{"2001:db8:41::5", 0, false, ""},
 	} {
 		link, own, err := k.OwnAddr(context.Background(), netip.MustParseAddr(c.addr), c.scope)
 		if err != nil || own != c.own || link != c.link {
