@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
@@ -34,6 +35,19 @@ var ErrLeaseNAK = leases.ErrNAK
 // AddrBlocker stops what leaves a parent from an address
 // (netlinkutil.Kernel). tag is the driver's mark.
 type AddrBlocker = leases.AddrBlocker
+
+// lockParents takes parent links' locks shared, for the leasers' blocks
+// of lost leases (leases.BlockOnParent): following a renamed owned VLAN
+// (owned.Links.Follow) takes them exclusive, so a block is made before
+// the follow, which moves it, or after it, under the new name.
+func (d *Driver) lockParents(ctx context.Context, names ...string) (func(), error) {
+	reqs := make([]keylock.Req, 0, len(names))
+	for _, name := range names {
+		reqs = append(reqs, keylock.Shared(keylock.ParentKey(name)))
+	}
+	_, unlock, err := d.locks.Acquire(ctx, reqs...)
+	return unlock, err
+}
 
 // RunLeases loads every lease (DHCP and DHCPv6) from the state file and
 // renews each when due, at most 32 at once per family, until ctx ends or

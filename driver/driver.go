@@ -242,8 +242,9 @@ func New(c Config) (*Driver, error) {
 	}
 	d.resolver = &parentlink.Resolver{Links: c.Links, Routes: c.Routes}
 	d.parents = &parentlink.Maker{Links: c.Links, Mark: d.mark}
+	mover, _ := c.Links.(owned.BlockMover)
 	d.owned = &owned.Links{Kernel: c.Links, Store: c.Store, Locks: d.locks, Parents: d.parents, Resolver: d.resolver,
-		Mark: d.mark, Log: c.Logger, Now: c.Now, Deleting: &d.deleting}
+		Mark: d.mark, Blocks: mover, Log: c.Logger, Now: c.Now, Deleting: &d.deleting}
 	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.owned.Delete}
 	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
 		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting}
@@ -256,9 +257,9 @@ func New(c Config) (*Driver, error) {
 		Locks: d.locks, Remove: d.removeNetwork, Events: c.Events, Log: c.Logger,
 	}
 	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
-		Stop: d.stop, LockEndpoint: d.lockEndpoint})
+		Stop: d.stop, LockEndpoint: d.lockEndpoint, LockParents: d.lockParents})
 	d.lease6 = leases6.New(leases6.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCPv6, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
-		Stop: d.stop, LockEndpoint: d.lockEndpoint})
+		Stop: d.stop, LockEndpoint: d.lockEndpoint, LockParents: d.lockParents})
 	return d, nil
 }
 

@@ -279,3 +279,49 @@ func TestDHCPRenewalEdgeCases(t *testing.T) {
 		t.Fatalf("rescheduled %s after now: a hot loop", due.Sub(f.clock.Now()))
 	}
 }
+
+// An owned VLAN an operator renamed while a lease on it is lost: the
+// follow moves the block to the new name with the network, and winning
+// the lease back removes it there.
+func TestDHCPLostLeaseBlockFollowsARenamedOwnedVLAN(t *testing.T) {
+	f, fl := dhcpFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, "parent", "lan0.10")); err != nil {
+		t.Fatal(err)
+	}
+	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
+	if _, err := f.endpoint(netA, ep1, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.MustParseAddr("198.18.180.100")
+	fl.mu.Lock()
+	fl.nak = true
+	fl.byClient = map[string]string{"another-host": "198.18.180.100/24"}
+	fl.mu.Unlock()
+	f.clock.Advance(61 * time.Second)
+	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	if want := []netlinkutil.Blocked{{Parent: "lan0.10", Addr: addr, Tag: f.d.mark}}; fmt.Sprint(f.blocked()) != fmt.Sprint(want) {
+		t.Fatalf("blocked %v, want %v", f.blocked(), want)
+	}
+	if err := f.d.Watch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.k.Rename("lan0.10", "mine"); err != nil {
+		t.Fatal(err)
+	}
+	want := []netlinkutil.Blocked{{Parent: "mine", Addr: addr, Tag: f.d.mark}}
+	waitFor(t, "the block to follow the renamed VLAN", func() bool {
+		n, _ := f.record(netA)
+		return n.Parent == "mine" && fmt.Sprint(f.blocked()) == fmt.Sprint(want)
+	})
+	fl.mu.Lock()
+	fl.byClient = map[string]string{}
+	fl.nak = false
+	fl.mu.Unlock()
+	f.clock.Advance(30 * time.Second)
+	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	if l := f.lease(netA, ep1); l == nil || !l.Lost.IsZero() || len(f.blocked()) != 0 {
+		t.Fatalf("after the server gave it back: lease %+v, blocked %v", l, f.blocked())
+	}
+}

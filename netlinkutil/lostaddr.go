@@ -16,9 +16,9 @@ import (
 // refused) are blocked on the parent's egress: an nftables netdev table of
 // the caller's own (lostTablePrefix + the tag's instance: two instances on
 // one host never touch each other's) with one egress chain per parent
-// ("lost-" + the parent's name when the block was made; the hook follows
-// the link if it is renamed) drops IPv4 packets with the address as source
-// and ARP packets with it as sender address, or, for an IPv6 address,
+// ("lost-" + the parent's name, which is the chain's device) drops IPv4
+// packets with the address as source and ARP packets with it as sender
+// address, or, for an IPv6 address,
 // IPv6 packets with it as source (Linux answers a neighbour solicitation
 // for an address from that address, so its advertisements are dropped
 // too; what the container sends from its link-local address, router and
@@ -28,6 +28,15 @@ import (
 // between containers of one macvlan bridge never reaches the parent's
 // egress and is not blocked. Needs nf_tables with the netdev egress hook
 // (Linux 5.16). The changes of one Kernel are serialized.
+//
+// A renamed parent: until Linux 6.15 a netdev chain's hook stays on the
+// device it was made for, whatever its name; since 6.16 it is bound to
+// the name (a renamed device leaves the hook, a device that takes the name
+// joins it), so the renamed parent's frames are no longer dropped and a
+// new link with the old name would have them dropped. MoveBlocks moves a
+// parent's blocks to its new name (an owned VLAN an operator renamed,
+// followed: driver/internal/owned Follow); the chain then hooks the same
+// device on every kernel.
 
 const (
 	lostTablePrefix = "underlay-"
@@ -71,6 +80,13 @@ func (k *Kernel) nft(what string, op func(c *nftables.Conn) error) (err error) {
 		return fmt.Errorf("%s: open nftables: %w", what, err)
 	}
 	return op(c)
+}
+
+// lostChain is the egress chain of parent in table t.
+func lostChain(t *nftables.Table, parent string) *nftables.Chain {
+	accept := nftables.ChainPolicyAccept
+	return &nftables.Chain{Name: lostChainPrefix + parent, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookEgress, Priority: nftables.ChainPriorityFilter, Device: parent, Policy: &accept}
 }
 
 // lostRules are the rules blocking addr: for IPv4 its source and ARP
@@ -117,9 +133,7 @@ func (k *Kernel) Block(ctx context.Context, parent string, addr netip.Addr, tag 
 			}
 		}
 		t := c.AddTable(lostTable(tag))
-		accept := nftables.ChainPolicyAccept
-		ch := c.AddChain(&nftables.Chain{Name: lostChainPrefix + parent, Table: t, Type: nftables.ChainTypeFilter,
-			Hooknum: nftables.ChainHookEgress, Priority: nftables.ChainPriorityFilter, Device: parent, Policy: &accept})
+		ch := c.AddChain(lostChain(t, parent))
 		for _, r := range lostRules(t, ch, addr, tag) {
 			c.AddRule(r)
 		}
@@ -131,7 +145,8 @@ func (k *Kernel) Block(ctx context.Context, parent string, addr netip.Addr, tag 
 }
 
 // Unblock removes what Block added for addr with tag, in every chain of
-// the tag's table (a parent renamed since keeps its chain's old name); a
+// the tag's table (a parent renamed and not moved keeps its chain's old
+// name); a
 // chain goes with its last rule, the table with its last chain. Nothing
 // blocked is not an error.
 func (k *Kernel) Unblock(ctx context.Context, parent string, addr netip.Addr, tag string) error {
@@ -178,6 +193,82 @@ func (k *Kernel) Unblock(ctx context.Context, parent string, addr netip.Addr, ta
 		}
 		return nil
 	})
+}
+
+// MoveBlocks moves the blocks of tag on the parent named from to its new
+// name to: in one nftables transaction, so that no moment is without
+// them, the chain of to gets the rules it lacks and from's rules go, and
+// its chain with them when nothing else is left in it. It returns the
+// addresses moved; nothing blocked on from is not an error. to must name
+// a link until Linux 6.16 (the chain's device).
+func (k *Kernel) MoveBlocks(ctx context.Context, from, to, tag string) ([]netip.Addr, error) {
+	if from == to {
+		return nil, nil
+	}
+	what := fmt.Sprintf("move the blocked addresses of %s's chain %s%s to %s%s", tag, lostChainPrefix, from, lostChainPrefix, to)
+	var moved []netip.Addr
+	err := k.nft(what, func(c *nftables.Conn) error {
+		t := lostTable(tag)
+		chains, err := tableChains(c, t.Name)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		var old, cur *nftables.Chain
+		for _, ch := range chains {
+			switch ch.Name {
+			case lostChainPrefix + from:
+				old = ch
+			case lostChainPrefix + to:
+				cur = ch
+			}
+		}
+		if old == nil {
+			return nil
+		}
+		rules, err := c.GetRules(t, old)
+		if err != nil {
+			return fmt.Errorf("%s: read chain %s: %w", what, old.Name, err)
+		}
+		have := map[string]bool{}
+		if cur != nil {
+			curRules, err := c.GetRules(t, cur)
+			if err != nil {
+				return fmt.Errorf("%s: read chain %s: %w", what, cur.Name, err)
+			}
+			for _, r := range curRules {
+				have[string(r.UserData)] = true
+			}
+		}
+		ch := c.AddChain(lostChain(t, to))
+		kept := 0
+		for _, r := range rules {
+			rtag, a, ok := strings.Cut(string(r.UserData), " ")
+			addr, perr := netip.ParseAddr(a)
+			if !ok || perr != nil || rtag != tag {
+				kept++ // not a rule of Block's: left where it is
+				continue
+			}
+			if !have[string(r.UserData)] {
+				have[string(r.UserData)] = true
+				moved = append(moved, addr)
+				for _, nr := range lostRules(t, ch, addr, tag) {
+					c.AddRule(nr)
+				}
+			}
+			if err := c.DelRule(r); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		if kept == 0 {
+			c.DelChain(old)
+		}
+		if err := c.Flush(); err != nil {
+			moved = nil
+			return fmt.Errorf("%s with nftables (the chain's device %s must exist until Linux 6.16): %w", what, to, err)
+		}
+		return nil
+	})
+	return moved, err
 }
 
 // tableChains lists the chains of a netdev table; none when it is absent.

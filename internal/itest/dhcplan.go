@@ -49,12 +49,36 @@ func NewLAN(t testing.TB, near *Netns, parent string, server netip.Prefix) *LAN 
 		t.Fatalf("add veth %s with its peer %s in the LAN's namespace: %v", parent, LANServerLink, err)
 	}
 	near.Up(parent)
+	serverAddr(t, far, server)
+	return &LAN{t: t, Near: near, Far: far, Parent: parent, Server: server}
+}
+
+// NewVLANLAN is NewLAN on 802.1Q VLAN vid (a kernel with 8021q only): base
+// (up) in near, its peer "trunk0" in the LAN's namespace with the VLAN
+// link LANServerLink on it holding server. Parent is base.vid, the VLAN
+// the daemon is to make on base (-o parent=base.vid).
+func NewVLANLAN(t testing.TB, near *Netns, base string, vid int, server netip.Prefix) *LAN {
+	t.Helper()
+	far := NewNetns(t)
+	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: base, MTU: 1500}, PeerName: "trunk0", PeerNamespace: netlink.NsFd(int(far.Handle()))}
+	if err := near.NL.LinkAdd(v); err != nil {
+		t.Fatalf("add veth %s with its peer trunk0 in the LAN's namespace: %v", base, err)
+	}
+	near.Up(base)
+	far.Up("trunk0")
+	far.AddVLAN(LANServerLink, "trunk0", vid)
+	serverAddr(t, far, server)
+	return &LAN{t: t, Near: near, Far: far, Parent: fmt.Sprintf("%s.%d", base, vid), Server: server}
+}
+
+// serverAddr puts server on the LAN's far end and sets it up.
+func serverAddr(t testing.TB, far *Netns, server netip.Prefix) {
+	t.Helper()
 	srv := far.MustLink(LANServerLink)
 	if err := far.NL.AddrAdd(srv, &netlink.Addr{IPNet: &net.IPNet{IP: server.Addr().AsSlice(), Mask: net.CIDRMask(server.Bits(), 32)}}); err != nil {
 		t.Fatalf("address %s on %s: %v", server, LANServerLink, err)
 	}
 	far.Up(LANServerLink)
-	return &LAN{t: t, Near: near, Far: far, Parent: parent, Server: server}
 }
 
 // DHCPNetwork is the CreateNetwork request libnetwork sends for

@@ -132,6 +132,32 @@ func (k *Kernel) Unblock(_ context.Context, parent string, addr netip.Addr, tag 
 	return nil
 }
 
+// MoveBlocks implements netlinkutil.Kernel's MoveBlocks in memory: tag's
+// blocks on from are on to afterwards.
+func (k *Kernel) MoveBlocks(_ context.Context, from, to, tag string) ([]netip.Addr, error) {
+	if err := k.begin("move-blocks", from); err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var moved []netip.Addr
+	var out []netlinkutil.Blocked
+	for _, b := range k.blocked {
+		if b.Parent == from && b.Tag == tag && from != to {
+			b.Parent = to
+			if slices.Contains(k.blocked, b) {
+				continue
+			}
+			moved = append(moved, b.Addr)
+		}
+		if !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	k.blocked = out
+	return moved, nil
+}
+
 // BlockedAddrs implements the driver's AddrBlocker in memory.
 func (k *Kernel) BlockedAddrs(_ context.Context, tag string) ([]netlinkutil.Blocked, error) {
 	k.mu.Lock()

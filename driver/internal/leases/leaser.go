@@ -4,8 +4,8 @@
 //
 // Rule: it reaches the store, the kernel and the lease client only through
 // its own small interfaces (Store, LinkGetter, AddrBlocker, Client) and the
-// driver's locks only through LockEndpoint; its plans are the rules
-// package's.
+// driver's locks only through LockEndpoint and LockParents; its plans are
+// the rules package's.
 package leases
 
 import (
@@ -44,6 +44,9 @@ type Leaser struct {
 	// (Driver.lockEndpoint): a renewal commits under the same lock as
 	// the requests.
 	lockEndpoint LockEndpoint
+	// lockParents takes parent links' locks shared: a block is made
+	// under its parent's lock (BlockOnParent).
+	lockParents LockParents
 }
 
 // Store is the state as the leaser uses it (*store.DB).
@@ -62,6 +65,13 @@ type LinkGetter interface {
 // returned func unlocks.
 type LockEndpoint func(ctx context.Context, netID, epID string) (context.Context, func(), *store.Network, *store.Endpoint, error)
 
+// LockParents takes parent links' locks, shared (the driver's), waiting
+// for them; the returned func unlocks. Following an owned VLAN an
+// operator renamed (driver/internal/owned Follow) holds the old and new
+// names' locks exclusive while it moves the networks on it, and their
+// blocks, to the new name.
+type LockParents func(ctx context.Context, names ...string) (func(), error)
+
 // Config is what a Leaser is made of.
 type Config struct {
 	Store        Store
@@ -73,12 +83,13 @@ type Config struct {
 	Now          func() time.Time
 	Stop         <-chan struct{} // closed when the driver closes
 	LockEndpoint LockEndpoint
+	LockParents  LockParents // nil: blocks are made without a lock (tests)
 }
 
 // New returns a leaser with no lease scheduled.
 func New(c Config) *Leaser {
 	return &Leaser{DHCP: c.DHCP, store: c.Store, links: c.Links, blocker: c.Blocker, mark: c.Mark, log: c.Log, now: c.Now,
-		timers: NewTimers(), stop: c.Stop, lockEndpoint: c.LockEndpoint}
+		timers: NewTimers(), stop: c.Stop, lockEndpoint: c.LockEndpoint, lockParents: c.LockParents}
 }
 
 // Timers are the due times of the leases this leaser renews.

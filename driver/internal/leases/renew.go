@@ -29,19 +29,14 @@ const (
 // families (rules.LostBlocks); run it before the DHCPv6 leaser's Run.
 func (ls *Leaser) Run(ctx context.Context) error {
 	now := ls.now()
-	var lost []rules.BlockKey
 	if err := ls.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n store.Network) error {
-			dhcpOn := rules.DHCPOf(n).On
-			if !dhcpOn && rules.IPv6ModeOf(n) != rules.IPv6DHCPv6 {
+			if !rules.DHCPOf(n).On {
 				return nil
 			}
 			eps, err := tx.Endpoints(n.ID)
 			for _, ep := range eps {
-				// The DHCPv6 leaser's lost leases too: one plan for the
-				// instance's blocks of both families.
-				lost = append(lost, rules.LostBlocks(n, ep)...)
-				if ep.Lease == nil || !dhcpOn {
+				if ep.Lease == nil {
 					continue
 				}
 				// A renewal that fell due while the daemon was down is
@@ -60,7 +55,9 @@ func (ls *Leaser) Run(ctx context.Context) error {
 	ls.timers.Go(func() { // not before serving: a RELEASE may wait on a parent
 		ls.releaseJournaled(ctx)
 	})
-	if err := ls.restoreBlocks(ctx, lost); err != nil {
+	// The DHCPv6 leaser's lost leases too: one plan for the instance's
+	// blocks of both families.
+	if err := ls.restoreBlocks(ctx); err != nil {
 		ls.log.Error("could not block the addresses of lost DHCP and DHCPv6 leases again: their containers may send from addresses they do not hold", "error", err)
 	}
 	ls.timers.Loop(ctx, ls.stop, ls.now, ls.Renew)

@@ -66,6 +66,7 @@ type Config struct {
 	Now          func() time.Time
 	Stop         <-chan struct{} // closed when the driver closes
 	LockEndpoint LockEndpoint
+	LockParents  leases.LockParents // nil: blocks are made without a lock (tests)
 }
 
 // Leaser carries out the DHCPv6 lease effects of endpoints.
@@ -79,13 +80,14 @@ type Leaser struct {
 	now          func() time.Time
 	stop         <-chan struct{}
 	lockEndpoint LockEndpoint
+	lockParents  leases.LockParents
 	timers       *leases.Timers
 }
 
 // New returns a leaser with nothing scheduled.
 func New(c Config) *Leaser {
 	return &Leaser{dhcp: c.DHCP, store: c.Store, links: c.Links, blocker: c.Blocker, mark: c.Mark, log: c.Log, now: c.Now, stop: c.Stop,
-		lockEndpoint: c.LockEndpoint, timers: leases.NewTimers()}
+		lockEndpoint: c.LockEndpoint, lockParents: c.LockParents, timers: leases.NewTimers()}
 }
 
 // HasClient says whether the leaser has a DHCPv6 client.

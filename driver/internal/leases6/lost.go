@@ -35,14 +35,15 @@ func (ls *Leaser) lost(ctx context.Context, k leases.Key, n store.Network, old s
 	case !addr.IsValid():
 		log.Error("lost a DHCPv6 lease whose recorded address is not an address: it cannot be blocked; restart the container to get a new address")
 	default:
-		if err := ls.blocker.Block(ctx, n.Parent, addr, ls.mark); err != nil {
+		parent, err := leases.BlockOnParent(ctx, ls.store, ls.blocker, ls.lockParents, n.ID, addr, ls.mark)
+		if err != nil {
 			log.Error("lost a DHCPv6 lease, and blocking the address on the parent failed: the container keeps sending from it; restart the container to get a new address", "parent", n.Parent, "error", err)
 			return
 		}
-		if !ls.stillLost(ctx, k, n.Parent, old.Addr) {
+		if parent == "" || !ls.stillLost(ctx, k, parent, old.Addr) {
 			return // the endpoint went between the record and the block (its deletion found no block)
 		}
-		log.Error("lost a DHCPv6 lease: the container can no longer send from the address (blocked on the parent) until the server gives it back; underlay asks for it every 30s; restart the container to get a new address", "parent", n.Parent)
+		log.Error("lost a DHCPv6 lease: the container can no longer send from the address (blocked on the parent) until the server gives it back; underlay asks for it every 30s; restart the container to get a new address", "parent", parent)
 	}
 }
 

@@ -3,6 +3,7 @@ package owned
 import (
 	"context"
 	"fmt"
+	"net/netip"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
@@ -12,8 +13,12 @@ import (
 // recorded on one parent name to another.
 
 // Follow moves the record of the owned VLAN from (renamed by an operator)
-// to the link's name to, with the networks recorded on it and the owned
-// VLANs standing on it, under both links' locks (tried unless held).
+// to the link's name to, with the networks recorded on it, the owned
+// VLANs standing on it and the blocks of lost leases on it (Blocks), under
+// both links' locks (tried unless held). The leasers block an address
+// under its network's parent lock, as the store names the parent then
+// (leases.BlockOnParent): a block is made before the follow, which moves
+// it, or after it, under the new name.
 func (o *Links) Follow(ctx context.Context, from, to, held string) error {
 	unlockFrom, err := o.TryParent(from, held)
 	if err != nil {
@@ -29,6 +34,7 @@ func (o *Links) Follow(ctx context.Context, from, to, held string) error {
 	if err != nil || l.Name != to || l.Alias != o.Mark {
 		return err // changed again meanwhile: the next pass sees it
 	}
+	var moved []netip.Addr
 	err = o.Store.Update(func(tx *store.Tx) error {
 		p, ok, err := tx.ParentLink(from)
 		if err != nil || !ok || p.Kind != rules.KindVLAN || p.VLAN != l.VLAN {
@@ -56,12 +62,27 @@ func (o *Links) Follow(ctx context.Context, from, to, held string) error {
 		if err := tx.PutParentLink(p); err != nil {
 			return err
 		}
-		return repointTx(tx, from, to)
+		if err := repointTx(tx, from, to); err != nil {
+			return err
+		}
+		// The blocks move inside the transaction: a move that fails
+		// leaves the record on from, followed again at the next pass; a
+		// commit that fails leaves them on to, where that pass's move
+		// (nothing left on from) keeps them.
+		if o.Blocks != nil {
+			if moved, err = o.Blocks.MoveBlocks(ctx, from, to, o.Mark); err != nil {
+				return fmt.Errorf("the blocks of lost leases on it could not move: %w", err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("follow VLAN %s renamed to %s: %w", from, to, err)
 	}
 	o.Log.Warn("an owned VLAN was renamed: its record and networks follow it", "from", from, "to", to)
+	if len(moved) > 0 {
+		o.Log.Warn("the addresses of lost leases on a renamed owned VLAN stay blocked: their blocks moved to its new name", "from", from, "to", to, "addresses", moved)
+	}
 	return nil
 }
 

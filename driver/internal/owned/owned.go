@@ -2,10 +2,11 @@
 // requests and the planners' steps share: the one way underlay deletes a
 // link (Delete), re-creating a missing owned parent link from its record
 // (Recreate, Ensure, parent.go), following an owned VLAN an operator
-// renamed and moving the networks recorded on a name to another
-// (Follow, Repoint, follow.go).
+// renamed, with the blocks of lost leases on it, and moving the networks
+// recorded on a name to another (Follow, Repoint, follow.go).
 //
-// Rule: the kernel only through its own Kernel interface, the store only
+// Rule: the kernel only through its own Kernel (and BlockMover)
+// interface, the store only
 // through its own Store; creating a parent link is parentlink.Maker's,
 // resolving a parent option parentlink.Resolver's. A parent lock is only
 // tried (TryParent), never waited for: a request's caller already holds
@@ -16,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
@@ -39,6 +41,12 @@ type Store interface {
 	Update(func(*store.Tx) error) error
 }
 
+// BlockMover moves the blocks of lost leases on a parent to its new name
+// (netlinkutil.Kernel's MoveBlocks); tag is the instance's mark.
+type BlockMover interface {
+	MoveBlocks(ctx context.Context, from, to, tag string) ([]netip.Addr, error)
+}
+
 // Locker tries parent links' locks (keylock.Locker): stale's, the same
 // try-only lock.
 type Locker = stale.Locker
@@ -50,9 +58,12 @@ type Links struct {
 	Locks    Locker
 	Parents  *parentlink.Maker
 	Resolver *parentlink.Resolver
-	Mark     string // this instance's link mark
-	Log      *slog.Logger
-	Now      func() time.Time
+	Mark     string // this instance's link mark, also the blocks' tag
+	// Blocks moves the blocks of lost leases when Follow follows a
+	// renamed VLAN; nil: the link layer cannot block.
+	Blocks BlockMover
+	Log    *slog.Logger
+	Now    func() time.Time
 	// Deleting is told of every link Delete deletes, so the repair
 	// watcher does not take its going for a repair to make.
 	Deleting *repairmemo.SelfDeletions
