@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"net"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/vishvananda/netlink"
 )
 
 // A good citizen of the LAN (issue 25), seen from the LAN: a captured peer
@@ -81,18 +81,24 @@ func TestLANAnnouncements(t *testing.T) {
 	}
 }
 
-// TestLANStaticAddressHeld: a LAN host (the peer end of vp19) holds
-// 198.18.20.50; docker run --ip 198.18.20.50 is refused naming the address,
-// the host's MAC and the fix, and --ip 198.18.20.51 runs.
+// TestLANStaticAddressHeld: a LAN host (a macvlan of vp19's peer, in a
+// namespace of its own) holds 198.18.20.50; docker run --ip 198.18.20.50 is
+// refused naming the address, the host's MAC and the fix, and --ip
+// 198.18.20.51 runs. (The address on vp19's peer itself would be in
+// dockerd's namespace: the host's own, which the driver refuses before any
+// probe, naming the link instead of a MAC.)
 func TestLANStaticAddressHeld(t *testing.T) {
 	e := need(t)
 	e.ensurePlugin(t)
 	held := "198.18.20.50"
-	if out, err := exec.Command("ip", "-n", nsName, "addr", "add", held+"/24", "dev", "vp19-p").CombinedOutput(); err != nil {
-		t.Fatalf("put %s on vp19-p: %v: %s", held, err, out)
+	e2e := itest.AttachNetns(t, nsPath)
+	if err := e2e.NL.LinkAdd(&netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "vp19-h", ParentIndex: e2e.MustLink("vp19-p").Attrs().Index}, Mode: netlink.MACVLAN_MODE_BRIDGE}); err != nil {
+		t.Fatalf("add the LAN host's link on vp19-p: %v", err)
 	}
-	t.Cleanup(func() { _ = exec.Command("ip", "-n", nsName, "addr", "del", held+"/24", "dev", "vp19-p").Run() })
-	peer := itest.AttachNetns(t, nsPath).MustLink("vp19-p").Attrs().HardwareAddr
+	lanHost := itest.NewNetns(t)
+	peer := e2e.MoveLink("vp19-h", lanHost, "lan0").Attrs().HardwareAddr
+	lanHost.Up("lan0")
+	lanHost.AddAddr("lan0", held+"/24")
 	e.network(t, "n11b", "-d", plugin, "--subnet", "198.18.20.0/24", "--gateway", "198.18.20.1", "-o", "parent=vp19",
 		"-o", "address_probe=300ms")
 	out, err := e.docker("run", "-d", "--stop-timeout", "1", "--name", "c11b", "--network", "n11b", "--ip", held, imageTag, "sleep", "86400")
