@@ -4,9 +4,11 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/itest"
@@ -119,6 +121,13 @@ func TestVMOwnedParentRecreated(t *testing.T) {
 			d.MustCreateNetwork(na)
 			wantParent := func() {
 				t.Helper()
+				// The live repair re-makes a vanished parent too, beside the
+				// request: wait for it to be up (the repair sets it up
+				// after making it) before the check.
+				itest.WaitFor(5*time.Second, func() bool {
+					l := ns.Link(tc.parent)
+					return l != nil && l.Attrs().Flags&net.FlagUp != 0
+				})
 				if tc.name == "vlan" {
 					vmWantVLAN(t, ns, tc.parent, "d0", 10)
 				} else {
