@@ -34,6 +34,15 @@ const netD4 = "dddddddddddd0000000000000000000000000000000000000000000000000004"
 type routeList []netlinkutil.Route
 
 func (r routeList) Routes(context.Context) ([]netlinkutil.Route, error) { return r, nil }
+func (r routeList) RoutesVia(_ context.Context, index int) ([]netlinkutil.Route, error) {
+	var out []netlinkutil.Route
+	for _, x := range r {
+		if x.LinkIndex == index {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
 
 // A network that comes back (same ID, same options) follows its per-node
 // parent option to the link it resolves to now, unless a container still

@@ -9,6 +9,7 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -34,7 +35,7 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 		}
 		r.want = a
 	}
-	addrs, err := m.host.Addrs(ctx)
+	addrs, err := m.addrsNearPool(ctx, poolID)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
@@ -54,13 +55,32 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 	return m.commitAddress(r)
 }
 
+// addrsNearPool returns the host's addresses whose subnet overlaps the
+// pool's prefix (the host's own addresses in it among them); none for a
+// pool that is unknown (allocate refuses it).
+func (m *IPAM) addrsNearPool(ctx context.Context, poolID string) ([]netlinkutil.Addr, error) {
+	var rec store.IPAMPool
+	var ok bool
+	if err := m.store.View(func(tx *store.Tx) (err error) {
+		rec, ok, err = tx.IPAMPool(poolID)
+		return err
+	}); err != nil || !ok {
+		return nil, err
+	}
+	pool, err := netip.ParsePrefix(rec.Prefix)
+	if err != nil {
+		return nil, nil // allocate refuses it
+	}
+	return m.host.AddrsNear(ctx, pool)
+}
+
 // addrRequest is a RequestAddress on its way.
 type addrRequest struct {
 	poolID  string
 	want    netip.Addr // the address asked for (--ip, --gateway)
 	gateway bool
 	name    string              // the endpoint's name, "" when not sent
-	own     map[netip.Addr]bool // the host's addresses
+	own     map[netip.Addr]bool // the host's addresses (those in the pool at least)
 	// probed is an address chosen and probed: it is handed out if it is
 	// still free, else allocate fails with errRaced.
 	probed netip.Addr

@@ -48,9 +48,16 @@ type Store interface {
 
 // Host is what the IPAM driver reads of the host; *netlinkutil.Kernel
 // implements it. It never calls Docker: dockerd calls IPAM while starting.
+//
+// RequestAddress reads only what does not grow with the host: a link by
+// name or index, and the addresses near its pool.
 type Host interface {
 	List(ctx context.Context) ([]netlinkutil.Link, error)
+	Get(ctx context.Context, name string) (netlinkutil.Link, error)
+	LinkByIndex(ctx context.Context, index int) (netlinkutil.Link, error)
 	Addrs(ctx context.Context) ([]netlinkutil.Addr, error)
+	// AddrsNear returns the addresses whose subnet overlaps pool.
+	AddrsNear(ctx context.Context, pool netip.Prefix) ([]netlinkutil.Addr, error)
 	Routes(ctx context.Context) ([]netlinkutil.Route, error)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -38,6 +39,38 @@ func (h *fakeHost) List(context.Context) ([]netlinkutil.Link, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]netlinkutil.Link(nil), h.links...), nil
+}
+
+func (h *fakeHost) Get(_ context.Context, name string) (netlinkutil.Link, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l, ok := netlinkutil.FindLink(h.links, name); ok {
+		return l, nil
+	}
+	return netlinkutil.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
+}
+
+func (h *fakeHost) LinkByIndex(_ context.Context, index int) (netlinkutil.Link, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.links {
+		if l.Index == index {
+			return l, nil
+		}
+	}
+	return netlinkutil.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
+}
+
+func (h *fakeHost) AddrsNear(_ context.Context, pool netip.Prefix) ([]netlinkutil.Addr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []netlinkutil.Addr
+	for _, a := range h.addrs {
+		if a.Prefix.Masked().Overlaps(pool) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // altname gives the link of index an alternative name.

@@ -144,12 +144,41 @@ func (m *IPAM) poolLAN(ctx context.Context, rec store.IPAMPool, pool netip.Prefi
 	if rec.Parent == "" && !nearHost(pool, addrs) {
 		return netlinkutil.Link{}, false, nil
 	}
-	links, err := m.host.List(ctx)
+	links, err := m.lanCandidates(ctx, rec, addrs)
 	if err != nil {
 		return netlinkutil.Link{}, false, err
 	}
 	l, ok := lanLink(rec, pool, links, addrs)
 	return l, ok, nil
+}
+
+// lanCandidates reads the links lanLink chooses among: the pool's parent,
+// or the links of the host's addresses near the pool (addrs).
+func (m *IPAM) lanCandidates(ctx context.Context, rec store.IPAMPool, addrs []netlinkutil.Addr) ([]netlinkutil.Link, error) {
+	if rec.Parent != "" {
+		l, err := m.host.Get(ctx, rec.Parent)
+		if errors.Is(err, netlinkutil.ErrNotFound) {
+			return nil, nil
+		}
+		return []netlinkutil.Link{l}, err
+	}
+	var out []netlinkutil.Link
+	seen := map[int]bool{}
+	for _, a := range addrs {
+		if seen[a.LinkIndex] {
+			continue
+		}
+		seen[a.LinkIndex] = true
+		l, err := m.host.LinkByIndex(ctx, a.LinkIndex)
+		if errors.Is(err, netlinkutil.ErrNotFound) {
+			continue // gone meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // probeWanted probes an address asked for (--ip) on a LAN pool before it

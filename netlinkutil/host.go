@@ -23,8 +23,40 @@ type Route = vocab.Route
 // MainTable is the routing table ordinary routes live in (RT_TABLE_MAIN).
 const MainTable = vocab.MainTable
 
-// Addrs returns every address of every link, both families.
+// Addrs returns every address of every link, both families. The slice may
+// be shared: never modify it.
 func (k *Kernel) Addrs(ctx context.Context) ([]Addr, error) {
+	if s := k.kept.Load(); s != nil {
+		if as, err := s.addrsAll(ctx); err == nil {
+			return as, nil
+		}
+	}
+	return k.readAddrs(ctx)
+}
+
+// AddrsNear returns the addresses whose subnet overlaps pool: those in it,
+// and those on a LAN that holds it.
+func (k *Kernel) AddrsNear(ctx context.Context, pool netip.Prefix) ([]Addr, error) {
+	if s := k.kept.Load(); s != nil {
+		if as, err := s.addrsNear(ctx, pool); err == nil {
+			return as, nil
+		}
+	}
+	as, err := k.readAddrs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Addr
+	for _, a := range as {
+		if a.Prefix.Masked().Overlaps(pool) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// readAddrs lists every address of every link from the kernel.
+func (k *Kernel) readAddrs(ctx context.Context) ([]Addr, error) {
 	var as []netlink.Addr
 	if err := k.retry(ctx, func(h *netlink.Handle) (err error) { as, err = h.AddrList(nil, netlink.FAMILY_ALL); return err }); err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
@@ -38,8 +70,14 @@ func (k *Kernel) Addrs(ctx context.Context) ([]Addr, error) {
 	return out, nil
 }
 
-// Routes returns the routes of every table, both families.
+// Routes returns the routes of every table, both families. The slice may
+// be shared: never modify it.
 func (k *Kernel) Routes(ctx context.Context) ([]Route, error) {
+	if s := k.kept.Load(); s != nil {
+		if rs, err := s.routesAll(ctx); err == nil {
+			return rs, nil
+		}
+	}
 	var rs []netlink.Route
 	filter := &netlink.Route{Table: unix.RT_TABLE_UNSPEC}
 	if err := k.retry(ctx, func(h *netlink.Handle) (err error) {
@@ -66,6 +104,27 @@ func (k *Kernel) Routes(ctx context.Context) ([]Route, error) {
 		for _, nh := range r.MultiPath {
 			gw, _ := netip.AddrFromSlice(nh.Gw)
 			out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: nh.LinkIndex, Table: r.Table, Priority: r.Priority})
+		}
+	}
+	return out, nil
+}
+
+// RoutesVia returns the routes (of every table, both families) through the
+// link with the index.
+func (k *Kernel) RoutesVia(ctx context.Context, index int) ([]Route, error) {
+	if s := k.kept.Load(); s != nil {
+		if rs, err := s.routesVia(ctx, index); err == nil {
+			return rs, nil
+		}
+	}
+	rs, err := k.Routes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Route
+	for _, r := range rs {
+		if r.LinkIndex == index {
+			out = append(out, r)
 		}
 	}
 	return out, nil

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
@@ -47,6 +48,12 @@ type Links interface {
 	Get(ctx context.Context, name string) (Link, error)
 	// List returns every link.
 	List(ctx context.Context) ([]Link, error)
+	// LinkByIndex returns the link with the index, or an error wrapping
+	// ErrNotFound, without its Alias and AltNames (kept.go: ask Get).
+	LinkByIndex(ctx context.Context, index int) (Link, error)
+	// LinksOn returns the links whose lower link is parent (by index),
+	// without their Alias and AltNames (kept.go: ask Get).
+	LinksOn(ctx context.Context, parent int) ([]Link, error)
 	// AddVLAN creates an up VLAN link name on base with the given ID,
 	// marked with mark.
 	AddVLAN(ctx context.Context, name, base string, id, mtu int, mark string) error
@@ -101,6 +108,8 @@ type Kernel struct {
 	backoff   time.Duration
 	// nftMu serializes the nftables changes of lostaddr.go.
 	nftMu sync.Mutex
+	// kept, once Keep has run, answers the reads (kept.go).
+	kept atomic.Pointer[kept]
 }
 
 // New returns the real kernel of the process's network namespace.
@@ -222,6 +231,49 @@ func (k *Kernel) List(ctx context.Context) ([]Link, error) {
 	out := make([]Link, 0, len(ls))
 	for _, l := range ls {
 		out = append(out, convert(l))
+	}
+	return out, nil
+}
+
+// LinkByIndex implements Links.
+func (k *Kernel) LinkByIndex(ctx context.Context, index int) (Link, error) {
+	if s := k.kept.Load(); s != nil {
+		l, ok, err := s.byIndex(ctx, index)
+		switch {
+		case err == nil && !ok:
+			return Link{}, fmt.Errorf("%w: index %d", ErrNotFound, index)
+		case err == nil:
+			return l, nil
+		}
+	}
+	var l netlink.Link
+	err := k.retry(ctx, func(h *netlink.Handle) (err error) { l, err = h.LinkByIndex(index); return err })
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+		return Link{}, fmt.Errorf("%w: index %d", ErrNotFound, index)
+	}
+	if err != nil {
+		return Link{}, fmt.Errorf("look up link %d: %w", index, err)
+	}
+	return unannounced(convert(l)), nil
+}
+
+// LinksOn implements Links.
+func (k *Kernel) LinksOn(ctx context.Context, parent int) ([]Link, error) {
+	if s := k.kept.Load(); s != nil {
+		if ls, err := s.on(ctx, parent); err == nil {
+			return ls, nil
+		}
+	}
+	ls, err := k.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Link
+	for _, l := range ls {
+		if l.ParentIndex == parent && l.Index != parent {
+			out = append(out, unannounced(l))
+		}
 	}
 	return out, nil
 }

@@ -101,6 +101,9 @@ func (k *Kernel) EarlyDeletes() uint64 { return k.deletions.early.Load() }
 // ends) and ends the subscription. DeleteLink calls made from then on run
 // to the kernel's acknowledgement.
 func (k *Kernel) Close(ctx context.Context) error {
+	if s := k.kept.Load(); s != nil {
+		s.stop()
+	}
 	d := k.deletions
 	d.mu.Lock()
 	d.closed = true

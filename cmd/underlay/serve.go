@@ -111,6 +111,11 @@ func serve(c serveConfig, stderr io.Writer) error {
 			log.Error("stopping without waiting longer for the kernel", "error", err)
 		}
 	}()
+	// Requests read the host's links, addresses and routes from what the
+	// kernel's events keep current, not from dumps that grow with the host.
+	if err := kernel.Keep(ctx, netlinkutil.KeepOptions{Log: log}); err != nil {
+		log.Warn("cannot follow the host's links, addresses and routes: every request reads them from the kernel, at a cost that grows with the host", "error", err)
+	}
 	docker, err := dockerapi.New(c.DockerHost, 2*time.Second)
 	if err != nil {
 		return err

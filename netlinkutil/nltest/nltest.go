@@ -223,6 +223,37 @@ func (k *Kernel) List(_ context.Context) ([]netlinkutil.Link, error) {
 	return out, nil
 }
 
+// LinkByIndex implements netlinkutil.Links.
+func (k *Kernel) LinkByIndex(_ context.Context, index int) (netlinkutil.Link, error) {
+	if err := k.begin("get", ""); err != nil {
+		return netlinkutil.Link{}, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l := k.byIndex(index)
+	if l == nil {
+		return netlinkutil.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
+	}
+	return *l, nil
+}
+
+// LinksOn implements netlinkutil.Links.
+func (k *Kernel) LinksOn(_ context.Context, parent int) ([]netlinkutil.Link, error) {
+	if err := k.begin("list", ""); err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []netlinkutil.Link
+	for _, l := range k.children(&netlinkutil.Link{Index: parent}) {
+		if l.Index != parent {
+			out = append(out, *l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out, nil
+}
+
 // AddVLAN implements netlinkutil.Links.
 func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int, mark string) error {
 	if err := k.begin("vlan", name); err != nil {

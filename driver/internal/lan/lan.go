@@ -38,9 +38,11 @@ type LinkReader interface {
 	Get(ctx context.Context, name string) (vocab.Link, error)
 }
 
-// RouteLister lists the routes of every table (netlinkutil.Kernel).
+// RouteLister lists the routes of every table (netlinkutil.Kernel), all
+// of them or those through one link.
 type RouteLister interface {
 	Routes(ctx context.Context) ([]vocab.Route, error)
+	RoutesVia(ctx context.Context, index int) ([]vocab.Route, error)
 }
 
 // LAN probes and announces endpoints' addresses. Prober, Announcer and

@@ -133,6 +133,15 @@ type routes struct {
 }
 
 func (r routes) Routes(context.Context) ([]vocab.Route, error) { return r.rs, r.err }
+func (r routes) RoutesVia(_ context.Context, index int) ([]vocab.Route, error) {
+	var out []vocab.Route
+	for _, x := range r.rs {
+		if x.LinkIndex == index {
+			out = append(out, x)
+		}
+	}
+	return out, r.err
+}
 
 func TestBudget(t *testing.T) {
 	k := kernel(t)

@@ -41,7 +41,7 @@ func (l *LAN) Budget(ctx context.Context, n record.Network) time.Duration {
 	if err != nil {
 		return 0
 	}
-	routes, err := l.Routes.Routes(ctx)
+	routes, err := l.Routes.RoutesVia(ctx, p.Index)
 	if err != nil {
 		return 0
 	}

@@ -10,18 +10,22 @@ package macs
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"log/slog"
 	"net"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// LinkReader reads the kernel's links (netlinkutil.Links).
+// LinkReader reads the kernel's links (netlinkutil.Links): by name, by
+// index, and those on a parent. None of them grows with the host.
 type LinkReader interface {
 	Get(ctx context.Context, name string) (vocab.Link, error)
-	List(ctx context.Context) ([]vocab.Link, error)
+	LinkByIndex(ctx context.Context, index int) (vocab.Link, error)
+	LinksOn(ctx context.Context, parent int) ([]vocab.Link, error)
 }
 
 // Chooser chooses endpoints' MACs.
@@ -46,9 +50,19 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 		c.Log.Warn("using a random MAC: the parent could not be read for a stable one", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
 		return Random().String()
 	}
-	links, err := c.Links.List(ctx)
+	// The links MACBase and MACTaken look at: a VLAN's lower link, and
+	// the links on the parent.
+	links, err := c.Links.LinksOn(ctx, p.Index)
+	if err == nil && p.Kind == vocab.KindVLAN && p.ParentIndex != 0 {
+		var lower vocab.Link
+		if lower, err = c.Links.LinkByIndex(ctx, p.ParentIndex); err == nil {
+			links = append(links, lower)
+		} else if errors.Is(err, netlinkutil.ErrNotFound) {
+			err = nil // in another namespace: the VLAN's own MAC is the base
+		}
+	}
 	if err != nil {
-		c.Log.Warn("using a random MAC: the links could not be listed to check a stable one is free", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
+		c.Log.Warn("using a random MAC: the links on the parent could not be read to check a stable one is free", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
 		return Random().String()
 	}
 	base := rules.MACBase(p, links)

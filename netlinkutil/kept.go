@@ -1,0 +1,747 @@
+package netlinkutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// The host as requests read it. A dump of the namespace's links, addresses
+// or routes costs in proportion to the host (about 150 ms at 8,000 links),
+// so once Keep has run the Kernel answers LinkByIndex, LinksOn, Addrs,
+// AddrsNear, Routes and RoutesVia from state it keeps current from the
+// kernel's rtnetlink events (links, IPv4 and IPv6 addresses and routes).
+//
+// What the events tell exactly: a link's name, MAC, MTU, up flag, kind
+// and lower link; addresses; routes (IPv4 drops a link's routes without
+// telling when it goes down: kept does the same). What they do not: the
+// kernel announces a change of a link's alias or altnames only while the
+// link is up (netdev_state_change), and underlay marks its links while
+// they are down. So kept links carry no Alias and no AltNames, and Get
+// and List (marks, names by altname) always ask the kernel, whose lookup
+// by name does not grow with the host.
+//
+// Every read first applies the events the kernel has queued on the
+// subscription socket (one non-blocking receive when there are none), and
+// events are only taken off the socket under the same lock: a change the
+// kernel made before the read began is always in the answer. A missed
+// event (ENOBUFS: the socket's buffer overflowed) is recovered by reading
+// everything again before anything is answered, never by a stale answer.
+
+// KeepOptions tune Keep.
+type KeepOptions struct {
+	Log *slog.Logger
+	// Buffer is the subscription socket's receive buffer in bytes
+	// (default 8 MiB; tests make it small to overflow it).
+	Buffer int
+	// Unfollowed leaves the events on the socket until a read applies
+	// them (no reader in the background): tests of the overflow use it.
+	Unfollowed bool
+}
+
+// kept is the kept state of a Kernel.
+type kept struct {
+	k    *Kernel
+	log  *slog.Logger
+	sock *nl.NetlinkSocket
+	fd   int
+	buf  []byte
+
+	// mu is held while messages are taken off the socket and applied, and
+	// while the state is read.
+	mu       sync.Mutex
+	links    map[int]Link
+	children map[int]map[int]struct{}
+	addrs    map[int]map[netip.Prefix]struct{}
+	// near indexes the addresses for AddrsNear: by their subnet, and by
+	// the /24 (IPv4) or /64 (IPv6) they are in.
+	bySubnet, byBucket map[netip.Prefix]map[Addr]struct{}
+	routes             map[routeID][]Route
+	byLink             map[int]map[routeID]struct{}
+	// Lists answered whole, built when asked after a change.
+	addrList  []Addr
+	routeList []Route
+	rereads   int
+	closed    bool
+	done      chan struct{} // closed by Kernel.Close
+}
+
+// routeID identifies a route entry as the kernel does (table, destination,
+// TOS, metric), with its type and, for a single next hop, the next hop.
+type routeID struct {
+	family uint8
+	table  int
+	dst    netip.Prefix
+	tos    uint8
+	prio   int
+	typ    uint8
+	scope  uint8
+	oif    int
+	gw     netip.Addr
+}
+
+// Keep starts keeping the namespace's links, addresses and routes, reading
+// them whole once; the Kernel's reads answer from them from then on. It
+// stops when ctx ends (or at Close).
+func (k *Kernel) Keep(ctx context.Context, o KeepOptions) error {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Buffer == 0 {
+		o.Buffer = 8 << 20
+	}
+	groups := []uint{unix.RTNLGRP_LINK, unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV6_IFADDR, unix.RTNLGRP_IPV4_ROUTE, unix.RTNLGRP_IPV6_ROUTE}
+	sock, err := nl.SubscribeAt(k.ns, netns.None(), unix.NETLINK_ROUTE, groups...)
+	if err != nil {
+		return fmt.Errorf("subscribe to the kernel's link, address and route events: %w", err)
+	}
+	if err := sock.SetReceiveBufferSize(o.Buffer, true); err != nil {
+		if err := sock.SetReceiveBufferSize(o.Buffer, false); err != nil {
+			sock.Close()
+			return fmt.Errorf("size the event socket's buffer: %w", err)
+		}
+	}
+	s := &kept{k: k, log: o.Log, sock: sock, fd: sock.GetFd(), buf: make([]byte, 1<<16), done: make(chan struct{})}
+	s.mu.Lock()
+	err = s.reread(ctx)
+	s.mu.Unlock()
+	if err != nil {
+		sock.Close()
+		return err
+	}
+	if old := k.kept.Swap(s); old != nil {
+		old.stop()
+	}
+	if o.Unfollowed {
+		context.AfterFunc(ctx, s.stop)
+	} else {
+		go s.follow(ctx)
+	}
+	return nil
+}
+
+// stop ends the kept state: the socket closes and reads go to the kernel.
+func (s *kept) stop() {
+	s.k.kept.CompareAndSwap(s, nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+		s.sock.Close()
+	}
+}
+
+// Rereads is how many times the kept state was read whole again after a
+// missed event (0 without Keep).
+func (k *Kernel) Rereads() int {
+	s := k.kept.Load()
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rereads
+}
+
+// follow applies events as they come until ctx ends or the Kernel closes.
+func (s *kept) follow(ctx context.Context) {
+	defer s.stop()
+	fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		default:
+		}
+		n, err := unix.Poll(fds, 200)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			s.log.Error("stopped following the kernel's events; requests read the kernel again", "error", err)
+			return
+		}
+		if n <= 0 {
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		err = s.drain(ctx)
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Error("stopped following the kernel's events; requests read the kernel again", "error", err)
+			return
+		}
+	}
+}
+
+// sync applies what the kernel has queued; the caller holds mu.
+func (s *kept) sync(ctx context.Context) error {
+	if s.closed {
+		return errKeptClosed
+	}
+	return s.drain(ctx)
+}
+
+var errKeptClosed = errors.New("the kept state is closed")
+
+// drain takes every queued message off the socket and applies it; after
+// an overflow it reads everything again. The caller holds mu.
+func (s *kept) drain(ctx context.Context) error {
+	for {
+		n, _, err := unix.Recvfrom(s.fd, s.buf, unix.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EWOULDBLOCK):
+			return nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ENOBUFS):
+			s.log.Warn("missed kernel events (the event socket's buffer overflowed): reading the host's links, addresses and routes again")
+			if err := s.reread(ctx); err != nil {
+				return err
+			}
+			s.rereads++
+			continue
+		case err != nil:
+			return fmt.Errorf("receive the kernel's events: %w", err)
+		}
+		if n < unix.NLMSG_HDRLEN {
+			continue
+		}
+		msgs, err := syscall.ParseNetlinkMessage(s.buf[:n])
+		if err != nil {
+			return fmt.Errorf("parse the kernel's events: %w", err)
+		}
+		for _, m := range msgs {
+			s.apply(m)
+		}
+	}
+}
+
+// reread replaces the state with a full read of the kernel; the caller
+// holds mu.
+func (s *kept) reread(ctx context.Context) error {
+	var ls []netlink.Link
+	if err := s.k.retry(ctx, func(h *netlink.Handle) (err error) { ls, err = h.LinkList(); return err }); err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	addrs, err := s.k.readAddrs(ctx)
+	if err != nil {
+		return err
+	}
+	var rs []netlink.Route
+	if err := s.k.retry(ctx, func(h *netlink.Handle) (err error) {
+		rs, err = h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		return err
+	}); err != nil {
+		return fmt.Errorf("list routes: %w", err)
+	}
+	s.links, s.children = map[int]Link{}, map[int]map[int]struct{}{}
+	s.addrs, s.routes, s.byLink = map[int]map[netip.Prefix]struct{}{}, map[routeID][]Route{}, map[int]map[routeID]struct{}{}
+	s.bySubnet, s.byBucket = map[netip.Prefix]map[Addr]struct{}{}, map[netip.Prefix]map[Addr]struct{}{}
+	s.addrList, s.routeList = nil, nil
+	for _, l := range ls {
+		s.putLink(convert(l))
+	}
+	for _, a := range addrs {
+		s.putAddr(a)
+	}
+	for _, r := range rs {
+		id, out := routeOf(r)
+		s.putRoute(id, out)
+	}
+	return nil
+}
+
+// apply applies one event.
+func (s *kept) apply(m syscall.NetlinkMessage) {
+	switch m.Header.Type {
+	case unix.RTM_NEWLINK, unix.RTM_DELLINK:
+		// A bridge tells of its ports' changes, and of a port leaving it,
+		// as AF_BRIDGE link messages with part of the link's state: only
+		// the link's own (AF_UNSPEC) messages are its state.
+		if len(m.Data) < unix.SizeofIfInfomsg || nl.DeserializeIfInfomsg(m.Data).Family != unix.AF_UNSPEC {
+			return
+		}
+	}
+	switch m.Header.Type {
+	case unix.RTM_NEWLINK:
+		h := unix.NlMsghdr{Len: m.Header.Len, Type: m.Header.Type, Flags: m.Header.Flags, Seq: m.Header.Seq, Pid: m.Header.Pid}
+		l, err := netlink.LinkDeserialize(&h, m.Data)
+		if err != nil || l.Attrs().Name == "" { // a wireless event carries no name: not a link's state
+			return
+		}
+		now := convert(l)
+		old, had := s.links[now.Index]
+		s.dropLink(now.Index)
+		s.putLink(now)
+		if had && !old.Down && now.Down {
+			// IPv4 flushes a down link's routes but the host-scope ones
+			// (its addresses' local routes) without telling.
+			s.dropRoutes(now.Index, unix.AF_INET, func(id routeID) bool { return id.scope != unix.RT_SCOPE_HOST })
+		}
+	case unix.RTM_DELLINK:
+		if len(m.Data) < unix.SizeofIfInfomsg {
+			return
+		}
+		idx := int(nl.DeserializeIfInfomsg(m.Data).Index)
+		s.dropLink(idx)
+		for p := range s.addrs[idx] {
+			s.dropAddr(Addr{Prefix: p, LinkIndex: idx})
+		}
+		s.dropRoutes(idx, 0, nil)
+	case unix.RTM_NEWADDR, unix.RTM_DELADDR:
+		a, ok := addrOf(m.Data)
+		if !ok {
+			return
+		}
+		if m.Header.Type == unix.RTM_NEWADDR {
+			s.putAddr(a)
+			return
+		}
+		s.dropAddr(a)
+	case unix.RTM_NEWROUTE, unix.RTM_DELROUTE:
+		id, out, ok := parseRoute(m.Data)
+		if !ok {
+			return
+		}
+		if m.Header.Type == unix.RTM_DELROUTE {
+			s.dropRoute(id)
+			return
+		}
+		if m.Header.Flags&unix.NLM_F_REPLACE != 0 {
+			for other := range s.routes {
+				if other.family == id.family && other.table == id.table && other.dst == id.dst && other.tos == id.tos && other.prio == id.prio {
+					s.dropRoute(other)
+				}
+			}
+		}
+		s.putRoute(id, out)
+	}
+}
+
+// unannounced clears what the kernel's events do not keep exact.
+func unannounced(l Link) Link {
+	l.Alias, l.AltNames = "", nil
+	return l
+}
+
+func (s *kept) putLink(l Link) {
+	l = unannounced(l)
+	s.links[l.Index] = l
+	if l.ParentIndex != 0 && l.ParentIndex != l.Index {
+		c := s.children[l.ParentIndex]
+		if c == nil {
+			c = map[int]struct{}{}
+			s.children[l.ParentIndex] = c
+		}
+		c[l.Index] = struct{}{}
+	}
+}
+
+func (s *kept) dropLink(idx int) {
+	l, ok := s.links[idx]
+	if !ok {
+		return
+	}
+	delete(s.links, idx)
+	if c := s.children[l.ParentIndex]; c != nil {
+		delete(c, idx)
+		if len(c) == 0 {
+			delete(s.children, l.ParentIndex)
+		}
+	}
+}
+
+func (s *kept) putAddr(a Addr) {
+	as := s.addrs[a.LinkIndex]
+	if as == nil {
+		as = map[netip.Prefix]struct{}{}
+		s.addrs[a.LinkIndex] = as
+	}
+	as[a.Prefix] = struct{}{}
+	indexAddr(s.bySubnet, a.Prefix.Masked(), a)
+	indexAddr(s.byBucket, bucketOf(a.Prefix.Addr()), a)
+	s.addrList = nil
+}
+
+func (s *kept) dropAddr(a Addr) {
+	as := s.addrs[a.LinkIndex]
+	if _, ok := as[a.Prefix]; !ok {
+		return
+	}
+	delete(as, a.Prefix)
+	if len(as) == 0 {
+		delete(s.addrs, a.LinkIndex)
+	}
+	unindexAddr(s.bySubnet, a.Prefix.Masked(), a)
+	unindexAddr(s.byBucket, bucketOf(a.Prefix.Addr()), a)
+	s.addrList = nil
+}
+
+func indexAddr(m map[netip.Prefix]map[Addr]struct{}, key netip.Prefix, a Addr) {
+	set := m[key]
+	if set == nil {
+		set = map[Addr]struct{}{}
+		m[key] = set
+	}
+	set[a] = struct{}{}
+}
+
+func unindexAddr(m map[netip.Prefix]map[Addr]struct{}, key netip.Prefix, a Addr) {
+	if set := m[key]; set != nil {
+		delete(set, a)
+		if len(set) == 0 {
+			delete(m, key)
+		}
+	}
+}
+
+// bucketOf is the /24 (IPv4) or /64 (IPv6) an address is in.
+func bucketOf(a netip.Addr) netip.Prefix {
+	bits := 24
+	if a.Is6() {
+		bits = 64
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// near returns the addresses whose subnet overlaps pool: those whose
+// subnet holds the pool (one lookup per prefix length up to the pool's),
+// and those in the pool (its /24s or /64s, or every bucket when there are
+// fewer). Neither grows with the host's addresses elsewhere.
+func (s *kept) near(pool netip.Prefix) []Addr {
+	pool = pool.Masked()
+	seen := map[Addr]struct{}{}
+	var out []Addr
+	add := func(set map[Addr]struct{}) {
+		for a := range set {
+			if _, dup := seen[a]; !dup && a.Prefix.Masked().Overlaps(pool) {
+				seen[a] = struct{}{}
+				out = append(out, a)
+			}
+		}
+	}
+	for bits := 0; bits <= pool.Bits(); bits++ {
+		p, _ := pool.Addr().Prefix(bits)
+		add(s.bySubnet[p])
+	}
+	bucket := 24
+	if pool.Addr().Is6() {
+		bucket = 64
+	}
+	switch spread := bucket - pool.Bits(); {
+	case spread <= 0:
+		add(s.byBucket[bucketOf(pool.Addr())])
+	case spread < 20 && 1<<spread <= len(s.byBucket):
+		a := pool.Addr()
+		for range 1 << spread {
+			add(s.byBucket[bucketOf(a)])
+			a = nextBucket(a, bucket)
+		}
+	default:
+		for key, set := range s.byBucket {
+			if key.Overlaps(pool) {
+				add(set)
+			}
+		}
+	}
+	sortAddrs(out)
+	return out
+}
+
+// sortAddrs orders addresses as a dump lists them: by link, then address.
+func sortAddrs(as []Addr) {
+	slices.SortFunc(as, func(a, b Addr) int {
+		if a.LinkIndex != b.LinkIndex {
+			return a.LinkIndex - b.LinkIndex
+		}
+		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+			return c
+		}
+		return a.Prefix.Bits() - b.Prefix.Bits()
+	})
+}
+
+// nextBucket is the first address of the /bits after a's.
+func nextBucket(a netip.Addr, bits int) netip.Addr {
+	b := a.AsSlice()
+	i := bits/8 - 1
+	for ; i >= 0; i-- {
+		b[i]++
+		if b[i] != 0 {
+			break
+		}
+	}
+	out, _ := netip.AddrFromSlice(b)
+	return out
+}
+
+func (s *kept) putRoute(id routeID, rs []Route) {
+	if len(rs) == 0 {
+		return
+	}
+	s.dropRoute(id)
+	s.routes[id] = rs
+	for _, r := range rs {
+		m := s.byLink[r.LinkIndex]
+		if m == nil {
+			m = map[routeID]struct{}{}
+			s.byLink[r.LinkIndex] = m
+		}
+		m[id] = struct{}{}
+	}
+	s.routeList = nil
+}
+
+func (s *kept) dropRoute(id routeID) {
+	rs, ok := s.routes[id]
+	if !ok {
+		return
+	}
+	delete(s.routes, id)
+	for _, r := range rs {
+		if m := s.byLink[r.LinkIndex]; m != nil {
+			delete(m, id)
+			if len(m) == 0 {
+				delete(s.byLink, r.LinkIndex)
+			}
+		}
+	}
+	s.routeList = nil
+}
+
+// dropRoutes drops the routes through a link (of one family, or both with
+// family 0; those which keeps, or all with which nil).
+func (s *kept) dropRoutes(idx int, family uint8, which func(routeID) bool) {
+	for id := range s.byLink[idx] {
+		if (family == 0 || id.family == family) && (which == nil || which(id)) {
+			s.dropRoute(id)
+		}
+	}
+}
+
+// routeOf converts a route of a dump.
+func routeOf(r netlink.Route) (routeID, []Route) {
+	dst, ok := prefixOf(r.Dst, true)
+	if !ok {
+		dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if r.Family == unix.AF_INET6 {
+			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
+	}
+	id := routeID{family: uint8(r.Family), table: r.Table, dst: dst, tos: uint8(r.Tos), prio: r.Priority, typ: uint8(r.Type), scope: uint8(r.Scope)}
+	if len(r.MultiPath) == 0 {
+		gw, _ := netip.AddrFromSlice(r.Gw)
+		id.oif, id.gw = r.LinkIndex, gw.Unmap()
+		return id, []Route{{Dst: dst, Gateway: id.gw, LinkIndex: r.LinkIndex, Table: r.Table, Priority: r.Priority}}
+	}
+	out := make([]Route, 0, len(r.MultiPath))
+	for _, nh := range r.MultiPath {
+		gw, _ := netip.AddrFromSlice(nh.Gw)
+		out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: nh.LinkIndex, Table: r.Table, Priority: r.Priority})
+	}
+	return id, out
+}
+
+// parseRoute reads a route event as a dump would have listed it; cloned
+// routes (the kernel's cache, which dumps leave out) are not routes.
+func parseRoute(b []byte) (routeID, []Route, bool) {
+	if len(b) < unix.SizeofRtMsg {
+		return routeID{}, nil, false
+	}
+	msg := nl.DeserializeRtMsg(b)
+	if msg.Flags&unix.RTM_F_CLONED != 0 {
+		return routeID{}, nil, false
+	}
+	attrs, err := nl.ParseRouteAttr(b[msg.Len():])
+	if err != nil {
+		return routeID{}, nil, false
+	}
+	r := netlink.Route{Family: int(msg.Family), Table: int(msg.Table), Tos: int(msg.Tos), Type: int(msg.Type), Scope: netlink.Scope(msg.Scope)}
+	for _, a := range attrs {
+		switch a.Attr.Type {
+		case unix.RTA_DST:
+			r.Dst = &net.IPNet{IP: net.IP(a.Value), Mask: net.CIDRMask(int(msg.Dst_len), 8*len(a.Value))}
+		case unix.RTA_GATEWAY:
+			r.Gw = net.IP(a.Value)
+		case unix.RTA_OIF:
+			if len(a.Value) >= 4 {
+				r.LinkIndex = int(nl.NativeEndian().Uint32(a.Value))
+			}
+		case unix.RTA_PRIORITY:
+			if len(a.Value) >= 4 {
+				r.Priority = int(nl.NativeEndian().Uint32(a.Value))
+			}
+		case unix.RTA_TABLE:
+			if len(a.Value) >= 4 {
+				r.Table = int(nl.NativeEndian().Uint32(a.Value))
+			}
+		case unix.RTA_MULTIPATH:
+			r.MultiPath = nexthopsOf(a.Value)
+		}
+	}
+	id, out := routeOf(r)
+	return id, out, true
+}
+
+// nexthopsOf reads RTA_MULTIPATH: rtnexthop headers, each followed by its
+// attributes (RTA_GATEWAY).
+func nexthopsOf(b []byte) []*netlink.NexthopInfo {
+	var out []*netlink.NexthopInfo
+	for len(b) >= unix.SizeofRtNexthop {
+		nh := nl.DeserializeRtNexthop(b)
+		l := int(nh.RtNexthop.Len)
+		if l < unix.SizeofRtNexthop || l > len(b) {
+			break
+		}
+		info := &netlink.NexthopInfo{LinkIndex: int(nh.RtNexthop.Ifindex)}
+		if attrs, err := nl.ParseRouteAttr(b[unix.SizeofRtNexthop:l]); err == nil {
+			for _, a := range attrs {
+				if a.Attr.Type == unix.RTA_GATEWAY {
+					info.Gw = net.IP(a.Value)
+				}
+			}
+		}
+		out = append(out, info)
+		next := (l + unix.RTNH_ALIGNTO - 1) &^ (unix.RTNH_ALIGNTO - 1)
+		if next >= len(b) {
+			break
+		}
+		b = b[next:]
+	}
+	return out
+}
+
+// addrOf reads an address event as Addrs lists it (IFA_LOCAL, the
+// address itself, before IFA_ADDRESS, a point-to-point peer's).
+func addrOf(b []byte) (Addr, bool) {
+	if len(b) < unix.SizeofIfAddrmsg {
+		return Addr{}, false
+	}
+	msg := nl.DeserializeIfAddrmsg(b)
+	attrs, err := nl.ParseRouteAttr(b[msg.Len():])
+	if err != nil {
+		return Addr{}, false
+	}
+	var local, address []byte
+	for _, a := range attrs {
+		switch a.Attr.Type {
+		case unix.IFA_LOCAL:
+			local = a.Value
+		case unix.IFA_ADDRESS:
+			address = a.Value
+		}
+	}
+	if local == nil {
+		local = address
+	}
+	ip, ok := netip.AddrFromSlice(local)
+	if !ok {
+		return Addr{}, false
+	}
+	p, err := ip.Unmap().Prefix(int(msg.Prefixlen))
+	if err != nil {
+		return Addr{}, false
+	}
+	return Addr{Prefix: netip.PrefixFrom(ip.Unmap(), p.Bits()), LinkIndex: int(msg.Index)}, true
+}
+
+// The reads, answered from the kept state.
+
+func (s *kept) byIndex(ctx context.Context, idx int) (Link, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.sync(ctx); err != nil {
+		return Link{}, false, err
+	}
+	l, ok := s.links[idx]
+	return l, ok, nil
+}
+
+func (s *kept) on(ctx context.Context, parent int) ([]Link, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]Link, 0, len(s.children[parent]))
+	for idx := range s.children[parent] {
+		out = append(out, s.links[idx])
+	}
+	slices.SortFunc(out, func(a, b Link) int { return a.Index - b.Index })
+	return out, nil
+}
+
+func (s *kept) addrsAll(ctx context.Context) ([]Addr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	if s.addrList == nil {
+		s.addrList = make([]Addr, 0, len(s.addrs))
+		for idx, as := range s.addrs {
+			for p := range as {
+				s.addrList = append(s.addrList, Addr{Prefix: p, LinkIndex: idx})
+			}
+		}
+	}
+	return slices.Clip(s.addrList), nil
+}
+
+func (s *kept) addrsNear(ctx context.Context, pool netip.Prefix) ([]Addr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	return s.near(pool), nil
+}
+
+func (s *kept) routesAll(ctx context.Context) ([]Route, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	if s.routeList == nil {
+		s.routeList = make([]Route, 0, len(s.routes))
+		for _, rs := range s.routes {
+			s.routeList = append(s.routeList, rs...)
+		}
+	}
+	return slices.Clip(s.routeList), nil
+}
+
+func (s *kept) routesVia(ctx context.Context, idx int) ([]Route, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.sync(ctx); err != nil {
+		return nil, err
+	}
+	var out []Route
+	for id := range s.byLink[idx] {
+		for _, r := range s.routes[id] {
+			if r.LinkIndex == idx {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
