@@ -145,6 +145,7 @@ func TestBench(t *testing.T) {
 		{"ipam", benchIPAM},
 		{"probe", benchProbe},
 		{"docker", benchDocker},
+		{"growth", benchGrowth},
 	}
 	only := os.Getenv("BENCH")
 	for _, s := range sections {

@@ -51,31 +51,11 @@ func benchProbeFamily(t *testing.T, tb *table, v6 bool) {
 		d.MustCreateNetwork(itest.Net{ID: off, Opts: map[string]string{"parent": p0, "address_probe": "0"}, V4: []string{"198.18.60.0/24"}})
 		d.MustCreateNetwork(itest.Net{ID: on, Opts: map[string]string{"parent": p1, "address_probe": budget.String()}, V4: []string{"198.18.61.0/24"}})
 	}
-	call := func(route string, req any) error {
-		code, body, err := d.Post("/NetworkDriver."+route, req)
-		if err == nil && code != 200 {
-			err = fmt.Errorf("%s: %s", route, body)
-		}
-		return err
-	}
+	dc := driverCalls{d}
 	cycle := func(netID string, x int) func(w, i int) error {
 		return func(w, i int) error {
-			ep := id("q", x, i)
 			a4, a6 := addr(x, i)
-			for _, step := range []struct {
-				route string
-				req   any
-			}{
-				{"CreateEndpoint", network.CreateEndpointRequest{NetworkID: netID, EndpointID: ep, Interface: &network.EndpointInterface{Address: a4, AddressIPv6: a6}}},
-				{"Join", network.JoinRequest{NetworkID: netID, EndpointID: ep, SandboxKey: "/var/run/docker/netns/bench"}},
-				{"Leave", network.LeaveRequest{NetworkID: netID, EndpointID: ep}},
-				{"DeleteEndpoint", network.DeleteEndpointRequest{NetworkID: netID, EndpointID: ep}},
-			} {
-				if err := call(step.route, step.req); err != nil {
-					return err
-				}
-			}
-			return nil
+			return dc.endpointCycle(netID, id("q", x, i), &network.EndpointInterface{Address: a4, AddressIPv6: a6})
 		}
 	}
 	var withProbe, without result

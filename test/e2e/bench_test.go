@@ -21,23 +21,10 @@ import (
 // $BENCH_ROWS, in the one table.
 func TestBenchDocker(t *testing.T) {
 	e := need(t)
-	e.ensurePlugin(t)
-	// The suite runs the plugin at debug level; measure it as users run it.
-	e.disablePlugin(t)
-	e.must(t, "plugin", "set", plugin, "LOG_LEVEL=info")
-	e.must(t, "plugin", "enable", plugin)
-	t.Cleanup(func() {
-		e.disablePlugin(t)
-		e.must(t, "plugin", "set", plugin, "LOG_LEVEL="+pluginLogLevel)
-		e.must(t, "plugin", "enable", plugin)
-	})
-	const parent = "vp9"
-	drivers := []struct{ name, driver string }{{"built-in macvlan", "macvlan"}, {"underlay", plugin}}
-	timed := func(args ...string) time.Duration {
-		t0 := time.Now()
-		e.must(t, args...)
-		return time.Since(t0)
-	}
+	e.benchPlugin(t)
+	const parent = benchParent
+	drivers := benchDrivers
+	timed := func(args ...string) time.Duration { return e.timed(t, args...) }
 
 	// Network create + rm, alternating drivers.
 	netTimes := map[string][]time.Duration{}
@@ -57,17 +44,8 @@ func TestBenchDocker(t *testing.T) {
 		name := fmt.Sprintf("bench-run%d", k)
 		e.network(t, name, "-d", dr.driver, "-o", "parent="+parent, "--subnet", fmt.Sprintf("198.18.%d.0/24", 251+k))
 	}
-	runTimes := map[string][]time.Duration{}
 	const runRounds = 40
-	for i := 0; i < runRounds+2; i++ {
-		for k := range drivers {
-			idx := (i + k) % 2
-			d := timed("run", "--rm", "--network", fmt.Sprintf("bench-run%d", idx), e.image, "true")
-			if i >= 2 { // two warm-up rounds
-				runTimes[drivers[idx].name] = append(runTimes[drivers[idx].name], d)
-			}
-		}
-	}
+	runTimes := e.interleavedRuns(t, "bench-run", runRounds)
 
 	// docker run --rm with the address probe on (its 300 ms default) and
 	// off, alternating, on underlay networks: the probe's cost at a
@@ -88,23 +66,9 @@ func TestBenchDocker(t *testing.T) {
 		}
 	}
 
-	median := func(ds []time.Duration) time.Duration {
-		s := append([]time.Duration(nil), ds...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return s[len(s)/2]
-	}
-	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	var rows []string
-	row := func(measure string, u, b time.Duration, target float64) {
-		r := float64(u) / float64(b)
-		v := "met"
-		if r > target {
-			v = "MISSED"
-		}
-		rows = append(rows, strings.Join([]string{"docker", measure, ms(u), ms(b), fmt.Sprintf("%.2f", r), fmt.Sprintf("<= %.2f", target), v}, "\t"))
-	}
-	row(fmt.Sprintf("network create+rm median of %d (vs built-in)", netRounds), median(netTimes["underlay"]), median(netTimes["built-in macvlan"]), 1.2)
-	row(fmt.Sprintf("docker run --rm median of %d (vs built-in)", runRounds), median(runTimes["underlay"]), median(runTimes["built-in macvlan"]), 1.03)
+	rows = append(rows, ratioRow("docker", fmt.Sprintf("network create+rm median of %d (vs built-in)", netRounds), median(netTimes["underlay"]), median(netTimes["built-in macvlan"]), 1.2))
+	rows = append(rows, ratioRow("docker", fmt.Sprintf("docker run --rm median of %d (vs built-in)", runRounds), median(runTimes["underlay"]), median(runTimes["built-in macvlan"]), 1.03))
 	on, off := median(probeTimes[probeOpts[0]]), median(probeTimes[probeOpts[1]])
 	cost := on - off
 	v := "met"
@@ -112,8 +76,81 @@ func TestBenchDocker(t *testing.T) {
 		v = "MISSED"
 	}
 	rows = append(rows, strings.Join([]string{"docker", fmt.Sprintf("docker run --rm median of %d, address_probe=300ms vs 0 (cost)", probeRounds),
-		ms(on), ms(off), fmt.Sprintf("%+.1f ms", float64(cost.Microseconds())/1000), "<= +350 ms", v}, "\t"))
+		benchMs(on), benchMs(off), fmt.Sprintf("%+.1f ms", float64(cost.Microseconds())/1000), "<= +350 ms", v}, "\t"))
 	rows = append(rows, benchConcurrentRun(t, e, map[string]string{drivers[0].name: "bench-run0", drivers[1].name: "bench-run1"}))
+	writeBenchRows(t, rows)
+}
+
+// benchParent is the parent of the benchmarks' networks.
+const benchParent = "vp9"
+
+// benchDrivers are the drivers the benchmarks compare, by label: the
+// labels key the times they return.
+var benchDrivers = []struct{ name, driver string }{{"built-in macvlan", "macvlan"}, {"underlay", plugin}}
+
+// benchPlugin runs the plugin at LOG_LEVEL=info for the test, as users run
+// it (the suite runs it at debug level), and puts the suite's level back
+// at cleanup.
+func (e *env) benchPlugin(t *testing.T) {
+	e.ensurePlugin(t)
+	e.disablePlugin(t)
+	e.must(t, "plugin", "set", plugin, "LOG_LEVEL=info")
+	e.must(t, "plugin", "enable", plugin)
+	t.Cleanup(func() {
+		e.disablePlugin(t)
+		e.must(t, "plugin", "set", plugin, "LOG_LEVEL="+pluginLogLevel)
+		e.must(t, "plugin", "enable", plugin)
+	})
+}
+
+// timed runs docker, failing the test on error, and returns its wall time.
+func (e *env) timed(t *testing.T, args ...string) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	e.must(t, args...)
+	return time.Since(t0)
+}
+
+// interleavedRuns times `docker run --rm` on the networks prefix0 (of
+// benchDrivers[0]) and prefix1 (of benchDrivers[1]) rounds times each,
+// the drivers alternating run by run and which goes first alternating
+// round by round, after two warm-up rounds; the times by driver label.
+func (e *env) interleavedRuns(t *testing.T, prefix string, rounds int) map[string][]time.Duration {
+	times := map[string][]time.Duration{}
+	for i := 0; i < rounds+2; i++ {
+		for k := range benchDrivers {
+			idx := (i + k) % 2
+			d := e.timed(t, "run", "--rm", "--network", fmt.Sprintf("%s%d", prefix, idx), e.image, "true")
+			if i >= 2 { // two warm-up rounds
+				times[benchDrivers[idx].name] = append(times[benchDrivers[idx].name], d)
+			}
+		}
+	}
+	return times
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func benchMs(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// ratioRow is a table row (tab-separated) of underlay's time u against
+// the built-in driver's b, with its target: u/b <= target.
+func ratioRow(section, measure string, u, b time.Duration, target float64) string {
+	r := float64(u) / float64(b)
+	v := "met"
+	if r > target {
+		v = "MISSED"
+	}
+	return strings.Join([]string{section, measure, benchMs(u), benchMs(b), fmt.Sprintf("%.2f", r), fmt.Sprintf("<= %.2f", target), v}, "\t")
+}
+
+// writeBenchRows logs the rows and writes them to $BENCH_ROWS when set,
+// for `make bench`'s table (test/bench).
+func writeBenchRows(t *testing.T, rows []string) {
 	for _, r := range rows {
 		t.Log(strings.ReplaceAll(r, "\t", " | "))
 	}
