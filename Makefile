@@ -190,7 +190,7 @@ fuzz:
 # Benchmarks (not tests): driver vs floor, scale, Docker built-in vs
 # underlay. Prints one table, writes the chart. BENCH=driver,scale,docker,ipam,probe picks sections.
 bench: build
-	UNDERLAY_BIN=$(CURDIR)/$(BIN) CGO_ENABLED=1 $(GO) test -tags bench -count=1 -run '^TestBench$$' -v -timeout 60m ./test/bench/
+	UNDERLAY_BIN=$(CURDIR)/$(BIN) BENCH_ENGINE_DIR=$(ENGINE_DIR) CGO_ENABLED=1 $(GO) test -tags bench -count=1 -run '^TestBench$$' -v -timeout 60m ./test/bench/
 
 # Builds the managed plugin's rootfs without docker build and creates
 # $(PLUGIN) on the engine DOCKER_HOST points at.

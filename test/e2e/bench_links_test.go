@@ -55,6 +55,6 @@ func TestBenchDockerLinks(t *testing.T) {
 	}
 	const rounds = 11
 	times := e.interleavedRuns(t, "bench-links", rounds)
-	writeBenchRows(t, []string{ratioRow("growth", fmt.Sprintf("docker run --rm median of %d, host of 8,000 links (vs built-in)", rounds),
-		median(times["underlay"]), median(times["built-in macvlan"]), 1.03)})
+	writeBenchRows(t, []string{ratioRow("growth", fmt.Sprintf("docker run --rm median of %d, host of 8,000 links, engine %s (vs built-in)", rounds, engineLabel),
+		median(times["underlay"]), median(times["built-in macvlan"]), 0.95)})
 }
