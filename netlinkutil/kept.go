@@ -73,8 +73,11 @@ type kept struct {
 	addrList  []Addr
 	routeList []Route
 	rereads   int
-	closed    bool
-	done      chan struct{} // closed by Kernel.Close
+	// missed is set from an overflow until a full read succeeds: nothing
+	// is answered from the state meanwhile.
+	missed bool
+	closed bool
+	done   chan struct{} // closed by Kernel.Close
 }
 
 // routeID identifies a route entry as the kernel does (table, destination,
@@ -202,6 +205,13 @@ var errKeptClosed = errors.New("the kept state is closed")
 // drain takes every queued message off the socket and applies it; after
 // an overflow it reads everything again. The caller holds mu.
 func (s *kept) drain(ctx context.Context) error {
+	if s.missed {
+		if err := s.reread(ctx); err != nil {
+			return err
+		}
+		s.missed = false
+		s.rereads++
+	}
 	for {
 		n, _, err := unix.Recvfrom(s.fd, s.buf, unix.MSG_DONTWAIT)
 		switch {
@@ -211,9 +221,11 @@ func (s *kept) drain(ctx context.Context) error {
 			continue
 		case errors.Is(err, unix.ENOBUFS):
 			s.log.Warn("missed kernel events (the event socket's buffer overflowed): reading the host's links, addresses and routes again")
+			s.missed = true
 			if err := s.reread(ctx); err != nil {
-				return err
+				return err // answered from the kernel; the next read tries again
 			}
+			s.missed = false
 			s.rereads++
 			continue
 		case err != nil:
