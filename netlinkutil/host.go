@@ -88,23 +88,8 @@ func (k *Kernel) Routes(ctx context.Context) ([]Route, error) {
 	}
 	out := make([]Route, 0, len(rs))
 	for _, r := range rs {
-		dst, ok := prefixOf(r.Dst, true)
-		if !ok {
-			dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-			if r.Family == unix.AF_INET6 {
-				dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-			}
-		}
-		gw, _ := netip.AddrFromSlice(r.Gw)
-		if len(r.MultiPath) == 0 {
-			out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: r.LinkIndex, Table: r.Table, Priority: r.Priority})
-			continue
-		}
-		// A multipath (ECMP) route: one route per next hop, each on its link.
-		for _, nh := range r.MultiPath {
-			gw, _ := netip.AddrFromSlice(nh.Gw)
-			out = append(out, Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: nh.LinkIndex, Table: r.Table, Priority: r.Priority})
-		}
+		_, each := routeOf(r) // one per next hop of a multipath (ECMP) route
+		out = append(out, each...)
 	}
 	return out, nil
 }
