@@ -115,7 +115,7 @@ test-go:
 # across kill -9, the control socket. The whole host suite there repeated
 # test-go's for about 60% of test-vm's time. Each named test must pass
 # (test/vm/passed.sh), and nothing may be left in the VM after them.
-VM_KERNEL_TESTS := TestMacvlanEndpointLifecycle|TestOwnAddrFindsTheHostsAddresses|TestMacvlanModesOnVeth|TestMTUOption|TestStableMACThroughTheBinary|TestParentAltnameIsTheKernelLink|TestDeleteLinkFreesNameAndMACWhenItReturns|TestDHCP|TestDHCPLostLeaseThroughTheBinary|TestProbeConflictWithLANHost|TestProbeIPv6ConflictWithLANHost|TestAnnouncementsThroughTheBinary|TestLostAddressBlockedOnTheParent|TestLostAddressBlockMovesWithTheRenamedParent|TestShimHostAddressPingAndLifecycle|TestShimBrokenHostLinkIsHealed|TestKill9AndRestartKeepsEverything|TestIPAMKill9KeepsReservationsAndAddresses|TestDoctorAndLs|TestMetrics
+VM_KERNEL_TESTS := TestMacvlanEndpointLifecycle|TestOwnAddrFindsTheHostsAddresses|TestKeptHostFollowsTheKernel|TestMacvlanModesOnVeth|TestMTUOption|TestStableMACThroughTheBinary|TestParentAltnameIsTheKernelLink|TestDeleteLinkFreesNameAndMACWhenItReturns|TestDHCP|TestDHCPLostLeaseThroughTheBinary|TestProbeConflictWithLANHost|TestProbeIPv6ConflictWithLANHost|TestAnnouncementsThroughTheBinary|TestLostAddressBlockedOnTheParent|TestLostAddressBlockMovesWithTheRenamedParent|TestShimHostAddressPingAndLifecycle|TestShimBrokenHostLinkIsHealed|TestKill9AndRestartKeepsEverything|TestIPAMKill9KeepsReservationsAndAddresses|TestDoctorAndLs|TestMetrics
 VM_KERNEL_RUN := ^(TestVM.*|TestIPv6FromTheLAN|$(VM_KERNEL_TESTS))$$
 test-vm: bin/vm/underlay bin/vm/integration.test
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
