@@ -23,14 +23,10 @@ type Route = vocab.Route
 // MainTable is the routing table ordinary routes live in (RT_TABLE_MAIN).
 const MainTable = vocab.MainTable
 
-// Addrs returns every address of every link, both families. The slice may
-// be shared: never modify it.
+// Addrs returns every address of every link, both families, in the
+// kernel's order (a link's primary address first): it asks the kernel
+// (RequestPool and CreateNetwork's parent=auto, not a container's start).
 func (k *Kernel) Addrs(ctx context.Context) ([]Addr, error) {
-	if s := k.kept.Load(); s != nil {
-		if as, err := s.addrsAll(ctx); err == nil {
-			return as, nil
-		}
-	}
 	return k.readAddrs(ctx)
 }
 
@@ -70,26 +66,37 @@ func (k *Kernel) readAddrs(ctx context.Context) ([]Addr, error) {
 	return out, nil
 }
 
-// Routes returns the routes of every table, both families. The slice may
-// be shared: never modify it.
+// Routes returns the IPv4 and IPv6 routes of every table, in the kernel's
+// order: it asks the kernel (RequestPool and CreateNetwork's parent=auto,
+// not a container's start).
 func (k *Kernel) Routes(ctx context.Context) ([]Route, error) {
-	if s := k.kept.Load(); s != nil {
-		if rs, err := s.routesAll(ctx); err == nil {
-			return rs, nil
-		}
-	}
-	var rs []netlink.Route
-	filter := &netlink.Route{Table: unix.RT_TABLE_UNSPEC}
-	if err := k.retry(ctx, func(h *netlink.Handle) (err error) {
-		rs, err = h.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("list routes: %w", err)
+	rs, err := k.readRoutes(ctx)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Route, 0, len(rs))
 	for _, r := range rs {
 		_, each := routeOf(r) // one per next hop of a multipath (ECMP) route
 		out = append(out, each...)
+	}
+	return out, nil
+}
+
+// readRoutes lists the IPv4 and IPv6 routes of every table (a dump of
+// every family would bring multicast and MPLS routes, which are not
+// these).
+func (k *Kernel) readRoutes(ctx context.Context) ([]netlink.Route, error) {
+	var out []netlink.Route
+	filter := &netlink.Route{Table: unix.RT_TABLE_UNSPEC}
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		var rs []netlink.Route
+		if err := k.retry(ctx, func(h *netlink.Handle) (err error) {
+			rs, err = h.RouteListFiltered(family, filter, netlink.RT_FILTER_TABLE)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("list routes: %w", err)
+		}
+		out = append(out, rs...)
 	}
 	return out, nil
 }

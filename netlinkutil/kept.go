@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -69,10 +70,11 @@ type kept struct {
 	bySubnet, byBucket map[netip.Prefix]map[Addr]struct{}
 	routes             map[routeID][]Route
 	byLink             map[int]map[routeID]struct{}
-	// Lists answered whole, built when asked after a change.
-	addrList  []Addr
-	routeList []Route
-	rereads   int
+	// routesStale is set when the kernel may have changed routes without
+	// an event that says which (below): the next route read reads them
+	// all again first.
+	routesStale bool
+	rereads     int
 	// missed is set from an overflow until a full read succeeds: nothing
 	// is answered from the state meanwhile.
 	missed bool
@@ -90,6 +92,8 @@ type routeID struct {
 	prio   int
 	typ    uint8
 	scope  uint8
+	proto  uint8
+	src    netip.Addr // the preferred source
 	oif    int
 	gw     netip.Addr
 }
@@ -146,6 +150,18 @@ func (s *kept) stop() {
 	}
 }
 
+// Keeping reports whether reads answer from the kept state (Keep ran, it
+// follows the kernel, and no missed event awaits a full read).
+func (k *Kernel) Keeping() bool {
+	s := k.kept.Load()
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && !s.missed
+}
+
 // Rereads is how many times the kept state was read whole again after a
 // missed event (0 without Keep).
 func (k *Kernel) Rereads() int {
@@ -186,8 +202,16 @@ func (s *kept) follow(ctx context.Context) {
 		err = s.drain(ctx)
 		s.mu.Unlock()
 		if err != nil {
-			s.log.Error("stopped following the kernel's events; requests read the kernel again", "error", err)
-			return
+			// The state stays marked missed (reads ask the kernel): try
+			// again shortly.
+			s.log.Warn("could not read the host again after missed kernel events; requests read the kernel until it succeeds", "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.done:
+				return
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }
@@ -202,44 +226,68 @@ func (s *kept) sync(ctx context.Context) error {
 
 var errKeptClosed = errors.New("the kept state is closed")
 
-// drain takes every queued message off the socket and applies it; after
-// an overflow it reads everything again. The caller holds mu.
+// drain takes every queued message off the socket and applies it. The
+// caller holds mu.
+//
+// After an overflow (ENOBUFS) the kernel drops every new event until the
+// queue has been emptied once, and what is still queued is older than a
+// read made now: so the queue is emptied first and thrown away, then
+// everything is read again, and what comes after is applied on top (each
+// change after the emptying is an event after it). Until that read
+// succeeds the state is marked missed and answers nothing.
 func (s *kept) drain(ctx context.Context) error {
-	if s.missed {
-		if err := s.reread(ctx); err != nil {
-			return err
-		}
-		s.missed = false
-		s.rereads++
-	}
 	for {
+		if s.missed {
+			if err := s.discard(); err != nil {
+				return err
+			}
+			if err := s.reread(ctx); err != nil {
+				return err
+			}
+			s.missed = false
+			s.rereads++
+		}
 		n, _, err := unix.Recvfrom(s.fd, s.buf, unix.MSG_DONTWAIT)
 		switch {
 		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EWOULDBLOCK):
+			if s.routesStale {
+				if err := s.rereadRoutes(ctx); err != nil {
+					return err
+				}
+			}
 			return nil
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.ENOBUFS):
 			s.log.Warn("missed kernel events (the event socket's buffer overflowed): reading the host's links, addresses and routes again")
 			s.missed = true
-			if err := s.reread(ctx); err != nil {
-				return err // answered from the kernel; the next read tries again
-			}
-			s.missed = false
-			s.rereads++
 			continue
 		case err != nil:
 			return fmt.Errorf("receive the kernel's events: %w", err)
 		}
-		if n < unix.NLMSG_HDRLEN {
+		msgs, perr := syscall.ParseNetlinkMessage(s.buf[:n])
+		if perr != nil || n == len(s.buf) { // unreadable, or maybe cut short
+			s.log.Warn("could not read a kernel event: reading the host's links, addresses and routes again", "bytes", n, "error", perr)
+			s.missed = true
 			continue
-		}
-		msgs, err := syscall.ParseNetlinkMessage(s.buf[:n])
-		if err != nil {
-			return fmt.Errorf("parse the kernel's events: %w", err)
 		}
 		for _, m := range msgs {
 			s.apply(m)
+		}
+	}
+}
+
+// discard empties the socket's queue.
+func (s *kept) discard() error {
+	for {
+		_, _, err := unix.Recvfrom(s.fd, s.buf, unix.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EWOULDBLOCK):
+			return nil
+		case err == nil || errors.Is(err, unix.EINTR) || errors.Is(err, unix.ENOBUFS):
+			continue
+		default:
+			return fmt.Errorf("receive the kernel's events: %w", err)
 		}
 	}
 }
@@ -255,29 +303,52 @@ func (s *kept) reread(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var rs []netlink.Route
-	if err := s.k.retry(ctx, func(h *netlink.Handle) (err error) {
-		rs, err = h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	rs, err := s.k.readRoutes(ctx)
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("list routes: %w", err)
 	}
 	s.links, s.children = map[int]Link{}, map[int]map[int]struct{}{}
-	s.addrs, s.routes, s.byLink = map[int]map[netip.Prefix]struct{}{}, map[routeID][]Route{}, map[int]map[routeID]struct{}{}
+	s.addrs = map[int]map[netip.Prefix]struct{}{}
 	s.bySubnet, s.byBucket = map[netip.Prefix]map[Addr]struct{}{}, map[netip.Prefix]map[Addr]struct{}{}
-	s.addrList, s.routeList = nil, nil
 	for _, l := range ls {
 		s.putLink(convert(l))
 	}
 	for _, a := range addrs {
 		s.putAddr(a)
 	}
+	s.setRoutes(rs)
+	return nil
+}
+
+// rereadRoutes replaces the routes with a full read (routesStale); the
+// caller holds mu. Events after it are applied on top.
+func (s *kept) rereadRoutes(ctx context.Context) error {
+	rs, err := s.k.readRoutes(ctx)
+	if err != nil {
+		return err
+	}
+	s.setRoutes(rs)
+	return nil
+}
+
+func (s *kept) setRoutes(rs []netlink.Route) {
+	s.routes, s.byLink = map[routeID][]Route{}, map[int]map[routeID]struct{}{}
 	for _, r := range rs {
 		id, out := routeOf(r)
 		s.putRoute(id, out)
 	}
-	return nil
+	s.routesStale = false
 }
+
+// routesChangedUnannounced marks the routes for a full read before the
+// next route read: the kernel removes routes without an event when a link
+// goes down (IPv4; IPv6 too with skip_notify_on_dev_down) or away with
+// routes through it, a multipath route loses a next hop, or a link's last
+// IPv4 address (or a route's preferred source) goes; IPv6 multipath
+// events and replacements name routes by more than the key kept here.
+// None of these comes with a container's start: its link is down and
+// routeless in this namespace.
+func (s *kept) routesChangedUnannounced() { s.routesStale = true }
 
 // apply applies one event.
 func (s *kept) apply(m syscall.NetlinkMessage) {
@@ -292,33 +363,42 @@ func (s *kept) apply(m syscall.NetlinkMessage) {
 	}
 	switch m.Header.Type {
 	case unix.RTM_NEWLINK:
+		if wireless(m.Data) { // a wireless extension's event, not the link's state
+			return
+		}
 		h := unix.NlMsghdr{Len: m.Header.Len, Type: m.Header.Type, Flags: m.Header.Flags, Seq: m.Header.Seq, Pid: m.Header.Pid}
 		l, err := netlink.LinkDeserialize(&h, m.Data)
-		if err != nil || l.Attrs().Name == "" { // a wireless event carries no name: not a link's state
+		if err != nil || l.Attrs().Name == "" {
+			s.missed = true // a link's state that could not be read
 			return
 		}
 		now := convert(l)
-		old, had := s.links[now.Index]
 		s.dropLink(now.Index)
 		s.putLink(now)
-		if had && !old.Down && now.Down {
-			// IPv4 flushes a down link's routes but the host-scope ones
-			// (its addresses' local routes) without telling.
-			s.dropRoutes(now.Index, unix.AF_INET, func(id routeID) bool { return id.scope != unix.RT_SCOPE_HOST })
+		if now.Down && len(s.byLink[now.Index]) > 0 {
+			s.routesChangedUnannounced()
 		}
 	case unix.RTM_DELLINK:
-		if len(m.Data) < unix.SizeofIfInfomsg {
-			return
-		}
 		idx := int(nl.DeserializeIfInfomsg(m.Data).Index)
 		s.dropLink(idx)
 		for p := range s.addrs[idx] {
 			s.dropAddr(Addr{Prefix: p, LinkIndex: idx})
 		}
-		s.dropRoutes(idx, 0, nil)
+		// A link that goes takes its routes: IPv6 has told of them (unless
+		// skip_notify_on_dev_down), IPv4 has not, and a multipath route
+		// only loses a next hop.
+		for id := range s.byLink[idx] {
+			if id.family == unix.AF_INET6 && id.oif == idx {
+				s.dropRoute(id)
+			}
+		}
+		if len(s.byLink[idx]) > 0 {
+			s.routesChangedUnannounced()
+		}
 	case unix.RTM_NEWADDR, unix.RTM_DELADDR:
 		a, ok := addrOf(m.Data)
 		if !ok {
+			s.missed = true
 			return
 		}
 		if m.Header.Type == unix.RTM_NEWADDR {
@@ -326,29 +406,46 @@ func (s *kept) apply(m syscall.NetlinkMessage) {
 			return
 		}
 		s.dropAddr(a)
+		if a.Prefix.Addr().Is4() {
+			s.routesChangedUnannounced()
+		}
 	case unix.RTM_NEWROUTE, unix.RTM_DELROUTE:
-		id, out, ok := parseRoute(m.Data)
-		if !ok {
-			return
-		}
-		if m.Header.Type == unix.RTM_DELROUTE {
-			s.dropRoute(id)
-			return
-		}
-		if m.Header.Flags&unix.NLM_F_REPLACE != 0 {
-			for other := range s.routes {
-				if other.family == id.family && other.table == id.table && other.dst == id.dst && other.tos == id.tos && other.prio == id.prio {
-					s.dropRoute(other)
-				}
+		id, out, multipath, ok := parseRoute(m.Data)
+		switch {
+		case !ok:
+			return // a cloned route, not a route
+		case multipath && id.family == unix.AF_INET6, m.Header.Flags&unix.NLM_F_REPLACE != 0:
+			s.routesChangedUnannounced()
+		case m.Header.Type == unix.RTM_DELROUTE:
+			if _, known := s.routes[id]; !known {
+				s.routesChangedUnannounced()
 			}
+			s.dropRoute(id)
+		default:
+			s.putRoute(id, out)
 		}
-		s.putRoute(id, out)
 	}
 }
 
-// unannounced clears what the kernel's events do not keep exact.
+// wireless reports whether a link message carries IFLA_WIRELESS.
+func wireless(b []byte) bool {
+	attrs, err := nl.ParseRouteAttr(b[unix.SizeofIfInfomsg:])
+	if err != nil {
+		return false
+	}
+	for _, a := range attrs {
+		if a.Attr.Type == unix.IFLA_WIRELESS {
+			return true
+		}
+	}
+	return false
+}
+
+// unannounced clears what the kernel's events do not keep exact: it
+// announces a change of the alias, the altnames or a macvlan/ipvlan mode
+// only while the link is up.
 func unannounced(l Link) Link {
-	l.Alias, l.AltNames = "", nil
+	l.Alias, l.AltNames, l.Mode, l.Flag = "", nil, "", ""
 	return l
 }
 
@@ -388,7 +485,6 @@ func (s *kept) putAddr(a Addr) {
 	as[a.Prefix] = struct{}{}
 	indexAddr(s.bySubnet, a.Prefix.Masked(), a)
 	indexAddr(s.byBucket, bucketOf(a.Prefix.Addr()), a)
-	s.addrList = nil
 }
 
 func (s *kept) dropAddr(a Addr) {
@@ -402,7 +498,6 @@ func (s *kept) dropAddr(a Addr) {
 	}
 	unindexAddr(s.bySubnet, a.Prefix.Masked(), a)
 	unindexAddr(s.byBucket, bucketOf(a.Prefix.Addr()), a)
-	s.addrList = nil
 }
 
 func indexAddr(m map[netip.Prefix]map[Addr]struct{}, key netip.Prefix, a Addr) {
@@ -518,7 +613,6 @@ func (s *kept) putRoute(id routeID, rs []Route) {
 		}
 		m[id] = struct{}{}
 	}
-	s.routeList = nil
 }
 
 func (s *kept) dropRoute(id routeID) {
@@ -535,17 +629,6 @@ func (s *kept) dropRoute(id routeID) {
 			}
 		}
 	}
-	s.routeList = nil
-}
-
-// dropRoutes drops the routes through a link (of one family, or both with
-// family 0; those which keeps, or all with which nil).
-func (s *kept) dropRoutes(idx int, family uint8, which func(routeID) bool) {
-	for id := range s.byLink[idx] {
-		if (family == 0 || id.family == family) && (which == nil || which(id)) {
-			s.dropRoute(id)
-		}
-	}
 }
 
 // routeOf converts a route of a dump.
@@ -557,7 +640,9 @@ func routeOf(r netlink.Route) (routeID, []Route) {
 			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 		}
 	}
-	id := routeID{family: uint8(r.Family), table: r.Table, dst: dst, tos: uint8(r.Tos), prio: r.Priority, typ: uint8(r.Type), scope: uint8(r.Scope)}
+	src, _ := netip.AddrFromSlice(r.Src)
+	id := routeID{family: uint8(r.Family), table: r.Table, dst: dst, tos: uint8(r.Tos), prio: r.Priority, typ: uint8(r.Type), scope: uint8(r.Scope),
+		proto: uint8(r.Protocol), src: src.Unmap()}
 	if len(r.MultiPath) == 0 {
 		gw, _ := netip.AddrFromSlice(r.Gw)
 		id.oif, id.gw = r.LinkIndex, gw.Unmap()
@@ -573,25 +658,27 @@ func routeOf(r netlink.Route) (routeID, []Route) {
 
 // parseRoute reads a route event as a dump would have listed it; cloned
 // routes (the kernel's cache, which dumps leave out) are not routes.
-func parseRoute(b []byte) (routeID, []Route, bool) {
+func parseRoute(b []byte) (id routeID, out []Route, multipath, ok bool) {
 	if len(b) < unix.SizeofRtMsg {
-		return routeID{}, nil, false
+		return routeID{}, nil, false, false
 	}
 	msg := nl.DeserializeRtMsg(b)
-	if msg.Flags&unix.RTM_F_CLONED != 0 {
-		return routeID{}, nil, false
+	if msg.Flags&unix.RTM_F_CLONED != 0 || (msg.Family != unix.AF_INET && msg.Family != unix.AF_INET6) {
+		return routeID{}, nil, false, false
 	}
 	attrs, err := nl.ParseRouteAttr(b[msg.Len():])
 	if err != nil {
-		return routeID{}, nil, false
+		return routeID{}, nil, false, false
 	}
-	r := netlink.Route{Family: int(msg.Family), Table: int(msg.Table), Tos: int(msg.Tos), Type: int(msg.Type), Scope: netlink.Scope(msg.Scope)}
+	r := netlink.Route{Family: int(msg.Family), Table: int(msg.Table), Tos: int(msg.Tos), Type: int(msg.Type), Scope: netlink.Scope(msg.Scope), Protocol: netlink.RouteProtocol(msg.Protocol)}
 	for _, a := range attrs {
 		switch a.Attr.Type {
 		case unix.RTA_DST:
 			r.Dst = &net.IPNet{IP: net.IP(a.Value), Mask: net.CIDRMask(int(msg.Dst_len), 8*len(a.Value))}
 		case unix.RTA_GATEWAY:
 			r.Gw = net.IP(a.Value)
+		case unix.RTA_PREFSRC:
+			r.Src = net.IP(a.Value)
 		case unix.RTA_OIF:
 			if len(a.Value) >= 4 {
 				r.LinkIndex = int(nl.NativeEndian().Uint32(a.Value))
@@ -608,8 +695,8 @@ func parseRoute(b []byte) (routeID, []Route, bool) {
 			r.MultiPath = nexthopsOf(a.Value)
 		}
 	}
-	id, out := routeOf(r)
-	return id, out, true
+	id, out = routeOf(r)
+	return id, out, len(r.MultiPath) > 0, true
 }
 
 // nexthopsOf reads RTA_MULTIPATH: rtnexthop headers, each followed by its
@@ -700,23 +787,6 @@ func (s *kept) on(ctx context.Context, parent int) ([]Link, error) {
 	return out, nil
 }
 
-func (s *kept) addrsAll(ctx context.Context) ([]Addr, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.sync(ctx); err != nil {
-		return nil, err
-	}
-	if s.addrList == nil {
-		s.addrList = make([]Addr, 0, len(s.addrs))
-		for idx, as := range s.addrs {
-			for p := range as {
-				s.addrList = append(s.addrList, Addr{Prefix: p, LinkIndex: idx})
-			}
-		}
-	}
-	return slices.Clip(s.addrList), nil
-}
-
 func (s *kept) addrsNear(ctx context.Context, pool netip.Prefix) ([]Addr, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -724,21 +794,6 @@ func (s *kept) addrsNear(ctx context.Context, pool netip.Prefix) ([]Addr, error)
 		return nil, err
 	}
 	return s.near(pool), nil
-}
-
-func (s *kept) routesAll(ctx context.Context) ([]Route, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.sync(ctx); err != nil {
-		return nil, err
-	}
-	if s.routeList == nil {
-		s.routeList = make([]Route, 0, len(s.routes))
-		for _, rs := range s.routes {
-			s.routeList = append(s.routeList, rs...)
-		}
-	}
-	return slices.Clip(s.routeList), nil
 }
 
 func (s *kept) routesVia(ctx context.Context, idx int) ([]Route, error) {

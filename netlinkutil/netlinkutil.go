@@ -49,10 +49,11 @@ type Links interface {
 	// List returns every link.
 	List(ctx context.Context) ([]Link, error)
 	// LinkByIndex returns the link with the index, or an error wrapping
-	// ErrNotFound, without its Alias and AltNames (kept.go: ask Get).
+	// ErrNotFound, without its Alias, AltNames, Mode and Flag (kept.go:
+	// ask Get for them).
 	LinkByIndex(ctx context.Context, index int) (Link, error)
 	// LinksOn returns the links whose lower link is parent (by index),
-	// without their Alias and AltNames (kept.go: ask Get).
+	// without their Alias, AltNames, Mode and Flag (kept.go: ask Get).
 	LinksOn(ctx context.Context, parent int) ([]Link, error)
 	// AddVLAN creates an up VLAN link name on base with the given ID,
 	// marked with mark.

@@ -158,6 +158,56 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 	}
 	wantKeptAsKernel(t, "after the address and routes", kept, fresh)
 
+	// Routes the kernel removes without an event: one whose preferred
+	// source was an address that goes; and a multipath route, one of
+	// whose next hops' link goes down and up.
+	ns.AddVeth("p1", "p1-peer", 1500)
+	ns.Up("p1")
+	ns.Up("p1-peer")
+	ns.AddAddr("p1", "198.18.39.1/24")
+	p1 := ns.MustLink("p1").Attrs().Index
+	ns.AddAddr("p0", "198.18.36.1/24")
+	_, srcDst, _ := net.ParseCIDR("198.18.38.0/24")
+	if err := ns.NL.RouteAdd(&netlink.Route{Dst: srcDst, LinkIndex: p0, Scope: netlink.SCOPE_LINK, Src: net.ParseIP("198.18.36.1")}); err != nil {
+		t.Fatal(err)
+	}
+	_, mpDst, _ := net.ParseCIDR("198.18.50.0/24")
+	if err := ns.NL.RouteAdd(&netlink.Route{Dst: mpDst, MultiPath: []*netlink.NexthopInfo{
+		{LinkIndex: p0, Gw: net.ParseIP("198.18.30.254")}, {LinkIndex: p1, Gw: net.ParseIP("198.18.39.254")}}}); err != nil {
+		t.Fatal(err)
+	}
+	wantRoutesAsKernel := func(when string) {
+		t.Helper()
+		for _, idx := range []int{p0, p1} {
+			k, err := kept.RoutesVia(ctx, idx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := fresh.RoutesVia(ctx, idx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, b := v4Routes(k), v4Routes(f); !slices.Equal(a, b) {
+				t.Fatalf("%s: IPv4 routes through link %d: kept %q, the kernel %q", when, idx, a, b)
+			}
+		}
+	}
+	wantRoutesAsKernel("after the source route and the multipath route")
+	if err := ns.NL.AddrDel(ns.MustLink("p0"), &netlink.Addr{IPNet: mustIPNet("198.18.36.1/24")}); err != nil {
+		t.Fatal(err)
+	}
+	wantRoutesAsKernel("right after the source route's address went (the kernel drops the route without an event)")
+	for _, up := range []bool{false, true} {
+		f := ns.NL.LinkSetDown
+		if up {
+			f = ns.NL.LinkSetUp
+		}
+		if err := f(ns.MustLink("p1")); err != nil {
+			t.Fatal(err)
+		}
+		wantRoutesAsKernel(fmt.Sprintf("right after p1 (a next hop of the multipath route) went up=%v", up))
+	}
+
 	// Links on the parent; a rename; an altname.
 	mv := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "mv0", ParentIndex: p0}, Mode: netlink.MACVLAN_MODE_BRIDGE}
 	if err := ns.NL.LinkAdd(mv); err != nil {
@@ -224,9 +274,12 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 	if err := ns.NL.LinkSetDown(ns.MustLink("p0")); err != nil {
 		t.Fatal(err)
 	}
-	if got := routesVia(); len(got) != 0 {
-		t.Fatalf("main-table IPv4 routes through p0 right after it went down: %q, want none", got)
+	if got := routesVia(); slices.ContainsFunc(got, func(r string) bool {
+		return strings.HasPrefix(r, "198.18.30.0/24") || strings.HasPrefix(r, "198.18.31.0/24")
+	}) {
+		t.Fatalf("main-table IPv4 routes through p0 right after it went down: %q, want its connected and gateway routes gone", got)
 	}
+	wantRoutesAsKernel("right after p0 went down (the multipath route stays, its next hop dead)")
 	wantKeptAsKernel(t, "after p0 went down", kept, fresh)
 
 	// Deletions.
@@ -241,9 +294,21 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 		t.Fatalf("p0 still has an IPv4 address right after its deletion: %v", as)
 	}
 	wantKeptAsKernel(t, "after the deletions", kept, fresh)
-	if n := kept.Rereads(); n != 0 {
-		t.Errorf("%d full re-reads without a missed event", n)
+	if n := kept.Rereads(); n != 0 || !kept.Keeping() {
+		t.Errorf("%d full re-reads without a missed event, kept state answering: %v (the answers above came from the kernel)", n, kept.Keeping())
 	}
+}
+
+// v4Routes are the IPv4 routes of rs, as sorted text.
+func v4Routes(rs []netlinkutil.Route) []string {
+	var out []string
+	for _, r := range rs {
+		if r.Dst.Addr().Is4() {
+			out = append(out, fmt.Sprintf("%s via %s dev %d table %d metric %d", r.Dst, r.Gateway, r.LinkIndex, r.Table, r.Priority))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Events the socket had no room for (ENOBUFS) are recovered by reading
@@ -259,10 +324,18 @@ func TestKeptHostRereadsAfterMissedEvents(t *testing.T) {
 	if err := kept.Keep(ctx, netlinkutil.KeepOptions{Buffer: 1, Unfollowed: true}); err != nil {
 		t.Fatal(err)
 	}
+	// A pair made and deleted first (its creation's events are what the
+	// full socket still holds, its deletion's were dropped: they must not
+	// bring it back), then pairs made, every other one deleted again.
 	const pairs = 40
-	for i := range pairs {
+	var gone []int
+	for i := range 2*pairs + 2 {
 		ns.AddVeth(fmt.Sprintf("s%d", i), fmt.Sprintf("s%d-peer", i), 1500)
 		ns.AddAddr(fmt.Sprintf("s%d", i), fmt.Sprintf("198.18.32.%d/32", i+1))
+		if i%2 == 1 || i == 0 {
+			gone = append(gone, ns.MustLink(fmt.Sprintf("s%d", i)).Attrs().Index, ns.MustLink(fmt.Sprintf("s%d-peer", i)).Attrs().Index)
+			ns.Delete(fmt.Sprintf("s%d", i))
+		}
 	}
 	as, err := kept.Addrs(ctx)
 	if err != nil {
@@ -271,9 +344,14 @@ func TestKeptHostRereadsAfterMissedEvents(t *testing.T) {
 	if v4 := slices.DeleteFunc(slices.Clone(as), func(a netlinkutil.Addr) bool { return !a.Prefix.Addr().Is4() || a.Prefix.Addr().IsLoopback() }); len(v4) != pairs {
 		t.Fatalf("right after %d veth pairs with an IPv4 address each, the kept state has %d IPv4 addresses: %v", pairs, len(v4), v4)
 	}
-	last := ns.MustLink(fmt.Sprintf("s%d-peer", pairs-1)).Attrs().Index
-	if l, err := kept.LinkByIndex(ctx, last); err != nil || l.Name != fmt.Sprintf("s%d-peer", pairs-1) {
-		t.Fatalf("the last link made, right after: %+v %v", l, err)
+	last := ns.MustLink(fmt.Sprintf("s%d-peer", 2*pairs)).Attrs().Index
+	if l, err := kept.LinkByIndex(ctx, last); err != nil || l.Name != fmt.Sprintf("s%d-peer", 2*pairs) {
+		t.Fatalf("the last link kept, right after: %+v %v", l, err)
+	}
+	for _, idx := range gone {
+		if l, err := kept.LinkByIndex(ctx, idx); !errors.Is(err, netlinkutil.ErrNotFound) {
+			t.Fatalf("link %d, deleted before the read, is still kept: %+v %v", idx, l, err)
+		}
 	}
 	if n := kept.Rereads(); n < 1 {
 		t.Fatalf("no full re-read after %d veth pairs on a socket with the smallest buffer: the overflow was not seen", pairs)
