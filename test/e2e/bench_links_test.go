@@ -18,7 +18,7 @@ const benchHostLinks = 8000
 // built-in macvlan against underlay, run by run alternating, on a busy
 // host: dockerd's namespace is first filled up to 8,000 links (besides lo)
 // with veth pairs with addresses and routes (itest.Fill, in 198.19.0.0/16
-// and 2001:db8:8000::/33, clear of the suite's subnets), which are deleted
+// IPv4 only, clear of the suite's subnets), which are deleted
 // at the end in one request. `make bench` runs it from its growth section
 // (test/bench) and prints its row, written to $BENCH_ROWS, in the one
 // table.
