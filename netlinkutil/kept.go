@@ -441,16 +441,16 @@ func wireless(b []byte) bool {
 	return false
 }
 
-// unannounced clears what the kernel's events do not keep exact: it
-// announces a change of the alias, the altnames or a macvlan/ipvlan mode
+// Unannounced clears what the kernel's events do not keep exact, what
+// LinkByIndex and LinksOn leave out (nltest's too): the kernel announces a change of the alias, the altnames or a macvlan/ipvlan mode
 // only while the link is up.
-func unannounced(l Link) Link {
+func Unannounced(l Link) Link {
 	l.Alias, l.AltNames, l.Mode, l.Flag = "", nil, "", ""
 	return l
 }
 
 func (s *kept) putLink(l Link) {
-	l = unannounced(l)
+	l = Unannounced(l)
 	s.links[l.Index] = l
 	if l.ParentIndex != 0 && l.ParentIndex != l.Index {
 		c := s.children[l.ParentIndex]

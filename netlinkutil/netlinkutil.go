@@ -256,7 +256,7 @@ func (k *Kernel) LinkByIndex(ctx context.Context, index int) (Link, error) {
 	if err != nil {
 		return Link{}, fmt.Errorf("look up link %d: %w", index, err)
 	}
-	return unannounced(convert(l)), nil
+	return Unannounced(convert(l)), nil
 }
 
 // LinksOn implements Links.
@@ -273,7 +273,7 @@ func (k *Kernel) LinksOn(ctx context.Context, parent int) ([]Link, error) {
 	var out []Link
 	for _, l := range ls {
 		if l.ParentIndex == parent && l.Index != parent {
-			out = append(out, unannounced(l))
+			out = append(out, Unannounced(l))
 		}
 	}
 	return out, nil

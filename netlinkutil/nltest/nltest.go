@@ -234,13 +234,7 @@ func (k *Kernel) LinkByIndex(_ context.Context, index int) (netlinkutil.Link, er
 	if l == nil {
 		return netlinkutil.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
 	}
-	return unannounced(*l), nil
-}
-
-// unannounced clears what netlinkutil's LinkByIndex and LinksOn leave out.
-func unannounced(l netlinkutil.Link) netlinkutil.Link {
-	l.Alias, l.AltNames, l.Mode, l.Flag = "", nil, "", ""
-	return l
+	return netlinkutil.Unannounced(*l), nil
 }
 
 // LinksOn implements netlinkutil.Links.
@@ -253,7 +247,7 @@ func (k *Kernel) LinksOn(_ context.Context, parent int) ([]netlinkutil.Link, err
 	var out []netlinkutil.Link
 	for _, l := range k.children(&netlinkutil.Link{Index: parent}) {
 		if l.Index != parent {
-			out = append(out, unannounced(*l))
+			out = append(out, netlinkutil.Unannounced(*l))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
