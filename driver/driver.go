@@ -10,7 +10,7 @@
 // the planners' plans (restore, janitor, live repair) is
 // driver/internal/reconcile's, the operator's view and repairs
 // driver/internal/operator's, the effects on owned links both share
-// driver/internal/owned's.
+// driver/internal/links's.
 package driver
 
 import (
@@ -21,18 +21,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/hostlink"
 	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/leases6"
+	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/macs"
 	"github.com/underlay-net/underlay/driver/internal/operator"
-	"github.com/underlay-net/underlay/driver/internal/owned"
-	"github.com/underlay-net/underlay/driver/internal/parentlink"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
-	"github.com/underlay-net/underlay/driver/internal/repairmemo"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -167,28 +164,28 @@ type Driver struct {
 	now     func() time.Time
 	locks   *keylock.Locker
 	joins   *joins.Table // every join, wherever kept (driver/internal/joins)
-	// deleting are the links underlay is deleting itself (driver/internal/repairmemo).
-	deleting repairmemo.SelfDeletions
+	// deleting are the links underlay is deleting itself (driver/internal/links).
+	deleting links.SelfDeletions
 	// lan probes endpoints' addresses on their parents and announces
 	// joined ones (driver/internal/lan); claims are the DHCP offers
 	// creates in flight are checking.
 	lan    *lan.LAN
 	claims lan.Claims
 	// resolver resolves networks' parent options on this host, parents
-	// create the parent links underlay owns (driver/internal/parentlink).
-	resolver *parentlink.Resolver
-	parents  *parentlink.Maker
+	// create the parent links underlay owns (driver/internal/links).
+	resolver *links.Resolver
+	parents  *links.Maker
 	// owned deletes links and re-creates and follows the parent links
-	// underlay owns (driver/internal/owned).
-	owned *owned.Links
+	// underlay owns (driver/internal/links).
+	owned *links.Owned
 	// reconcile carries out the planners' steps: at start, the janitor's,
 	// the live repair's (driver/internal/reconcile).
 	reconcile *reconcile.Executor
 	// operator answers underlay ls and doctor, and carries out doctor's
 	// repairs (driver/internal/operator).
 	operator *operator.Operator
-	// shims make networks' host links (driver/internal/hostlink).
-	shims *hostlink.Shims
+	// shims make networks' host links (driver/internal/links).
+	shims *links.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
 	macs *macs.Chooser
 	// ifnames are the interface names endpoints asked for (ifnames.go).
@@ -240,12 +237,12 @@ func New(c Config) (*Driver, error) {
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: joins.NewTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	d.resolver = &parentlink.Resolver{Links: c.Links, Routes: c.Routes}
-	d.parents = &parentlink.Maker{Links: c.Links, Mark: d.mark}
-	mover, _ := c.Links.(owned.BlockMover)
-	d.owned = &owned.Links{Kernel: c.Links, Store: c.Store, Locks: d.locks, Parents: d.parents, Resolver: d.resolver,
+	d.resolver = &links.Resolver{Links: c.Links, Routes: c.Routes}
+	d.parents = &links.Maker{Links: c.Links, Mark: d.mark}
+	mover, _ := c.Links.(links.BlockMover)
+	d.owned = &links.Owned{Kernel: c.Links, Store: c.Store, Locks: d.locks, Parents: d.parents, Resolver: d.resolver,
 		Mark: d.mark, Blocks: mover, Log: c.Logger, Now: c.Now, Deleting: &d.deleting}
-	d.shims = &hostlink.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.owned.Delete}
+	d.shims = &links.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.owned.Delete}
 	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
 		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting}
 	d.operator = &operator.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,

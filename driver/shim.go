@@ -9,7 +9,7 @@ import (
 )
 
 // host_address: the host link and its routes are made by
-// driver/internal/hostlink, the routes it carries are the joins'
+// driver/internal/links, the routes it carries are the joins'
 // (joins.Table.JoinedV4); the store's check of a new endpoint is here.
 
 // hostRouteFree refuses an endpoint of a network with a host address whose

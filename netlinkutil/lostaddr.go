@@ -35,7 +35,7 @@ import (
 // joins it), so the renamed parent's frames are no longer dropped and a
 // new link with the old name would have them dropped. MoveBlocks moves a
 // parent's blocks to its new name (an owned VLAN an operator renamed,
-// followed: driver/internal/owned Follow); the chain then hooks the same
+// followed: driver/internal/links Follow); the chain then hooks the same
 // device on every kernel.
 
 const (

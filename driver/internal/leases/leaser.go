@@ -67,7 +67,7 @@ type LockEndpoint func(ctx context.Context, netID, epID string) (context.Context
 
 // LockParents takes parent links' locks, shared (the driver's), waiting
 // for them; the returned func unlocks. Following an owned VLAN an
-// operator renamed (driver/internal/owned Follow) holds the old and new
+// operator renamed (driver/internal/links Follow) holds the old and new
 // names' locks exclusive while it moves the networks on it, and their
 // blocks, to the new name.
 type LockParents func(ctx context.Context, names ...string) (func(), error)

@@ -7,7 +7,7 @@
 // Rule: the kernel only through its own Kernel interface, the store only
 // through its own Store, Docker only through its NetworkChecker; plans are
 // carried out by driver/internal/reconcile's executor, owned links deleted
-// by driver/internal/owned, networks removed by the driver (Remove).
+// by driver/internal/links, networks removed by the driver (Remove).
 package operator
 
 import (
@@ -20,7 +20,7 @@ import (
 	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/owned"
+	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/driver/internal/stale"
@@ -66,7 +66,7 @@ type Operator struct {
 	// Docker is asked before a stale network is removed; nil refuses.
 	Docker    NetworkChecker
 	Reconcile *reconcile.Executor // carrying out the repair steps
-	Owned     *owned.Links        // deleting an orphan link
+	Owned     *links.Owned        // deleting an orphan link
 	Joins     *joins.Table        // the endpoints with their joins
 	// Network reads one network record, nil when there is none; Remove
 	// removes a network with its links and records, its lock and its

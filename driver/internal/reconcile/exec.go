@@ -7,10 +7,10 @@
 // parent locks they try.
 //
 // Rule: the kernel only through its own Kernel interface, the store only
-// through its own Store; parent locks are only tried (owned.Links), never
+// through its own Store; parent locks are only tried (links.Owned), never
 // waited for; owned links are deleted, re-created and followed only
-// through driver/internal/owned, host links made through
-// driver/internal/hostlink; what to do is the rules' planners'.
+// through driver/internal/links, host links made through
+// driver/internal/links; what to do is the rules' planners'.
 package reconcile
 
 import (
@@ -21,11 +21,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/hostlink"
 	"github.com/underlay-net/underlay/driver/internal/joins"
-	"github.com/underlay-net/underlay/driver/internal/owned"
-	"github.com/underlay-net/underlay/driver/internal/parentlink"
-	"github.com/underlay-net/underlay/driver/internal/repairmemo"
+	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -41,7 +38,7 @@ type Kernel interface {
 
 // Store is the state as the executor reads and changes it (*store.DB):
 // owned links' Store.
-type Store = owned.Store
+type Store = links.Store
 
 // Events is told what the executor did, for counting (driver.Events).
 type Events interface {
@@ -54,20 +51,20 @@ type Events interface {
 type Executor struct {
 	Kernel  Kernel
 	Store   Store
-	Owned   *owned.Links      // deleting, re-creating, following owned links
-	Parents *parentlink.Maker // creating a missing owned parent link
-	Shims   *hostlink.Shims   // making host links and their routes
-	Joins   *joins.Table      // the joined endpoints a host link routes to
+	Owned   *links.Owned // deleting, re-creating, following owned links
+	Parents *links.Maker // creating a missing owned parent link
+	Shims   *links.Shims // making host links and their routes
+	Joins   *joins.Table // the joined endpoints a host link routes to
 	Mark    string
 	Boot    string
 	Log     *slog.Logger
 	Now     func() time.Time
 	Events  Events
-	// Deleting are the links underlay deletes itself (owned.Links tells
+	// Deleting are the links underlay deletes itself (links.Owned tells
 	// it), which the watcher does not repair.
-	Deleting *repairmemo.SelfDeletions
+	Deleting *links.SelfDeletions
 	// failures are the repair steps' last failures, logged once.
-	failures repairmemo.FailureLog
+	failures links.FailureLog
 }
 
 // Outcome is how far a plan got: busy when a parent lock was taken by a
@@ -94,7 +91,7 @@ func (x *Executor) ExecuteCounted(ctx context.Context, plan []rules.Step, held s
 	busy := false
 	for _, s := range plan {
 		log := x.Log.With("step", s.Op.String(), "link", s.Name, "why", s.Why)
-		var err error // the step's failure; owned.ErrBusy when it waits for a lock
+		var err error // the step's failure; links.ErrBusy when it waits for a lock
 		switch s.Op {
 		case rules.OpRollback:
 			log.Warn("rolling back network left half-created by a previous run", "network", s.Name)
@@ -157,14 +154,14 @@ func (x *Executor) ExecuteCounted(ctx context.Context, plan []rules.Step, held s
 	return out, errors.Join(errs...)
 }
 
-// tryLocked runs a step that takes a parent link's lock (owned.Links.TryParent),
+// tryLocked runs a step that takes a parent link's lock (links.Owned.TryParent),
 // unless an earlier step found its lock busy: then, and when this one
 // finds it busy (*busy becomes true), the step did not run.
 func tryLocked(busy *bool, run func() error) (ran bool, err error) {
 	if *busy {
 		return false, nil
 	}
-	if err = run(); errors.Is(err, owned.ErrBusy) {
+	if err = run(); errors.Is(err, links.ErrBusy) {
 		*busy = true
 		return false, err
 	}

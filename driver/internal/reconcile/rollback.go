@@ -3,7 +3,7 @@ package reconcile
 import (
 	"context"
 
-	"github.com/underlay-net/underlay/driver/internal/owned"
+	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
@@ -43,7 +43,7 @@ func (x *Executor) UndoCreate(ctx context.Context, id, token string, plan *store
 				return nil
 			}
 			for _, up := range tx.ParentLinksOn(plan.Name) {
-				if owned.Needed(tx, up) {
+				if links.Needed(tx, up) {
 					return nil
 				}
 			}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/underlay-net/underlay/driver/internal/owned"
+	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -26,7 +26,7 @@ func (x *Executor) recreate(ctx context.Context, s rules.Step, held string) erro
 	var still bool
 	if err := x.Store.View(func(tx *store.Tx) error {
 		_, ok, err := tx.ParentLink(s.Name)
-		still = ok && owned.Needed(tx, s.Name)
+		still = ok && links.Needed(tx, s.Name)
 		return err
 	}); err != nil || !still {
 		return err
@@ -46,7 +46,7 @@ func (x *Executor) release(ctx context.Context, s rules.Step, held string) error
 	var still bool
 	if err := x.Store.View(func(tx *store.Tx) error {
 		_, ok, err := tx.ParentLink(s.Name)
-		still = ok && !owned.Needed(tx, s.Name)
+		still = ok && !links.Needed(tx, s.Name)
 		return err
 	}); err != nil || !still {
 		return err
@@ -60,7 +60,7 @@ func (x *Executor) release(ctx context.Context, s rules.Step, held string) error
 		x.Log.Info("forgetting parent link underlay created", "parent", s.Name, "why", s.Why)
 	}
 	return x.Store.Update(func(tx *store.Tx) error {
-		if owned.Needed(tx, s.Name) {
+		if links.Needed(tx, s.Name) {
 			return nil
 		}
 		return tx.DeleteParentLink(s.Name)
@@ -74,7 +74,7 @@ func (x *Executor) heal(ctx context.Context, s rules.Step, held string) error {
 	case s.Op == rules.OpFollow:
 		return x.Owned.Follow(ctx, s.Name, s.To, held)
 	case s.Shim.Network.ID != "":
-		return x.repairShim(ctx, s, held) // hostlink.Shims.Ensure logs what it healed
+		return x.repairShim(ctx, s, held) // links.Shims.Ensure logs what it healed
 	default:
 		unlock, err := x.Owned.TryParent(s.Name, held)
 		if err != nil {
@@ -85,7 +85,7 @@ func (x *Executor) heal(ctx context.Context, s rules.Step, held string) error {
 		var still bool
 		if err := x.Store.View(func(tx *store.Tx) (err error) {
 			p, still, err = tx.ParentLink(s.Name)
-			still = still && owned.Needed(tx, s.Name)
+			still = still && links.Needed(tx, s.Name)
 			return err
 		}); err != nil || !still {
 			return err

@@ -1,13 +1,4 @@
-// Package parentlink resolves a network's parent option to the link it
-// names on this host (Resolver, resolve.go) and creates the parent links
-// underlay owns (Maker: a VLAN on a base, a dummy for an internal
-// network), telling an existing link that is exactly the one planned
-// (success) from one that is not (a conflict naming it) and an owned VLAN
-// an operator renamed (RenamedTo).
-//
-// Rule: the kernel only through its own interfaces (Links, LinkReader,
-// RouteLister); no store, no locks (the caller holds the parent's).
-package parentlink
+package links
 
 import (
 	"context"
@@ -21,16 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Links is the part of the kernel parent links need (netlinkutil.Links).
-type Links interface {
-	AddVLAN(ctx context.Context, name, base string, id, mtu int, mark string) error
-	AddDummy(ctx context.Context, name string, mtu int, mark string) error
-	List(ctx context.Context) ([]netlinkutil.Link, error)
-}
-
 // Maker creates parent links marked with Mark.
 type Maker struct {
-	Links Links
+	Links netlinkutil.Links
 	Mark  string
 }
 

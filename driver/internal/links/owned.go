@@ -1,17 +1,4 @@
-// Package owned holds the effects on the links underlay owns that the
-// requests and the planners' steps share: the one way underlay deletes a
-// link (Delete), re-creating a missing owned parent link from its record
-// (Recreate, Ensure, parent.go), following an owned VLAN an operator
-// renamed, with the blocks of lost leases on it, and moving the networks
-// recorded on a name to another (Follow, Repoint, follow.go).
-//
-// Rule: the kernel only through its own Kernel (and BlockMover)
-// interface, the store only
-// through its own Store; creating a parent link is parentlink.Maker's,
-// resolving a parent option parentlink.Resolver's. A parent lock is only
-// tried (TryParent), never waited for: a request's caller already holds
-// the lock it needs.
-package owned
+package links
 
 import (
 	"context"
@@ -21,19 +8,11 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/parentlink"
-	"github.com/underlay-net/underlay/driver/internal/repairmemo"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
-
-// Kernel is the part of the kernel owned links need (netlinkutil.Links).
-type Kernel interface {
-	Get(ctx context.Context, name string) (netlinkutil.Link, error)
-	DeleteLink(ctx context.Context, l netlinkutil.Link) error
-}
 
 // Store is the state as owned links read and change it (*store.DB).
 type Store interface {
@@ -47,17 +26,13 @@ type BlockMover interface {
 	MoveBlocks(ctx context.Context, from, to, tag string) ([]netip.Addr, error)
 }
 
-// Locker tries parent links' locks (keylock.Locker): stale's, the same
-// try-only lock.
-type Locker = stale.Locker
-
-// Links are the links underlay owns, as this instance (Mark) sees them.
-type Links struct {
-	Kernel   Kernel
+// Owned are the links underlay owns, as this instance (Mark) sees them.
+type Owned struct {
+	Kernel   netlinkutil.Links
 	Store    Store
-	Locks    Locker
-	Parents  *parentlink.Maker
-	Resolver *parentlink.Resolver
+	Locks    stale.Locker
+	Parents  *Maker
+	Resolver *Resolver
 	Mark     string // this instance's link mark, also the blocks' tag
 	// Blocks moves the blocks of lost leases when Follow follows a
 	// renamed VLAN; nil: the link layer cannot block.
@@ -66,7 +41,7 @@ type Links struct {
 	Now    func() time.Time
 	// Deleting is told of every link Delete deletes, so the repair
 	// watcher does not take its going for a repair to make.
-	Deleting *repairmemo.SelfDeletions
+	Deleting *SelfDeletions
 }
 
 // ErrBusy ends a plan's steps when a parent link is locked by a request:
@@ -75,7 +50,7 @@ var ErrBusy = errors.New("parent link in use by a request")
 
 // TryParent takes a parent link's lock for a plan's step, unless the
 // caller holds it already (held); ErrBusy when a request has it.
-func (o *Links) TryParent(name, held string) (func(), error) {
+func (o *Owned) TryParent(name, held string) (func(), error) {
 	if name == held {
 		return func() {}, nil
 	}
@@ -90,7 +65,7 @@ func (o *Links) TryParent(name, held string) (func(), error) {
 // (rules.OwnsLink); recorded says a record of this state file names it. A
 // missing link is not an error; another owner's link is left alone with a
 // warning.
-func (o *Links) Delete(ctx context.Context, name string, recorded bool) error {
+func (o *Owned) Delete(ctx context.Context, name string, recorded bool) error {
 	l, err := o.Kernel.Get(ctx, name)
 	if errors.Is(err, netlinkutil.ErrNotFound) || (err == nil && l.Name != name) {
 		return nil

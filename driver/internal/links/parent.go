@@ -1,11 +1,10 @@
-package owned
+package links
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/parentlink"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -13,12 +12,12 @@ import (
 )
 
 // Parent links: re-creating the VLAN and dummy links underlay owns when
-// they are missing (creating one is driver/internal/parentlink's).
+// they are missing (creating one is Maker's).
 
 // Recreate creates an owned parent link that is missing, first
 // re-creating its base when that is an owned VLAN that vanished too (a VLAN
 // on a VLAN after a reboot).
-func (o *Links) Recreate(ctx context.Context, p store.ParentLink) error {
+func (o *Owned) Recreate(ctx context.Context, p store.ParentLink) error {
 	if p.Kind == rules.KindVLAN {
 		if _, err := o.Kernel.Get(ctx, p.Base); errors.Is(err, netlinkutil.ErrNotFound) {
 			var base store.ParentLink
@@ -46,7 +45,7 @@ func (o *Links) Recreate(ctx context.Context, p store.ParentLink) error {
 // followed: its record and networks move to the new name, which is
 // returned (otherwise the network's parent). The caller holds the parent
 // lock.
-func (o *Links) Ensure(ctx context.Context, n store.Network) (string, error) {
+func (o *Owned) Ensure(ctx context.Context, n store.Network) (string, error) {
 	_, err := o.Kernel.Get(ctx, n.Parent)
 	if err == nil || !errors.Is(err, netlinkutil.ErrNotFound) {
 		return n.Parent, err
@@ -85,7 +84,7 @@ func (o *Links) Ensure(ctx context.Context, n store.Network) (string, error) {
 		return n.Parent, nil
 	}
 	err = o.Recreate(ctx, owned)
-	if to, renamed := parentlink.RenamedTo(err); renamed {
+	if to, renamed := RenamedTo(err); renamed {
 		if ferr := o.Follow(ctx, n.Parent, to, n.Parent); ferr != nil {
 			return n.Parent, fmt.Errorf("parent %s of network %s was renamed to %s, and its record could not follow: %w", n.Parent, dockerid.Short(n.ID), to, ferr)
 		}

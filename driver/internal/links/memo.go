@@ -1,11 +1,4 @@
-// Package repairmemo holds what the driver's live repair remembers
-// between its passes: the links underlay is deleting itself, which the
-// link watcher must not repair (SelfDeletions), and the last failure of
-// each link's repair step, logged once (FailureLog).
-//
-// Rule: memory only (no kernel, store or clock of its own: the time is
-// the caller's); the zero values are ready.
-package repairmemo
+package links
 
 import (
 	"log/slog"

@@ -1,10 +1,4 @@
-// Package hostlink makes and keeps the host's own link on a network with
-// a host address (the shim) and its routes to the joined endpoints.
-//
-// Rule: the kernel only through its own Links interface, and deleting a
-// link only through the driver's DeleteOwned (which tells the repair
-// watcher); no store, no locks (the caller holds the parent's).
-package hostlink
+package links
 
 import (
 	"context"
@@ -24,20 +18,9 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// Links is the part of the kernel the host link needs (netlinkutil.Links).
-type Links interface {
-	Get(ctx context.Context, name string) (netlinkutil.Link, error)
-	List(ctx context.Context) ([]netlinkutil.Link, error)
-	LinkAddrs(ctx context.Context, name string) ([]netip.Addr, error)
-	Heal(ctx context.Context, name string, h netlinkutil.Heal) error
-	AddShim(ctx context.Context, ep netlinkutil.Endpoint, addr netip.Addr) error
-	AddHostRoute(ctx context.Context, dst netip.Addr, dev string) error
-	DelHostRoute(ctx context.Context, dst netip.Addr, dev string) error
-}
-
 // Shims makes networks' host links.
 type Shims struct {
-	Links Links
+	Links netlinkutil.Links
 	Mark  string // this instance's link mark
 	Log   *slog.Logger
 	// DeleteOwned deletes a link of this instance (recorded: its record

@@ -1,4 +1,4 @@
-package repairmemo
+package links
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package parentlink
+package links
 
 import (
 	"context"
@@ -26,12 +26,6 @@ import (
 // and routes, which the Resolver reads. The record keeps the option as
 // asked and the link it resolved to; reuse compares what was asked.
 
-// LinkReader reads the host's links (netlinkutil.Links).
-type LinkReader interface {
-	Get(ctx context.Context, name string) (netlinkutil.Link, error)
-	List(ctx context.Context) ([]netlinkutil.Link, error)
-}
-
 // RouteLister lists the routes of every table (netlinkutil.Kernel).
 type RouteLister interface {
 	Routes(ctx context.Context) ([]netlinkutil.Route, error)
@@ -40,7 +34,7 @@ type RouteLister interface {
 // Resolver resolves a network's parent option on this host. Routes may be
 // nil: parent=auto is then refused.
 type Resolver struct {
-	Links  LinkReader
+	Links  netlinkutil.Links
 	Routes RouteLister
 }
 

@@ -1,4 +1,4 @@
-package parentlink
+package links
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package owned
+package links
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // under its network's parent lock, as the store names the parent then
 // (leases.BlockOnParent): a block is made before the follow, which moves
 // it, or after it, under the new name.
-func (o *Links) Follow(ctx context.Context, from, to, held string) error {
+func (o *Owned) Follow(ctx context.Context, from, to, held string) error {
 	unlockFrom, err := o.TryParent(from, held)
 	if err != nil {
 		return err
@@ -88,7 +88,7 @@ func (o *Links) Follow(ctx context.Context, from, to, held string) error {
 
 // Repoint moves every network recorded with parent from to the link name
 // to, keeping the parent as it was asked in the network's options.
-func (o *Links) Repoint(from, to string) error {
+func (o *Owned) Repoint(from, to string) error {
 	return o.Store.Update(func(tx *store.Tx) error { return repointTx(tx, from, to) })
 }
 

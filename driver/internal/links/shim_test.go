@@ -1,4 +1,4 @@
-package hostlink
+package links
 
 import (
 	"bytes"
@@ -17,11 +17,6 @@ import (
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
-)
-
-const (
-	mark  = "underlay:instance-1"
-	other = "underlay:instance-2"
 )
 
 var (
