@@ -28,7 +28,6 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases6"
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/macs"
-	"github.com/underlay-net/underlay/driver/internal/operator"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -183,7 +182,7 @@ type Driver struct {
 	reconcile *reconcile.Executor
 	// operator answers underlay ls and doctor, and carries out doctor's
 	// repairs (driver/internal/operator).
-	operator *operator.Operator
+	operator *reconcile.Operator
 	// shims make networks' host links (driver/internal/links).
 	shims *links.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
@@ -245,7 +244,7 @@ func New(c Config) (*Driver, error) {
 	d.shims = &links.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.owned.Delete}
 	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
 		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting}
-	d.operator = &operator.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
+	d.operator = &reconcile.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
 		Joins: d.joins, Network: d.network, Remove: d.removeNetwork, Events: c.Events, Mark: d.mark, Boot: d.boot,
 		Grace: c.StaleGrace, Window: d.CreateWindow(), Log: c.Logger, Now: c.Now}
 	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}

@@ -1,15 +1,22 @@
-// Package reconcile carries out the planners' plans (driver/internal/rules):
-// the restore before the socket is served (Restore), the janitor's ticks
-// (JanitorTick), the live repair's passes and the link watcher that starts
-// them (Repair, Watch), the release of a network's parent link and the
-// rollback of reservations (ReleaseParent, UndoCreate, DropPending), all
-// through one executor (Execute) whose steps re-check the store under the
-// parent locks they try.
+// Package reconcile makes the kernel and the state agree, and shows the
+// operator where they do not. It carries out the planners' plans
+// (driver/internal/rules): the restore before the socket is served
+// (Restore), the janitor's ticks (JanitorTick), the live repair's passes
+// and the link watcher that starts them (Repair, Watch), the release of a
+// network's parent link and the rollback of reservations (ReleaseParent,
+// UndoCreate, DropPending), all through one executor (Execute) whose
+// steps re-check the store under the parent locks they try. The
+// operator's view of the daemon (Operator.Inventory: underlay ls,
+// underlay doctor; operator.go) and the repairs doctor --repair asks for
+// (repairs.go) are here too: each repair checks its finding again under
+// the locks a request would take and acts by the same rules, through the
+// same executor: nothing is removed that Docker knows or that underlay
+// does not own.
 //
-// Rule: the kernel only through its own Kernel interface, the store only
-// through its own Store; parent locks are only tried (links.Owned), never
-// waited for; owned links are deleted, re-created and followed only
-// through driver/internal/links, host links made through
+// Rule: the kernel only through netlinkutil.Links, the store only through
+// links.Store, Docker only through stale.NetworkChecker; parent locks are
+// only tried (links.Owned), never waited for; owned links are deleted,
+// re-created and followed, and host links made, only through
 // driver/internal/links; what to do is the rules' planners'.
 package reconcile
 
@@ -18,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/joins"
@@ -28,20 +34,10 @@ import (
 	"github.com/underlay-net/underlay/netlinkutil"
 )
 
-// Kernel is the part of the kernel the executor needs (netlinkutil.Links).
-type Kernel interface {
-	List(ctx context.Context) ([]netlinkutil.Link, error)
-	LinkAddrs(ctx context.Context, name string) ([]netip.Addr, error)
-	Heal(ctx context.Context, name string, h netlinkutil.Heal) error
-	Subscribe(ctx context.Context, onError func(error)) (<-chan netlinkutil.LinkEvent, error)
-}
-
-// Store is the state as the executor reads and changes it (*store.DB):
-// owned links' Store.
-type Store = links.Store
-
-// Events is told what the executor did, for counting (driver.Events).
+// Events is told what the executor and the repairs did, for counting
+// (driver.Events).
 type Events interface {
+	StaleRemoved()
 	ReservationRolledBack(kind string)
 	ReconcileAction(op string)
 	RepairAction(op string)
@@ -49,8 +45,8 @@ type Events interface {
 
 // Executor carries out plans for this instance (Mark) in this boot (Boot).
 type Executor struct {
-	Kernel  Kernel
-	Store   Store
+	Kernel  netlinkutil.Links
+	Store   links.Store
 	Owned   *links.Owned // deleting, re-creating, following owned links
 	Parents *links.Maker // creating a missing owned parent link
 	Shims   *links.Shims // making host links and their routes

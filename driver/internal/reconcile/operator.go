@@ -1,14 +1,4 @@
-// Package operator is the daemon's state as the operator sees it
-// (Inventory: underlay ls, underlay doctor) and the repairs doctor
-// --repair asks for (repairs.go). Each repair checks its finding again
-// under the locks a request would take and acts by the same rules:
-// nothing is removed that Docker knows or that underlay does not own.
-//
-// Rule: the kernel only through its own Kernel interface, the store only
-// through its own Store, Docker only through its NetworkChecker; plans are
-// carried out by driver/internal/reconcile's executor, owned links deleted
-// by driver/internal/links, networks removed by the driver (Remove).
-package operator
+package reconcile
 
 import (
 	"context"
@@ -21,7 +11,6 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/links"
-	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -29,45 +18,22 @@ import (
 	"github.com/underlay-net/underlay/store"
 )
 
-// Kernel is the part of the kernel the operator's view needs
-// (netlinkutil.Links).
-type Kernel interface {
-	Get(ctx context.Context, name string) (netlinkutil.Link, error)
-	List(ctx context.Context) ([]netlinkutil.Link, error)
-}
-
-// Store is the state as the operator's view reads it (*store.DB).
-type Store interface {
-	View(func(*store.Tx) error) error
-}
-
 // Locker takes the locks a request would (keylock.Locker).
 type Locker interface {
 	Acquire(ctx context.Context, reqs ...keylock.Req) (context.Context, func(), error)
 }
 
-// NetworkChecker asks Docker whether a network still exists
-// (driver.NetworkChecker): stale's.
-type NetworkChecker = stale.NetworkChecker
-
-// Events is told of what the repairs did, for counting (driver.Events).
-type Events interface {
-	StaleRemoved()
-	ReservationRolledBack(kind string)
-	RepairAction(op string)
-}
-
 // Operator answers the operator's view and repairs for this instance
 // (Mark) in this boot (Boot).
 type Operator struct {
-	Kernel Kernel
-	Store  Store
+	Kernel netlinkutil.Links
+	Store  links.Store
 	Locks  Locker
 	// Docker is asked before a stale network is removed; nil refuses.
-	Docker    NetworkChecker
-	Reconcile *reconcile.Executor // carrying out the repair steps
-	Owned     *links.Owned        // deleting an orphan link
-	Joins     *joins.Table        // the endpoints with their joins
+	Docker    stale.NetworkChecker
+	Reconcile *Executor    // carrying out the repair steps
+	Owned     *links.Owned // deleting an orphan link
+	Joins     *joins.Table // the endpoints with their joins
 	// Network reads one network record, nil when there is none; Remove
 	// removes a network with its links and records, its lock and its
 	// parent's held (the driver's).
