@@ -27,7 +27,6 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/leases6"
 	"github.com/underlay-net/underlay/driver/internal/links"
-	"github.com/underlay-net/underlay/driver/internal/macs"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -186,7 +185,7 @@ type Driver struct {
 	// shims make networks' host links (driver/internal/links).
 	shims *links.Shims
 	// macs chooses endpoints' MACs (driver/internal/macs).
-	macs *macs.Chooser
+	macs *lan.Chooser
 	// ifnames are the interface names endpoints asked for (ifnames.go).
 	ifnames ifnames
 
@@ -247,7 +246,7 @@ func New(c Config) (*Driver, error) {
 	d.operator = &reconcile.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
 		Joins: d.joins, Network: d.network, Remove: d.removeNetwork, Events: c.Events, Mark: d.mark, Boot: d.boot,
 		Grace: c.StaleGrace, Window: d.CreateWindow(), Log: c.Logger, Now: c.Now}
-	d.macs = &macs.Chooser{Links: c.Links, Log: c.Logger}
+	d.macs = &lan.Chooser{Links: c.Links, Log: c.Logger}
 	d.holders = &stale.Holders{
 		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},
 		Locks: d.locks, Remove: d.removeNetwork, Events: c.Events, Log: c.Logger,

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/macs"
+	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 )
@@ -224,7 +224,7 @@ func TestCreatedLinksCarryTheMark(t *testing.T) {
 }
 
 func TestRandomMAC(t *testing.T) {
-	if !strings.HasPrefix(macs.Random().String(), "") || macs.Random()[0]&3 != 2 {
+	if !strings.HasPrefix(lan.Random().String(), "") || lan.Random()[0]&3 != 2 {
 		t.Fatal("random MAC is not locally administered unicast")
 	}
 }

@@ -1,11 +1,15 @@
 // Package lan holds what the driver asks and tells the LAN about an
 // endpoint's addresses: the address probe before CreateEndpoint answers
-// (probe.go), the announcements after Join (announce.go), and the claims
-// DHCP creates in flight hold on the offers they are checking (claims.go).
+// (probe.go), the announcements after Join (announce.go), the claims
+// DHCP creates in flight hold on the offers they are checking (claims.go),
+// and the MAC of a macvlan endpoint Docker gave none (Chooser, macs.go:
+// the stable MAC of its parent and address, mac_address_policy=stable,
+// read from the kernel's links, or a random one).
 //
-// Rule: it reaches the kernel only through its own small interfaces (a
-// link reader, a route lister, a prober, an announcer) and never the
-// store; the options it reads are the rules package's.
+// Rule: it reaches the kernel only through reads of netlinkutil.Links and
+// its own small interfaces (a route lister, a prober, an announcer), and
+// never the store; the options it reads and the MAC derivation are the
+// rules package's.
 package lan
 
 import (
@@ -16,6 +20,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -33,11 +38,6 @@ type Announcer interface {
 	AnnounceIPv6(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, count int, interval time.Duration) error
 }
 
-// LinkReader reads a link by name (netlinkutil.Links).
-type LinkReader interface {
-	Get(ctx context.Context, name string) (vocab.Link, error)
-}
-
 // RouteLister lists the routes of every table (netlinkutil.Kernel), all
 // of them or those through one link.
 type RouteLister interface {
@@ -49,7 +49,7 @@ type RouteLister interface {
 // Routes may be nil: nothing is probed, nothing announced, and only
 // networks with address_probe or DHCP are probed.
 type LAN struct {
-	Links     LinkReader
+	Links     netlinkutil.Links
 	Routes    RouteLister
 	Prober    Prober
 	Announcer Announcer

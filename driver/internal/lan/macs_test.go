@@ -1,4 +1,4 @@
-package macs
+package lan
 
 import (
 	"context"
@@ -23,7 +23,7 @@ const (
 // kernel holds eth0 (a NIC with a permanent address), eth0.10 on it (no
 // permanent address, as VLAN links have none), veth0 (no permanent
 // address) and nomac0 (no address at all).
-func kernel(t *testing.T) *nltest.Kernel {
+func macKernel(t *testing.T) *nltest.Kernel {
 	t.Helper()
 	k := nltest.New()
 	k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: nicMAC, PermMAC: nicPerm})
@@ -79,7 +79,7 @@ func TestChooseStable(t *testing.T) {
 		{"the parent by altname", "lan0", ep("192.0.2.10/24", ""), stable(nicPerm, 0, "192.0.2.10")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := kernel(t)
+			k := macKernel(t)
 			k.AddAltName("eth0", "lan0")
 			c := &Chooser{Links: k, Log: slog.New(slog.DiscardHandler)}
 			got := c.Choose(context.Background(), network(tc.parent, nil), tc.ep, nil)
@@ -99,7 +99,7 @@ func TestChooseStable(t *testing.T) {
 // TestStableMACPinned: the derivation a host's endpoints keep across
 // upgrades (a DHCP reservation or a switch's port security may name it).
 func TestStableMACPinned(t *testing.T) {
-	c := &Chooser{Links: kernel(t), Log: slog.New(slog.DiscardHandler)}
+	c := &Chooser{Links: macKernel(t), Log: slog.New(slog.DiscardHandler)}
 	got := c.Choose(context.Background(), network("eth0", nil), ep("192.0.2.10/24", ""), nil)
 	if want := "6e:30:6e:fa:6f:41"; got != want {
 		t.Fatalf("the stable MAC of 192.0.2.10 on %s is %s, was %s: stable MACs must not change", nicPerm, got, want)
@@ -107,7 +107,7 @@ func TestStableMACPinned(t *testing.T) {
 }
 
 func TestChooseDistinct(t *testing.T) {
-	c := &Chooser{Links: kernel(t), Log: slog.New(slog.DiscardHandler)}
+	c := &Chooser{Links: macKernel(t), Log: slog.New(slog.DiscardHandler)}
 	a := c.Choose(context.Background(), network("eth0", nil), ep("192.0.2.10/24", ""), nil)
 	b := c.Choose(context.Background(), network("eth0", nil), ep("192.0.2.11/24", ""), nil)
 	v := c.Choose(context.Background(), network("eth0.10", nil), ep("192.0.2.10/24", ""), nil)
@@ -117,7 +117,7 @@ func TestChooseDistinct(t *testing.T) {
 }
 
 func TestChooseExisting(t *testing.T) {
-	c := &Chooser{Links: kernel(t), Log: slog.New(slog.DiscardHandler)}
+	c := &Chooser{Links: macKernel(t), Log: slog.New(slog.DiscardHandler)}
 	existing := &record.Endpoint{ID: drivertest.EpA, MAC: "02:aa:bb:cc:dd:ee"}
 	for _, opts := range []map[string]string{nil, {rules.OptMacAddressPolicy: rules.MacRandom}} {
 		if got := c.Choose(context.Background(), network("eth0", opts), ep("192.0.2.10/24", ""), existing); got != existing.MAC {
@@ -176,7 +176,7 @@ func TestChooseRandom(t *testing.T) {
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := kernel(t)
+			k := macKernel(t)
 			if tc.setup != nil {
 				tc.setup(k)
 			}
@@ -197,7 +197,7 @@ func TestChooseRandom(t *testing.T) {
 // TestChooseCollisionOtherParent: a link elsewhere with the stable MAC
 // does not count (the kernel refuses duplicates per parent only).
 func TestChooseCollisionOtherParent(t *testing.T) {
-	k := kernel(t)
+	k := macKernel(t)
 	want := stable(nicPerm, 0, "192.0.2.10")
 	veth, _ := k.Link("veth0")
 	k.AddLink(vocab.Link{Name: "mv0", Kind: vocab.KindMacvlan, ParentIndex: veth.Index, MTU: 1500, MAC: want})

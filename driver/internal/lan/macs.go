@@ -1,11 +1,4 @@
-// Package macs chooses the MAC of a macvlan endpoint Docker gave none:
-// the stable MAC of its parent and address (mac_address_policy=stable,
-// the rules package's derivation), read from the kernel's links, or a
-// random one.
-//
-// Rule: the kernel only through its own LinkReader (reads, never
-// changes); the policy and the derivation are the rules package's.
-package macs
+package lan
 
 import (
 	"context"
@@ -20,17 +13,9 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// LinkReader reads the kernel's links (netlinkutil.Links): by name, by
-// index, and those on a parent. None of them grows with the host.
-type LinkReader interface {
-	Get(ctx context.Context, name string) (vocab.Link, error)
-	LinkByIndex(ctx context.Context, index int) (vocab.Link, error)
-	LinksOn(ctx context.Context, parent int) ([]vocab.Link, error)
-}
-
 // Chooser chooses endpoints' MACs.
 type Chooser struct {
-	Links LinkReader
+	Links netlinkutil.Links
 	Log   *slog.Logger
 }
 
