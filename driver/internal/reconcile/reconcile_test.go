@@ -596,4 +596,41 @@ func TestRepair(t *testing.T) {
 		t.Fatalf("Repair with the base back = %+v, %v", out, err)
 	}
 	f.wantLinks(t, "eth0.10", "eth7", "eth7.20")
+	// An owned VLAN set down is set up again.
+	f.k.SetDown("eth0.10", true)
+	if out, err := f.x.Repair(ctx); err != nil || out != (reconcile.Outcome{}) {
+		t.Fatalf("Repair of a VLAN set down = %+v, %v", out, err)
+	}
+	if l, _ := f.k.Link("eth0.10"); l.Down {
+		t.Error("eth0.10 still down after the repair")
+	}
+}
+
+// A repair pass makes the missing host link of a network with a host
+// address, with that address and the mark, and heals one set down.
+func TestRepairHostLink(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	n := drivertest.Macvlan(drivertest.NetA, "eth1", "bridge", "198.18.2.0/24")
+	n.HostAddress = "198.18.2.5"
+	drivertest.Put(t, f.db, []store.Network{n})
+	shim := rules.ShimName(drivertest.NetA)
+	if out, err := f.x.Repair(ctx); err != nil || out != (reconcile.Outcome{}) {
+		t.Fatalf("Repair = %+v, %v", out, err)
+	}
+	l, ok := f.k.Link(shim)
+	if !ok || l.Alias != mark || f.k.Parent(shim) != "eth1" {
+		t.Fatalf("host link %s = %+v on %q, want made on eth1 with the mark", shim, l, f.k.Parent(shim))
+	}
+	if as := f.k.Addrs(shim); len(as) != 1 || as[0].String() != "198.18.2.5" {
+		t.Errorf("host link addresses %v, want 198.18.2.5", as)
+	}
+	f.k.SetDown(shim, true)
+	f.k.FlushAddrs(shim)
+	if _, err := f.x.Repair(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := f.k.Link(shim); l.Down || len(f.k.Addrs(shim)) != 1 {
+		t.Errorf("host link %+v with %v after the repair, want up with its address", l, f.k.Addrs(shim))
+	}
 }
