@@ -244,7 +244,7 @@ func New(c Config) (*Driver, error) {
 	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
 		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting}
 	d.operator = &reconcile.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
-		Joins: d.joins, Network: d.network, Remove: d.removeNetwork, Events: c.Events, Mark: d.mark, Boot: d.boot,
+		Joins: d.joins, Remove: d.removeNetwork, Events: c.Events, Mark: d.mark, Boot: d.boot,
 		Grace: c.StaleGrace, Window: d.CreateWindow(), Log: c.Logger, Now: c.Now}
 	d.macs = &lan.Chooser{Links: c.Links, Log: c.Logger}
 	d.holders = &stale.Holders{

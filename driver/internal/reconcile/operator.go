@@ -34,14 +34,12 @@ type Operator struct {
 	Reconcile *Executor    // carrying out the repair steps
 	Owned     *links.Owned // deleting an orphan link
 	Joins     *joins.Table // the endpoints with their joins
-	// Network reads one network record, nil when there is none; Remove
-	// removes a network with its links and records, its lock and its
-	// parent's held (the driver's).
-	Network func(id string) (*store.Network, error)
-	Remove  func(ctx context.Context, n store.Network) error
-	Events  Events
-	Mark    string
-	Boot    string
+	// Remove removes a network with its links and records, its lock and
+	// its parent's held (the driver's).
+	Remove func(ctx context.Context, n store.Network) error
+	Events Events
+	Mark   string
+	Boot   string
 	// Grace is how old a record must be before Docker's 404 is believed;
 	// Window is the longest a create may take from its pool to its commit.
 	Grace  time.Duration
@@ -84,4 +82,17 @@ func (o *Operator) Inventory(ctx context.Context) (doctor.Inventory, error) {
 // not safe to act on: a conflict with the state, not a failure (409).
 func refusef(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", pluginapi.ErrConflict, fmt.Sprintf(format, args...))
+}
+
+// network reads one network record; nil when there is none.
+func (o *Operator) network(id string) (*store.Network, error) {
+	var n store.Network
+	var ok bool
+	if err := o.Store.View(func(tx *store.Tx) (err error) {
+		n, ok, err = tx.Network(id)
+		return err
+	}); err != nil || !ok {
+		return nil, err
+	}
+	return &n, nil
 }

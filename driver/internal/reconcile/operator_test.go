@@ -80,7 +80,7 @@ func newOpFixture(t *testing.T) *opFixture {
 		Shims: &links.Shims{Links: k, Mark: opMark, Log: log, DeleteOwned: o.Delete}, Joins: f.joins,
 		Mark: opMark, Boot: "boot-1", Log: log, Now: f.clock.Now, Events: f.ev, Deleting: deleting}
 	f.o = &reconcile.Operator{Kernel: k, Store: f.db, Locks: f.locks, Docker: f.docker, Reconcile: x, Owned: o, Joins: f.joins,
-		Network: f.network, Remove: f.remove, Events: f.ev, Mark: opMark, Boot: "boot-1",
+		Remove: f.remove, Events: f.ev, Mark: opMark, Boot: "boot-1",
 		Grace: 3 * time.Second, Window: time.Minute, Log: log, Now: f.clock.Now}
 	return f
 }

@@ -96,7 +96,7 @@ func (o *Operator) lockNetwork(ctx context.Context, id string) (func(), *store.N
 	if err != nil {
 		return nil, nil, err
 	}
-	n, err := o.Network(id)
+	n, err := o.network(id)
 	if err != nil {
 		unlock()
 		return nil, nil, err
@@ -186,7 +186,7 @@ func (o *Operator) DeleteOrphanLink(ctx context.Context, name string) (string, e
 // janitor does: without waiting for the network's lock, which the create
 // that hung still holds; the janitor then releases its parent link.
 func (o *Operator) RollbackExpired(_ context.Context, id string) (string, error) {
-	n, err := o.Network(id)
+	n, err := o.network(id)
 	switch {
 	case err != nil:
 		return "", err
