@@ -76,7 +76,7 @@ type journalFixture struct {
 	k     *nltest.Kernel
 	c     *client
 	clock *fakeclock.Clock
-	ls    *Leaser
+	ls    *V4
 }
 
 func newJournal(t *testing.T, withClient bool) *journalFixture {
@@ -87,7 +87,7 @@ func newJournal(t *testing.T, withClient bool) *journalFixture {
 	if withClient {
 		cfg.DHCP = f.c
 	}
-	f.ls = New(cfg)
+	f.ls = New(cfg).V4
 	return f
 }
 
