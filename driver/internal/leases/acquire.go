@@ -46,7 +46,7 @@ func (ls *Leaser[L, R]) Acquire(ctx context.Context, n store.Network, ep store.E
 			}
 			return none, release, f.NoLease(n, ep, timeout, err)
 		}
-		addr := f.Addr(l)
+		addr := f.Facts(l).Addr
 		why, rel, err := free(ctx, addr)
 		if err != nil { // the lease is not taken: given back
 			ls.giveBack(ctx, r, l)
@@ -74,6 +74,6 @@ func (ls *Leaser[L, R]) giveBack(ctx context.Context, r R, l L) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), declineWait)
 	defer cancel()
 	if err := ls.Family.Release(ctx, r, l); err != nil {
-		ls.log.Debug("could not release a "+ls.Family.Words().Name+" lease not taken", "address", ls.Family.Text(l), "error", err)
+		ls.log.Debug("could not release a "+ls.Family.Words().Name+" lease not taken", "address", ls.Family.Facts(l).Text, "error", err)
 	}
 }

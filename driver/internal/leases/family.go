@@ -2,6 +2,7 @@ package leases
 
 import (
 	"context"
+	"github.com/underlay-net/underlay/dhcp"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -20,17 +21,11 @@ type Family[L, R any] interface {
 	// Of is the endpoint's lease of the family (nil: none); With sets it.
 	Of(ep store.Endpoint) *L
 	With(ep store.Endpoint, l *L) store.Endpoint
-	// Addr is the lease's address; Text is it as recorded (the
-	// journal's key); Answer is it as CreateEndpoint answers it.
-	Addr(l L) netip.Addr
-	Text(l L) string
+	// Facts are what the lifecycle reads of a lease; Answer is its
+	// address as CreateEndpoint answers it.
+	Facts(l L) Facts
 	Answer(l L) string
-	// Acquired and Lost are the lease's times of grant and loss.
-	Acquired(l L) time.Time
-	Lost(l L) time.Time
-	// Expiry is when the lease ends (zero: never); Expired says whether
-	// it has at now.
-	Expiry(l L) time.Time
+	// Expired says whether the lease has ended at now.
 	Expired(l L, now time.Time) bool
 	// MarkLost records the lease lost at now (once) for why.
 	MarkLost(l L, now time.Time, why string) L
@@ -69,6 +64,16 @@ type Family[L, R any] interface {
 	Words() *Words
 }
 
+// Facts are what the lifecycle reads of a lease, whatever its family.
+type Facts struct {
+	Addr     netip.Addr // invalid when the record's is not an address
+	Text     string     // the address as recorded: the journal's key
+	Acquired time.Time  // when it was granted
+	Lost     time.Time  // when it was lost (zero: held)
+	LostWhy  string
+	Expiry   time.Time // when it ends (zero: never)
+}
+
 // Words are a family's names and the messages that differ by family
 // (operators and tests grep them: they stay as they were).
 type Words struct {
@@ -95,3 +100,51 @@ type Words struct {
 	// acted on again; LockRetry one whose record could not be read.
 	CommitRetry, LockRetry time.Duration
 }
+
+// two is a word of each family.
+type two = [2]string
+
+// pairs are the families' words side by side: DHCP's, then DHCPv6's.
+type pairs struct {
+	Name, Option, Pool, Leased, Declined, NoDecline, Released, NoRelease [2]string
+	Renewed, NotWonBack, WonBack, NoRecord, ExpiredWhy, Lost, LostAsk    [2]string
+	NoRecordLvl                                                          [2]slog.Level
+	Background                                                           [2]bool
+	CommitRetry, LockRetry                                               [2]time.Duration
+}
+
+var words = pairs{
+	Name:   two{"DHCP", "DHCPv6"},
+	Option: two{"dhcp=true", "ipv6_mode=dhcpv6"},
+	Pool:   two{"pool", "range"},
+	Leased: two{"leased address", "leased IPv6 address"},
+	Declined: two{"declined a DHCP offer that is not free",
+		"declined a DHCPv6 address that is not free"},
+	NoDecline: two{"could not send DHCPDECLINE", "could not send a DHCPv6 Decline"},
+	Released:  two{"released DHCP lease", "released IPv6 address"},
+	NoRelease: two{"could not release DHCP lease: the next start tries again; the server frees it when it expires",
+		"could not release a DHCPv6 lease: the next start tries again (journal); the server frees it when it expires"},
+	Renewed:    two{"renewed DHCP lease", "renewed IPv6 address"},
+	NotWonBack: two{"lost DHCP lease not won back yet; asking again", "could not win a lost DHCPv6 lease back"},
+	WonBack: two{"won a lost DHCP lease back: the container sends from its address again",
+		"won a lost IPv6 address back: the container sends from it again"},
+	NoRecord:    two{"record DHCP lease", "could not record a DHCPv6 lease: trying again shortly"},
+	NoRecordLvl: [2]slog.Level{slog.LevelError, slog.LevelWarn},
+	ExpiredWhy:  two{"the lease expired without a renewal", "it expired without a renewal"},
+	Lost:        two{"DHCP lease lost", "lost a DHCPv6 lease"},
+	LostAsk:     two{"", "underlay asks for it every 30s; "},
+	Background:  [2]bool{false, true},
+	CommitRetry: [2]time.Duration{dhcp.MinRetryShort, 5 * time.Second},
+	LockRetry:   [2]time.Duration{dhcp.MinRetry, lostLeaseRetry},
+}
+
+// of is one family's words (0: DHCP, 1: DHCPv6).
+func (p *pairs) of(i int) *Words {
+	return &Words{Name: p.Name[i], Option: p.Option[i], Pool: p.Pool[i], Leased: p.Leased[i], Declined: p.Declined[i],
+		NoDecline: p.NoDecline[i], Released: p.Released[i], NoRelease: p.NoRelease[i], Renewed: p.Renewed[i],
+		NotWonBack: p.NotWonBack[i], WonBack: p.WonBack[i], NoRecord: p.NoRecord[i], NoRecordLvl: p.NoRecordLvl[i],
+		ExpiredWhy: p.ExpiredWhy[i], Lost: p.Lost[i], LostAsk: p.LostAsk[i], Background: p.Background[i],
+		CommitRetry: p.CommitRetry[i], LockRetry: p.LockRetry[i]}
+}
+
+var dhcpWords, dhcp6Words = words.of(0), words.of(1)

@@ -40,7 +40,7 @@ func (ls *Leaser[L, R]) Journal(ctx context.Context, n store.Network, ep store.E
 		err = ls.store.Batch(func(tx *store.Tx) error { return tx.PutPendingRelease(rec) })
 	}
 	if err != nil {
-		return fmt.Errorf("journal the %s lease %s of endpoint %s: %w", ls.Family.Words().Name, ls.Family.Text(*l), dockerid.Short(ep.ID), err)
+		return fmt.Errorf("journal the %s lease %s of endpoint %s: %w", ls.Family.Words().Name, ls.Family.Facts(*l).Text, dockerid.Short(ep.ID), err)
 	}
 	return nil
 }
@@ -49,7 +49,7 @@ func (ls *Leaser[L, R]) Journal(ctx context.Context, n store.Network, ep store.E
 // transaction that records the endpoint (which then holds it).
 func (ls *Leaser[L, R]) Pending(tx *store.Tx, n store.Network, ep store.Endpoint) error {
 	if l := ls.Family.Of(ep); l != nil {
-		return tx.DeletePendingRelease(n.ID, ep.ID, ls.Family.Text(*l))
+		return tx.DeletePendingRelease(n.ID, ep.ID, ls.Family.Facts(*l).Text)
 	}
 	return nil
 }
@@ -58,7 +58,7 @@ func (ls *Leaser[L, R]) Pending(tx *store.Tx, n store.Network, ep store.Endpoint
 // its held lease, to be released (nil without one to release).
 func (ls *Leaser[L, R]) JournalDeletion(ctx context.Context, n store.Network, ep store.Endpoint) *store.PendingRelease {
 	l := ls.Family.Of(ep)
-	if l == nil || !ls.Family.Lost(*l).IsZero() {
+	if l == nil || !ls.Family.Facts(*l).Lost.IsZero() {
 		return nil
 	}
 	r, err := ls.RequestOf(ctx, n, ep)
@@ -76,7 +76,7 @@ func (ls *Leaser[L, R]) Unjournal(n store.Network, ep store.Endpoint) {
 	if l == nil {
 		return
 	}
-	addr := ls.Family.Text(*l)
+	addr := ls.Family.Facts(*l).Text
 	if err := ls.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(n.ID, ep.ID, addr) }); err != nil {
 		ls.log.Warn("could not forget a released "+ls.Family.Words().Name+" lease in the journal: the next start releases it again", "endpoint", ep.ID, "address", addr, "error", err)
 	}
@@ -105,11 +105,11 @@ func (ls *Leaser[L, R]) releaseJournaled(ctx context.Context) {
 		},
 		Held: func(ep store.Endpoint, p store.PendingRelease) bool {
 			l := f.Of(ep)
-			return l != nil && f.Text(*l) == p.Addr()
+			return l != nil && f.Facts(*l).Text == p.Addr()
 		},
 		Expiry: func(p store.PendingRelease) time.Time {
 			_, l, _ := f.FromEntry(p)
-			return f.Expiry(l)
+			return f.Facts(l).Expiry
 		},
 		Release: release,
 	})

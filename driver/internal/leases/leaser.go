@@ -6,8 +6,8 @@
 // client and store.Lease, DHCP6 over dhcp6's client and store.Lease6).
 //
 // A file per phase: acquire.go, journal.go, renew.go, lost.go, timers.go,
-// release.go; family.go is the adapters' contract, family_v4.go and
-// family_v6.go the adapters.
+// release.go; family.go is the adapters' contract and the families'
+// words, families.go the two adapters.
 //
 // Rule: it reaches the store, the kernel and the lease clients only
 // through its own small interfaces (Store, LinkGetter, AddrBlocker,

@@ -177,8 +177,8 @@ func (ls *Leaser[L, R]) restoreBlocksLocked(ctx context.Context, lost []rules.Bl
 // remove) is removed again (stillLost).
 func (ls *Leaser[L, R]) blockLost(ctx context.Context, k Key, n store.Network, ep store.Endpoint, l L) {
 	f, w := ls.Family, ls.Family.Words()
-	a := f.Addr(l)
-	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", f.Text(l), "why", lostWhy(l))
+	a := f.Facts(l).Addr
+	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", f.Facts(l).Text, "why", f.Facts(l).LostWhy)
 	switch {
 	case ls.blocker == nil:
 		log.Error(w.Lost + ", and this daemon cannot block the address: the container keeps sending from it; restart the container to get a new address")
@@ -198,17 +198,6 @@ func (ls *Leaser[L, R]) blockLost(ctx context.Context, k Key, n store.Network, e
 	}
 }
 
-// lostWhy is why a lease was lost, as recorded.
-func lostWhy(l any) string {
-	switch l := l.(type) {
-	case store.Lease:
-		return l.LostWhy
-	case store.Lease6:
-		return l.LostWhy
-	}
-	return ""
-}
-
 // stillLost says whether the endpoint's record still holds l as a lost
 // lease; if not (deleted between the record and the block), the block
 // just made is removed, under the endpoint's lock: a deletion after this
@@ -221,12 +210,12 @@ func (ls *Leaser[L, R]) stillLost(ctx context.Context, k Key, parent string, l L
 	}
 	defer unlock()
 	if n != nil && ep != nil {
-		if held := f.Of(*ep); held != nil && f.Text(*held) == f.Text(l) && !f.Lost(*held).IsZero() {
+		if held := f.Of(*ep); held != nil && f.Facts(*held).Text == f.Facts(l).Text && !f.Facts(*held).Lost.IsZero() {
 			return true
 		}
 	}
-	if err := ls.blocker.Unblock(context.WithoutCancel(ctx), parent, f.Addr(l), ls.mark); err != nil {
-		ls.log.Warn("could not unblock the address of a "+f.Words().Name+" lease whose endpoint went: the next start removes the block", "address", f.Addr(l), "error", err)
+	if err := ls.blocker.Unblock(context.WithoutCancel(ctx), parent, f.Facts(l).Addr, ls.mark); err != nil {
+		ls.log.Warn("could not unblock the address of a "+f.Words().Name+" lease whose endpoint went: the next start removes the block", "address", f.Facts(l).Addr, "error", err)
 	}
 	return false
 }
@@ -234,19 +223,19 @@ func (ls *Leaser[L, R]) stillLost(ctx context.Context, k Key, parent string, l L
 // wonBack unblocks the address of a lease that was lost and is held again.
 func (ls *Leaser[L, R]) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old L) {
 	f, w := ls.Family, ls.Family.Words()
-	a := f.Addr(old)
+	a := f.Facts(old).Addr
 	if ls.blocker != nil && a.IsValid() {
 		if err := ls.blocker.Unblock(ctx, n.Parent, a, ls.mark); err != nil {
 			ls.log.Error("won a lost "+w.Name+" lease back, but unblocking the address failed: the container still cannot send from it", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
 			return
 		}
 	}
-	ls.log.Info(w.WonBack, "network", n.ID, "endpoint", ep.ID, "address", a, "lost_for", ls.now().Sub(f.Lost(old)).Round(time.Second))
+	ls.log.Info(w.WonBack, "network", n.ID, "endpoint", ep.ID, "address", a, "lost_for", ls.now().Sub(f.Facts(old).Lost).Round(time.Second))
 }
 
 // unblock removes the block of a lost lease whose endpoint goes.
 func (ls *Leaser[L, R]) unblock(ctx context.Context, n store.Network, ep store.Endpoint, l L) {
-	a := ls.Family.Addr(l)
+	a := ls.Family.Facts(l).Addr
 	if ls.blocker == nil || !a.IsValid() {
 		return
 	}

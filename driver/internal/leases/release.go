@@ -21,7 +21,7 @@ func (ls *Leaser[L, R]) Forget(ctx context.Context, n store.Network, ep store.En
 	l := ls.Family.Of(ep)
 	switch {
 	case l == nil:
-	case !ls.Family.Lost(*l).IsZero():
+	case !ls.Family.Facts(*l).Lost.IsZero():
 		ls.unblock(ctx, n, ep, *l)
 	case !ls.Family.HasClient():
 	case !ls.Family.Words().Background:
@@ -53,10 +53,10 @@ func (ls *Leaser[L, R]) release(ctx context.Context, n store.Network, ep store.E
 		err = ls.Family.Release(ctx, r, l)
 	}
 	if err != nil {
-		ls.log.Warn(w.NoRelease, "network", n.ID, "endpoint", ep.ID, "address", ls.Family.Text(l), "error", err)
+		ls.log.Warn(w.NoRelease, "network", n.ID, "endpoint", ep.ID, "address", ls.Family.Facts(l).Text, "error", err)
 		return false
 	}
 	ls.Unjournal(n, ep)
-	ls.log.Info(w.Released, "network", n.ID, "endpoint", ep.ID, "address", ls.Family.Text(l))
+	ls.log.Info(w.Released, "network", n.ID, "endpoint", ep.ID, "address", ls.Family.Facts(l).Text)
 	return true
 }

@@ -75,14 +75,14 @@ func (ls *Leaser[L, R]) Renew(ctx context.Context, k Key) {
 		ls.timers.Set(k, at)
 		return
 	}
-	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", f.Text(old))
+	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", f.Facts(old).Text)
 	rctx, cancel := f.Exchange(ctx, n, old, now)
 	defer cancel()
 	if !ls.timers.Exchange(k, cancel) {
 		return // the endpoint is being deleted
 	}
 	defer ls.timers.Exchanged(k)
-	if f.Lost(old).IsZero() && f.Expired(old, now) {
+	if f.Facts(old).Lost.IsZero() && f.Expired(old, now) {
 		// Expired: lost, whether or not the server can be asked now.
 		if old, ok = ls.lose(ctx, k, n, ep, old, w.ExpiredWhy, log); !ok {
 			return
@@ -93,7 +93,7 @@ func (ls *Leaser[L, R]) Renew(ctx context.Context, k Key) {
 	var l L
 	switch {
 	case err != nil:
-	case !f.Lost(old).IsZero():
+	case !f.Facts(old).Lost.IsZero():
 		l, err = ls.reacquire(rctx, r, old)
 	default:
 		l, err = f.Renew(rctx, r, old, now)
@@ -107,7 +107,7 @@ func (ls *Leaser[L, R]) Renew(ctx context.Context, k Key) {
 	}
 	if err != nil {
 		next := f.Next(old, ls.now()) // after the exchange, which took its time
-		if f.Lost(old).IsZero() {
+		if f.Facts(old).Lost.IsZero() {
 			f.RenewFailed(log, old, next, err)
 		} else {
 			log.Debug(w.NotWonBack, "next", next, "error", err)
@@ -124,7 +124,7 @@ func (ls *Leaser[L, R]) Renew(ctx context.Context, k Key) {
 	case leaseNotRecorded:
 		return // rescheduled: the record keeps the old lease, which the server extended
 	}
-	if !f.Lost(old).IsZero() {
+	if !f.Facts(old).Lost.IsZero() {
 		ls.wonBack(context.WithoutCancel(ctx), n, ep, old)
 	} else {
 		log.Info(w.Renewed, f.Renewed(l)...)
@@ -182,7 +182,7 @@ func (ls *Leaser[L, R]) commit(ctx context.Context, k Key, old, l L, log *slog.L
 	if err == nil {
 		defer unlock()
 		held := f.Of(derefEndpoint(ep))
-		if ep == nil || held == nil || f.Text(*held) != f.Text(old) || !f.Acquired(*held).Equal(f.Acquired(old)) || !f.Lost(*held).Equal(f.Lost(old)) {
+		if ep == nil || held == nil || f.Facts(*held).Text != f.Facts(old).Text || !f.Facts(*held).Acquired.Equal(f.Facts(old).Acquired) || !f.Facts(*held).Lost.Equal(f.Facts(old).Lost) {
 			return leaseGone
 		}
 		renewed := f.With(*ep, &l)
@@ -207,15 +207,15 @@ func derefEndpoint(ep *store.Endpoint) store.Endpoint {
 // (a DHCP lease's mask may change): another is given back.
 func (ls *Leaser[L, R]) reacquire(ctx context.Context, r R, old L) (L, error) {
 	f := ls.Family
-	l, err := f.Acquire(ctx, r, f.Addr(old))
+	l, err := f.Acquire(ctx, r, f.Facts(old).Addr)
 	if err != nil {
 		return l, err
 	}
-	if f.Addr(l) != f.Addr(old) {
+	if f.Facts(l).Addr != f.Facts(old).Addr {
 		// An address offered instead: not ours to keep.
 		ls.giveBack(ctx, r, l)
 		var none L
-		return none, fmt.Errorf("the server offered %s instead of %s", f.Text(l), f.Text(old))
+		return none, fmt.Errorf("the server offered %s instead of %s", f.Facts(l).Text, f.Facts(old).Text)
 	}
 	return l, nil
 }
