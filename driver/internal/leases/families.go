@@ -60,7 +60,7 @@ type DHCP struct {
 	Client Client // nil: this daemon has no DHCP client
 }
 
-func (DHCP) Words() *Words                               { return dhcpWords }
+func (DHCP) Words() Words                                { return dhcpWords }
 func (f DHCP) HasClient() bool                           { return f.Client != nil }
 func (DHCP) On(n store.Network) bool                     { return rules.DHCPOf(n).On }
 func (DHCP) Of(ep store.Endpoint) *store.Lease           { return ep.Lease }
@@ -226,7 +226,7 @@ const (
 	declineWait = 2 * time.Second
 )
 
-func (DHCP6) Words() *Words                                { return dhcp6Words }
+func (DHCP6) Words() Words                                 { return dhcp6Words }
 func (f DHCP6) HasClient() bool                            { return f.Client != nil }
 func (DHCP6) On(n store.Network) bool                      { return rules.IPv6ModeOf(n) == rules.IPv6DHCPv6 }
 func (DHCP6) Of(ep store.Endpoint) *store.Lease6           { return ep.Lease6 }

@@ -61,7 +61,7 @@ type Family[L, R any] interface {
 	Renewed(l L) []any
 	RenewFailed(log *slog.Logger, l L, next time.Time, err error)
 	// Words are the family's names and log messages.
-	Words() *Words
+	Words() Words
 }
 
 // Facts are what the lifecycle reads of a lease, whatever its family.
@@ -139,12 +139,13 @@ var words = pairs{
 }
 
 // of is one family's words (0: DHCP, 1: DHCPv6).
-func (p *pairs) of(i int) *Words {
-	return &Words{Name: p.Name[i], Option: p.Option[i], Pool: p.Pool[i], Leased: p.Leased[i], Declined: p.Declined[i],
+func (p *pairs) of(i int) Words {
+	return Words{Name: p.Name[i], Option: p.Option[i], Pool: p.Pool[i], Leased: p.Leased[i], Declined: p.Declined[i],
 		NoDecline: p.NoDecline[i], Released: p.Released[i], NoRelease: p.NoRelease[i], Renewed: p.Renewed[i],
 		NotWonBack: p.NotWonBack[i], WonBack: p.WonBack[i], NoRecord: p.NoRecord[i], NoRecordLvl: p.NoRecordLvl[i],
 		ExpiredWhy: p.ExpiredWhy[i], Lost: p.Lost[i], LostAsk: p.LostAsk[i], Background: p.Background[i],
 		CommitRetry: p.CommitRetry[i], LockRetry: p.LockRetry[i]}
 }
 
+// dhcpWords and dhcp6Words are read only.
 var dhcpWords, dhcp6Words = words.of(0), words.of(1)
