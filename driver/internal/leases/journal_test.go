@@ -109,8 +109,14 @@ func leasedEndpoint(n store.Network, id, addr string) store.Endpoint {
 
 func (f *journalFixture) pending(t *testing.T) []store.PendingRelease {
 	t.Helper()
+	return pendingIn(t, f.db)
+}
+
+// pendingIn is the journal in a state file.
+func pendingIn(t *testing.T, db *store.DB) []store.PendingRelease {
+	t.Helper()
 	var out []store.PendingRelease
-	if err := f.db.View(func(tx *store.Tx) (err error) {
+	if err := db.View(func(tx *store.Tx) (err error) {
 		out, err = tx.PendingReleases()
 		return err
 	}); err != nil {

@@ -186,16 +186,15 @@ func (f *life) lockEndpoint(ctx context.Context, netID, epID string) (context.Co
 	var n *store.Network
 	var ep *store.Endpoint
 	err := f.db.View(func(tx *store.Tx) error {
-		nv, ok, err := tx.Network(netID)
-		if err != nil || !ok {
-			return err
+		nv, nok, nerr := tx.Network(netID)
+		ev, eok, eerr := tx.Endpoint(netID, epID)
+		if nok {
+			n = &nv
 		}
-		n = &nv
-		ev, ok, err := tx.Endpoint(netID, epID)
-		if ok {
+		if nok && eok {
 			ep = &ev
 		}
-		return err
+		return errors.Join(nerr, eerr)
 	})
 	return ctx, func() {}, n, ep, err
 }
@@ -212,14 +211,8 @@ func (f *life) record(t *testing.T) store.Endpoint {
 func (f *life) pending(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	if err := f.db.View(func(tx *store.Tx) error {
-		all, err := tx.PendingReleases()
-		for _, p := range all {
-			out = append(out, strings.TrimSuffix(p.Addr(), "/24"))
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	for _, p := range pendingIn(t, f.db) {
+		out = append(out, strings.TrimSuffix(p.Addr(), "/24"))
 	}
 	return out
 }
@@ -392,17 +385,23 @@ func TestRenewCommits(t *testing.T) {
 	t.Run("DHCPv6", func(t *testing.T) { testRenewCommits(t, v6) })
 }
 
-func testRenewCommits[L, R any](t *testing.T, fam family[L, R]) {
+// recorded is the fixture with its endpoint recorded holding a lease of
+// fam's, and what a test of it uses.
+func recorded[L, R any](t *testing.T, fam family[L, R]) (*life, *Leaser[L, R], *script, Key) {
+	t.Helper()
 	f := newLife(t)
-	ep := leased(t, f, fam)
-	drivertest.Put(t, f.db, nil, ep)
-	ls, k := fam.ls(f), Key{f.n.ID, f.ep.ID}
+	drivertest.Put(t, f.db, nil, leased(t, f, fam))
+	return f, fam.ls(f), fam.s(f), Key{f.n.ID, f.ep.ID}
+}
+
+func testRenewCommits[L, R any](t *testing.T, fam family[L, R]) {
+	f, ls, s, k := recorded(t, fam)
 	f.clock.Advance(40 * time.Minute) // past T1
 	ls.Renew(context.Background(), k)
 	rec := f.record(t)
 	got := ls.Family.Facts(*ls.Family.Of(rec))
-	if fam.s(f).renewed != 1 || !got.Acquired.Equal(f.clock.Now()) || !got.Lost.IsZero() {
-		t.Fatalf("after Renew: %d renewals, recorded %+v; want one, acquired now", fam.s(f).renewed, got)
+	if s.renewed != 1 || !got.Acquired.Equal(f.clock.Now()) || !got.Lost.IsZero() {
+		t.Fatalf("after Renew: %d renewals, recorded %+v; want one, acquired now", s.renewed, got)
 	}
 	if at, ok := ls.Timers().Due(k); !ok || !at.Equal(ls.Family.Next(*ls.Family.Of(rec), f.clock.Now())) || !at.After(f.clock.Now()) {
 		t.Fatalf("next action at %v (%v), want the renewed lease's", at, ok)
@@ -418,10 +417,7 @@ func TestLossBlocksAndWinsBack(t *testing.T) {
 }
 
 func testLossBlocksAndWinsBack[L, R any](t *testing.T, fam family[L, R]) {
-	f := newLife(t)
-	ep := leased(t, f, fam)
-	drivertest.Put(t, f.db, nil, ep)
-	ls, s, k := fam.ls(f), fam.s(f), Key{f.n.ID, f.ep.ID}
+	f, ls, s, k := recorded(t, fam)
 	s.renewErr, s.down = fam.refusal, true
 	f.clock.Advance(40 * time.Minute)
 	ls.Renew(context.Background(), k)
