@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"github.com/underlay-net/underlay/driver/internal/leases"
 	"net/netip"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ import (
 func holdersFixture(t *testing.T) (*fixture, *fakeLeases, *fakeLeases6) {
 	f, fl6 := lan6Fixture(t)
 	fl := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
-	f.d.lease.DHCP = fl
+	f.d.leases.V4.Family = leases.DHCP{Client: fl}
 	f.k.AddHostAddr("lan0", netip.MustParseAddr("198.18.2.100"))
 	f.k.AddHostAddr("lan0", netip.MustParseAddr("2001:db8:2::100"))
 	return f, fl, fl6

@@ -2,24 +2,24 @@ package driver
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"strings"
 	"time"
 
+	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
 // Addresses from the LAN's DHCP server (-o dhcp=true, with Docker's null
-// IPAM): CreateEndpoint leases an address for the endpoint and answers it,
-// Join answers the lease's router and classless routes, DeleteEndpoint
-// releases it, and driver/internal/leases renews it for as long as the endpoint exists.
+// IPAM): CreateEndpoint leases an address for the endpoint and answers it
+// (dhcpAddr, leased: the lifecycle of driver/internal/leases, the same as
+// DHCPv6's), Join answers the lease's router and classless routes,
+// DeleteEndpoint releases it, and driver/internal/leases renews it for as
+// long as the endpoint exists.
 // The lease client (LeaseClient) works from the host namespace on the
 // parent link; the lease is part of the endpoint's record.
 
@@ -53,63 +53,67 @@ func (d *Driver) lockParents(ctx context.Context, names ...string) (func(), erro
 // renews each when due, at most 32 at once per family, until ctx ends or
 // the driver closes. Call it after Restore.
 func (d *Driver) RunLeases(ctx context.Context) error {
-	if err := d.lease.Run(ctx); err != nil {
-		return err
-	}
-	return d.lease6.Run(ctx)
+	return d.leases.Run(ctx)
 }
 
-// acquireLease leases an address for a new endpoint of a DHCP network,
-// within the network's dhcp_timeout. An offer that is not free is
-// declined (DHCPDECLINE) and another asked for, up to maxDeclines times:
-// one another create in flight is taking, one another endpoint of this
-// daemon on the parent holds, one a host on the LAN answers a probe for.
-// unclaim ends the claim on the address; call it once the endpoint is
-// recorded (or not).
-func (d *Driver) acquireLease(ctx context.Context, n store.Network, ep store.Endpoint) (l store.Lease, unclaim func(), err error) {
-	unclaim = func() {}
-	if d.lease.DHCP == nil {
-		return store.Lease{}, unclaim, fmt.Errorf("network %s has dhcp=true but this daemon has no DHCP client", dockerid.Short(n.ID))
+// dhcpAddr is the address source of DHCP networks: a lease of the LAN's
+// DHCP server (driver/internal/leases), answered as the endpoint's IPv4
+// address.
+func (d *Driver) dhcpAddr(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error) {
+	if !rules.DHCPOf(n).On {
+		return grant{}, nil
 	}
-	r, err := d.lease.RequestOf(ctx, n, ep)
+	return leased(ctx, d, d.leases.V4, n, ep, existing, false)
+}
+
+// leased gives ep a lease of ls's family (its address in ep.IPv6 when
+// six, in ep.IPv4 otherwise): the one the endpoint's record holds when
+// Docker asks again with the same MAC, a new one otherwise, whose offers
+// the driver's checks decline when not free (offerFree) and which is
+// journaled until the endpoint's commit holds it. The grant's undo gives
+// it back; start has it renewed.
+func leased[L, R any](ctx context.Context, d *Driver, ls *leases.Leaser[L, R], n store.Network, ep, existing *store.Endpoint, six bool) (grant, error) {
+	f := ls.Family
+	field := &ep.IPv4
+	if six {
+		field = &ep.IPv6
+	}
+	g := grant{
+		answer: func(a *network.EndpointInterface) {
+			if six {
+				a.AddressIPv6 = ep.IPv6
+			} else {
+				a.Address = ep.IPv4
+			}
+		},
+		commit: func(tx *store.Tx) error { return ls.Pending(tx, n, *ep) },
+		start:  func() { ls.Schedule(n, *ep) },
+	}
+	if existing != nil && f.Of(*existing) != nil {
+		if existing.MAC == ep.MAC { // Docker asked again
+			*ep = f.With(*ep, f.Of(*existing))
+			*field = f.Answer(*f.Of(*existing))
+			return g, nil
+		}
+		ls.Forget(context.WithoutCancel(ctx), n, *existing) // asked again with another MAC: its lease is not this one's
+	}
+	checks, budget := d.offerChecks(), d.lan.Budget(ctx, n)
+	l, unclaim, err := ls.Acquire(ctx, n, *ep, func(ctx context.Context, addr netip.Addr) (string, func(), error) {
+		return offerFree(ctx, checks, n, *ep, addr, budget)
+	})
 	if err != nil {
-		return store.Lease{}, unclaim, err
+		return grant{}, err
 	}
-	c := rules.DHCPOf(n)
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
-	defer cancel()
-	budget := d.lan.Budget(ctx, n)
-	var declined []string
-	for {
-		l, err = d.lease.DHCP.Acquire(ctx, r)
-		if err != nil {
-			if len(declined) > 0 {
-				err = fmt.Errorf("%w (after declining %s)", err, strings.Join(declined, "; "))
-			}
-			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, c.Timeout, err)
-		}
-		addr := leases.Addr(l)
-		why, release, err := offerFree(ctx, d.offerChecks(), n, ep, addr, budget)
-		if err != nil { // the lease is not taken: given back, as DHCPv6's is
-			if rerr := d.lease.DHCP.Release(context.WithoutCancel(ctx), r, l); rerr != nil {
-				d.log.Warn("could not release a DHCP lease whose address could not be checked", "address", addr, "error", rerr)
-			}
-			return store.Lease{}, unclaim, fmt.Errorf("endpoint %s of network %s: check the offered %s: %w", dockerid.Short(ep.ID), dockerid.Short(n.ID), addr, err)
-		}
-		if why == "" {
-			d.log.Info("leased address", "network", n.ID, "endpoint", ep.ID, "address", l.Addr, "router", l.Router, "server", l.ServerID, "expiry", l.Expiry)
-			return l, release, nil
-		}
-		declined = append(declined, fmt.Sprintf("%s: %s", addr, why))
-		d.log.Warn("declined a DHCP offer that is not free", "network", n.ID, "endpoint", ep.ID, "address", addr, "why", why)
-		if derr := d.lease.DHCP.Decline(context.WithoutCancel(ctx), r, l); derr != nil {
-			d.log.Warn("could not send DHCPDECLINE", "address", addr, "error", derr)
-		}
-		if len(declined) >= rules.MaxDeclines {
-			return store.Lease{}, unclaim, fmt.Errorf("%w: endpoint %s of network %s: the DHCP server on %s offered only addresses that are not free, each declined: %s; free them on the LAN or on the server (its lease table), or widen its pool",
-				ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, strings.Join(declined, "; "))
-		}
+	*ep = f.With(*ep, &l)
+	*field = f.Answer(l)
+	g.unclaim = unclaim
+	g.undo = func() { ls.Forget(context.WithoutCancel(ctx), n, *ep) }
+	if err := ls.Journal(ctx, n, *ep); err != nil { // the commit removes it
+		g.undo()
+		unclaim()
+		return grant{}, err
 	}
+	return g, nil
 }
 
 // offerChecks is what checks an offered address (DHCP's or DHCPv6's):

@@ -148,7 +148,7 @@ func (f *fakeLeases) Release(ctx context.Context, r LeaseRequest, l store.Lease)
 func dhcpFixture(t *testing.T) (*fixture, *fakeLeases) {
 	f := newFixture(t)
 	fl := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
-	f.d.lease.DHCP = fl
+	f.d.leases.V4.Family = leases.DHCP{Client: fl}
 	f.k.AddLink(netlinkutil.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
 	return f, fl
 }
@@ -197,7 +197,7 @@ func TestDHCPNetworkOptions(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal saying %q", tc.name, err, tc.want)
 		}
 	}
-	f.d.lease.DHCP = nil
+	f.d.leases.V4.Family = leases.DHCP{}
 	if err := f.d.CreateNetwork(ctx, dhcpNet(netA)); err == nil || !strings.Contains(err.Error(), "without a DHCP client") {
 		t.Errorf("no DHCP client: %v", err)
 	}
@@ -238,7 +238,7 @@ func TestDHCPEndpointLifecycle(t *testing.T) {
 	}
 	// Renewal at T1 keeps the address and moves the expiry.
 	f.clock.Advance(61 * time.Second)
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	n, _ := f.record(netA)
 	var ep store.Endpoint
 	_ = f.db.View(func(tx *store.Tx) (err error) { ep, _, err = tx.Endpoint(n.ID, ep1); return err })
@@ -248,7 +248,7 @@ func TestDHCPEndpointLifecycle(t *testing.T) {
 	// A NAK: asked again for the same address, which it gets.
 	fl.nak = true
 	f.clock.Advance(61 * time.Second)
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if last := fl.requests[len(fl.requests)-1]; last.Address.String() != "198.18.180.100" {
 		t.Errorf("after a NAK the lease was asked for %s, want the same address", last.Address)
 	}
@@ -302,7 +302,7 @@ func TestDHCPExpiredLeaseAndNetworkDelete(t *testing.T) {
 	fl.byClient = map[string]string{} // the server forgot it (a restart)
 	fl.mu.Unlock()
 	f.clock.Advance(3 * time.Minute) // past the expiry
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if fl.renewals != 0 {
 		t.Errorf("an expired lease was renewed with a REQUEST (%d), which a server without its record ignores", fl.renewals)
 	}
@@ -316,7 +316,7 @@ func TestDHCPExpiredLeaseAndNetworkDelete(t *testing.T) {
 	if fl.renewals != 0 || len(fl.released) != 1 || fl.released[0] != r.Interface.Address {
 		t.Errorf("deleting the network released %v, want the endpoint's lease %s", fl.released, r.Interface.Address)
 	}
-	n := f.d.lease.Timers().Scheduled()
+	n := f.d.leases.V4.Timers().Scheduled()
 	if n != 0 {
 		t.Errorf("%d leases still scheduled after the network went", n)
 	}

@@ -9,7 +9,7 @@
 // serializes requests per network, endpoint and parent link. Carrying out
 // the planners' plans (restore, janitor, live repair) is
 // driver/internal/reconcile's, the operator's view and repairs
-// driver/internal/operator's, the effects on owned links both share
+// driver/internal/reconcile's, the effects on owned links both share
 // driver/internal/links's.
 package driver
 
@@ -25,7 +25,6 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
-	"github.com/underlay-net/underlay/driver/internal/leases6"
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/stale"
@@ -58,7 +57,7 @@ type Config struct {
 	DHCP LeaseClient
 	// DHCPv6 leases IPv6 addresses for the endpoints of
 	// ipv6_mode=dhcpv6 networks; nil refuses their endpoints.
-	DHCPv6 leases6.Client
+	DHCPv6 leases.Client6
 	// Routes lists the host's routes, which parent=auto picks a link by;
 	// nil refuses parent=auto.
 	Routes RouteLister
@@ -145,8 +144,7 @@ type AddrAnnouncer = lan.Announcer
 type Driver struct {
 	store  Store
 	links  netlinkutil.Links
-	lease  *leases.Leaser  // DHCP leases of endpoints (driver/internal/leases)
-	lease6 *leases6.Leaser // DHCPv6 leases of endpoints (driver/internal/leases6)
+	leases *leases.Leases // DHCP and DHCPv6 leases of endpoints (driver/internal/leases)
 	// holders rules out a create's conflicting holders with Docker
 	// (driver/internal/stale).
 	holders *stale.Holders
@@ -180,11 +178,11 @@ type Driver struct {
 	// the live repair's (driver/internal/reconcile).
 	reconcile *reconcile.Executor
 	// operator answers underlay ls and doctor, and carries out doctor's
-	// repairs (driver/internal/operator).
+	// repairs (driver/internal/reconcile).
 	operator *reconcile.Operator
 	// shims make networks' host links (driver/internal/links).
 	shims *links.Shims
-	// macs chooses endpoints' MACs (driver/internal/macs).
+	// macs chooses endpoints' MACs (driver/internal/lan).
 	macs *lan.Chooser
 	// ifnames are the interface names endpoints asked for (ifnames.go).
 	ifnames ifnames
@@ -251,10 +249,8 @@ func New(c Config) (*Driver, error) {
 		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},
 		Locks: d.locks, Remove: d.removeNetwork, Events: c.Events, Log: c.Logger,
 	}
-	d.lease = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
-		Stop: d.stop, LockEndpoint: d.lockEndpoint, LockParents: d.lockParents})
-	d.lease6 = leases6.New(leases6.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCPv6, Blocker: blocker, Mark: d.mark, Log: c.Logger, Now: c.Now,
-		Stop: d.stop, LockEndpoint: d.lockEndpoint, LockParents: d.lockParents})
+	d.leases = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, DHCPv6: c.DHCPv6, Blocker: blocker, Mark: d.mark,
+		Log: c.Logger, Now: c.Now, Stop: d.stop, LockEndpoint: d.lockEndpoint, LockParents: d.lockParents})
 	return d, nil
 }
 
@@ -293,8 +289,7 @@ func (d *Driver) Close() {
 	}
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
-	d.lease.Wait()
-	d.lease6.Wait()
+	d.leases.Wait()
 	d.lan.Close()
 }
 

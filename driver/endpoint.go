@@ -8,7 +8,6 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
@@ -49,7 +48,8 @@ func (d *Driver) lockEndpoint(ctx context.Context, netID, epID string) (locked c
 }
 
 // CreateEndpoint records an endpoint and answers only what Docker left
-// empty: a generated MAC for macvlan endpoints without one.
+// empty: a generated MAC for macvlan endpoints without one, and the
+// addresses the LAN gave it (DHCP, DHCPv6, SLAAC).
 func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpointRequest) (*network.CreateEndpointResponse, error) {
 	ctx, unlock, n, existing, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
 	if err != nil {
@@ -59,140 +59,198 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 	if n == nil || n.Pending != nil {
 		return nil, notFound("network", req.NetworkID)
 	}
+	ep, ifname, generated, err := d.newEndpoint(ctx, *n, req, existing)
+	if err != nil {
+		return nil, err
+	}
+	grants, err := d.addresses(ctx, *n, &ep, existing)
+	defer grants.unclaim() // once recorded, or not
+	if err != nil {
+		return nil, err
+	}
+	d.point("create-endpoint/before-commit")
+	if err := d.recordEndpoint(*n, &ep, grants); err != nil {
+		grants.undo()
+		return nil, endpointNotRecorded(req.NetworkID, ep, err)
+	}
+	d.point("create-endpoint/after-commit")
+	d.created(*n, ep, existing, ifname)
+	grants.start()
+	return grants.answer(ep, generated), nil
+}
+
+// newEndpoint is the endpoint a create asks for, before its addresses
+// from the LAN: its MAC (generated is whether this daemon chose it), its
+// addresses from Docker, and the container's interface name.
+func (d *Driver) newEndpoint(ctx context.Context, n store.Network, req *network.CreateEndpointRequest, existing *store.Endpoint) (ep store.Endpoint, ifname string, generated bool, err error) {
 	iface := req.Interface
 	if iface == nil {
 		iface = &network.EndpointInterface{}
 	}
-	ep := store.Endpoint{NetworkID: n.ID, ID: req.EndpointID}
-	generated := false
+	ep = store.Endpoint{NetworkID: n.ID, ID: req.EndpointID}
 	switch {
 	case iface.MacAddress != "" && n.Type == rules.TypeIpvlan:
-		return nil, rules.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", dockerid.Short(req.EndpointID), iface.MacAddress, n.Parent)
+		return ep, "", false, rules.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", dockerid.Short(req.EndpointID), iface.MacAddress, n.Parent)
 	case iface.MacAddress != "":
 		mac, err := net.ParseMAC(iface.MacAddress)
 		if err != nil || len(mac) != 6 {
-			return nil, rules.Invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, dockerid.Short(req.EndpointID))
+			return ep, "", false, rules.Invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, dockerid.Short(req.EndpointID))
 		}
 		if mac[0]&1 == 1 {
-			return nil, rules.Invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, dockerid.Short(req.EndpointID))
+			return ep, "", false, rules.Invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, dockerid.Short(req.EndpointID))
 		}
 		ep.MAC = mac.String()
 	}
-	ifname, err := rules.EndpointIfName(req.Options)
-	if err != nil {
-		return nil, err
+	if ifname, err = rules.EndpointIfName(req.Options); err != nil {
+		return ep, "", false, err
 	}
 	if ep.IPv4, err = rules.EndpointAddr(iface.Address, false); err != nil {
-		return nil, err
+		return ep, "", false, err
 	}
 	if ep.IPv6, err = rules.EndpointAddr(iface.AddressIPv6, true); err != nil {
-		return nil, err
+		return ep, "", false, err
 	}
 	if ep.MAC == "" && n.Type == rules.TypeMacvlan {
-		ep.MAC, generated = d.macs.Choose(ctx, *n, ep, existing), true
+		ep.MAC, generated = d.macs.Choose(ctx, n, ep, existing), true
 	}
-	if rules.DHCPOf(*n).On && ep.IPv4 != "" {
-		return nil, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv4)
-	}
-	// Holders no probe sees (addrheld.go): the host, this daemon's other
-	// endpoints on the parent.
-	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, *n, ep, rules.EndpointAddrs(ep))
-	if err != nil {
-		return nil, err
-	}
-	defer unclaim() // once recorded, or not
-	leased := false // whether this request leased the address
-	if !rules.DHCPOf(*n).On && existing == nil {
-		if err := d.lan.ProbeStatic(ctx, *n, ep); err != nil {
-			return nil, err
+	return ep, ifname, generated, nil
+}
+
+// grant is what an address source gave an endpoint being created; each
+// part may be nil.
+type grant struct {
+	// undo gives the address back: the endpoint is not recorded.
+	undo func()
+	// unclaim ends the claims on the address; call it once the endpoint
+	// is recorded, or not.
+	unclaim func()
+	// commit is the source's part of the endpoint's commit (its lease's
+	// journal entry goes: the record holds the lease).
+	commit func(*store.Tx) error
+	// start runs once the endpoint is recorded (the lease's renewals).
+	start func()
+	// answer sets what CreateEndpoint answers of the address.
+	answer func(*network.EndpointInterface)
+}
+
+// addrSource gives an endpoint being created its addresses of one
+// source, in ep: static (staticAddrs), DHCP (dhcpAddr), SLAAC or DHCPv6
+// (lanIPv6). On error it leaves nothing to undo (but may leave claims).
+type addrSource func(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error)
+
+// grants are the grants of an endpoint's sources, in order.
+type grants []grant
+
+// addresses asks each address source in turn; when one fails, what the
+// earlier ones gave is given back.
+func (d *Driver) addresses(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grants, error) {
+	var gs grants
+	for _, source := range []addrSource{d.staticAddrs, d.dhcpAddr, d.lanIPv6} {
+		g, err := source(ctx, n, ep, existing)
+		gs = append(gs, g)
+		if err != nil {
+			gs.undo()
+			return gs, err
 		}
 	}
-	if rules.DHCPOf(*n).On {
-		switch {
-		case existing != nil && existing.Lease != nil && existing.MAC == ep.MAC:
-			ep.Lease, ep.IPv4 = existing.Lease, existing.Lease.Addr // Docker asked again
-		default:
-			if existing != nil && existing.Lease != nil { // asked again with another MAC: its lease is not this one's
-				d.lease.Forget(context.WithoutCancel(ctx), *n, *existing)
-			}
-			l, unclaim, err := d.acquireLease(ctx, *n, ep)
-			defer unclaim() // once recorded, or not
-			if err != nil {
-				return nil, err
-			}
-			ep.Lease, ep.IPv4, leased = &l, l.Addr, true
-			if err := d.lease.Journal(ctx, *n, ep); err != nil {
-				_ = d.lease.Release(context.WithoutCancel(ctx), *n, ep)
-				return nil, fmt.Errorf("record the lease of endpoint %s: %w", dockerid.Short(ep.ID), err)
+	return gs, nil
+}
+
+func (gs grants) undo() {
+	for i := len(gs) - 1; i >= 0; i-- {
+		if gs[i].undo != nil {
+			gs[i].undo()
+		}
+	}
+}
+
+func (gs grants) unclaim() {
+	for _, g := range gs {
+		if g.unclaim != nil {
+			g.unclaim()
+		}
+	}
+}
+
+func (gs grants) commit(tx *store.Tx) error {
+	for _, g := range gs {
+		if g.commit != nil {
+			if err := g.commit(tx); err != nil {
+				return err
 			}
 		}
 	}
-	answer6, unclaim6, undo6, err := d.lanIPv6(ctx, *n, &ep, existing)
-	defer unclaim6() // once recorded, or not
-	if err != nil {
-		if leased && d.lease.Release(context.WithoutCancel(ctx), *n, ep) {
-			d.lease.Unjournal(*n, ep)
+	return nil
+}
+
+func (gs grants) start() {
+	for _, g := range gs {
+		if g.start != nil {
+			g.start()
 		}
-		return nil, err
 	}
-	d.point("create-endpoint/before-commit")
-	if err := d.store.Batch(func(tx *store.Tx) error {
+}
+
+// answer is CreateEndpoint's answer: the MAC this daemon chose, and the
+// addresses the sources answer.
+func (gs grants) answer(ep store.Endpoint, generated bool) *network.CreateEndpointResponse {
+	answer := &network.EndpointInterface{}
+	if generated {
+		answer.MacAddress = ep.MAC
+	}
+	for _, g := range gs {
+		if g.answer != nil {
+			g.answer(answer)
+		}
+	}
+	if *answer == (network.EndpointInterface{}) {
+		return &network.CreateEndpointResponse{}
+	}
+	return &network.CreateEndpointResponse{Interface: answer}
+}
+
+// recordEndpoint commits the endpoint's record under its link name (the
+// alternative one when another endpoint's link holds it), with its
+// sources' part (grants.commit).
+func (d *Driver) recordEndpoint(n store.Network, ep *store.Endpoint, gs grants) error {
+	return d.store.Batch(func(tx *store.Tx) error {
 		ep.Link = rules.EndpointLinkName(ep.ID)
 		if other, ok, err := tx.EndpointByLink(ep.Link); err != nil {
 			return err
 		} else if ok && other.ID != ep.ID {
 			ep.Link = rules.AltEndpointLinkName(ep.ID)
 		}
-		if err := hostRouteFree(tx, *n, ep); err != nil {
+		if err := hostRouteFree(tx, n, *ep); err != nil {
 			return err
 		}
-		if leased {
-			if err := tx.DeletePendingRelease(n.ID, ep.ID, ep.Lease.Addr); err != nil {
-				return err
-			}
+		if err := gs.commit(tx); err != nil {
+			return err
 		}
-		if ep.Lease6 != nil { // the DHCPv6 lease's journal entry, if lanIPv6 wrote one
-			if err := tx.DeletePendingRelease(n.ID, ep.ID, ep.Lease6.Addr); err != nil {
-				return err
-			}
-		}
-		return tx.PutEndpoint(ep)
-	}); err != nil {
-		if leased && d.lease.Release(context.WithoutCancel(ctx), *n, ep) {
-			d.lease.Unjournal(*n, ep)
-		}
-		undo6()
-		if errors.Is(err, store.ErrNoNetwork) {
-			return nil, notFound("network", req.NetworkID)
-		}
-		if errors.Is(err, ErrConflict) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("record endpoint %s: %w", dockerid.Short(ep.ID), err)
+		return tx.PutEndpoint(*ep)
+	})
+}
+
+// endpointNotRecorded is the error of a create whose record could not be
+// committed.
+func endpointNotRecorded(netID string, ep store.Endpoint, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNoNetwork):
+		return notFound("network", netID)
+	case errors.Is(err, ErrConflict):
+		return err
 	}
-	d.point("create-endpoint/after-commit")
+	return fmt.Errorf("record endpoint %s: %w", dockerid.Short(ep.ID), err)
+}
+
+// created is what follows an endpoint's record: a record written anew
+// has no join and no announcements.
+func (d *Driver) created(n store.Network, ep store.Endpoint, existing *store.Endpoint, ifname string) {
 	if existing != nil {
 		d.joins.Drop(ep.ID) // the record was written anew, without a join
 		d.lan.StopAnnouncing(ep.ID)
 	}
 	d.ifnames.set(ep.ID, ifname)
 	d.log.Debug("created endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "mac", ep.MAC)
-	answer := &network.EndpointInterface{}
-	if generated {
-		answer.MacAddress = ep.MAC
-	}
-	if ep.Lease != nil {
-		answer.Address = ep.IPv4
-		d.lease.Schedule(n.ID, ep.ID, leases.NextAction(*ep.Lease, d.now()))
-	}
-	if answer6 {
-		answer.AddressIPv6 = ep.IPv6
-		d.lease6.Schedule(*n, ep)
-	}
-	if *answer == (network.EndpointInterface{}) {
-		return &network.CreateEndpointResponse{}, nil
-	}
-	return &network.CreateEndpointResponse{Interface: answer}, nil
 }
 
 // Leave deletes the endpoint's link if libnetwork has already moved it back
@@ -211,13 +269,10 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	var of store.Network
 	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(n store.Network, ep store.Endpoint) func(*store.Tx) error {
 		deleted, of = &ep, n
-		journal := []*store.PendingRelease{d.lease.JournalDeletion(ctx, n, ep), d.lease6.JournalDeletion(ctx, n, ep)}
+		journal := d.leases.Deletion(ctx, n, ep) // held leases: released below, or at the next start
 		return func(tx *store.Tx) error {
 			for _, r := range journal {
-				if r == nil {
-					continue
-				}
-				if err := tx.PutPendingRelease(*r); err != nil {
+				if err := tx.PutPendingRelease(r); err != nil {
 					return err
 				}
 			}
@@ -228,10 +283,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 	}
 	if deleted != nil {
 		d.joins.Drop(deleted.ID) // after the commit: a failed one keeps the join
-		if deleted.Lease != nil {
-			d.lease.Forget(context.WithoutCancel(ctx), of, *deleted)
-		}
-		d.lease6.Release(context.WithoutCancel(ctx), of, *deleted)
+		d.leases.Forget(context.WithoutCancel(ctx), of, *deleted)
 	}
 	d.ifnames.set(req.EndpointID, "")
 	return nil

@@ -10,7 +10,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/leases6"
+	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
@@ -65,7 +65,7 @@ type fixture struct {
 	points []string
 	mu     sync.Mutex
 	// dhcp6 is the DHCPv6 client open gives the driver (ipv6_test.go).
-	dhcp6 leases6.Client
+	dhcp6 leases.Client6
 	// events, when set before open, is told what the driver does.
 	events Events
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // The operator's view (underlay ls, underlay doctor) and the repairs
-// doctor --repair asks for: driver/internal/operator's. Each repair checks
+// doctor --repair asks for: driver/internal/reconcile's. Each repair checks
 // its finding again under the locks a request would take and acts by the
 // same rules: nothing is removed that Docker knows or that underlay does
 // not own.

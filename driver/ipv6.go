@@ -3,8 +3,8 @@ package driver
 import (
 	"context"
 	"net"
-	"net/netip"
 
+	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
@@ -20,66 +20,42 @@ import (
 //     IPAM the address Docker gave from the network's IPv6 pool instead,
 //     which keeps IPv6 on as well);
 //   - dhcpv6: an address leased from the LAN's DHCPv6 server
-//     (driver/internal/leases6), /128 as DHCPv6 gives no prefix length
+//     (driver/internal/leases, as DHCP's), /128 as DHCPv6 gives no prefix length
 //     (the on-link prefix and the default route come from the router
 //     advertisements); renewed while the endpoint exists, released when
 //     it goes.
 
-// lanIPv6 sets ep.IPv6 (and ep.Lease6) for an endpoint of a network whose
-// IPv6 comes from the LAN; answer says whether CreateEndpoint answers it.
-// undo gives back a lease this call took (call it when the endpoint is
-// not recorded); unclaim ends the claim on its address (call it once the
-// endpoint is recorded, or not).
-func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (answer bool, unclaim, undo func(), err error) {
-	undo, unclaim = func() {}, func() {}
+// lanIPv6 is the address source of networks whose IPv6 comes from the
+// LAN: it sets ep.IPv6 (and ep.Lease6, through leased) and answers it.
+func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error) {
 	mode := rules.IPv6ModeOf(n)
 	if mode == rules.IPv6Static {
-		return false, unclaim, undo, nil
+		return grant{}, nil
 	}
 	if mode == rules.IPv6SLAAC && len(n.IPv6) > 0 {
 		// Docker's IPAM gave the network an IPv6 pool and the endpoint an
 		// address of it, which stays; the container's kernel forms the
 		// LAN's addresses beside it.
-		return false, unclaim, undo, nil
+		return grant{}, nil
 	}
 	if ep.IPv6 != "" {
-		return false, unclaim, undo, rules.Invalidf("endpoint %s of network %s comes with IPv6 address %s, but the network takes IPv6 from the LAN (ipv6_mode=%s): run containers without --ip6", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv6, mode)
+		return grant{}, rules.Invalidf("endpoint %s of network %s comes with IPv6 address %s, but the network takes IPv6 from the LAN (ipv6_mode=%s): run containers without --ip6", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv6, mode)
 	}
-	if mode == rules.IPv6SLAAC {
-		mac, err := net.ParseMAC(ep.MAC)
-		addr, ok := rules.SLAACAddress(mac)
-		if err != nil || !ok {
-			return false, unclaim, undo, rules.Invalidf("endpoint %s of ipv6_mode=slaac network %s has no MAC of its own (%q): use a macvlan network", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.MAC)
-		}
-		ep.IPv6 = addr
-		// The link-local address is the container's own on the parent's
-		// LAN: the host's link-local of the parent, or another endpoint's,
-		// would be a duplicate no probe sees (addrheld.go).
-		unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, rules.EndpointAddrs(store.Endpoint{IPv6: addr}))
-		return err == nil, unclaim, undo, err
+	if mode != rules.IPv6SLAAC {
+		return leased(ctx, d, d.leases.V6, n, ep, existing, true)
 	}
-	if existing != nil && existing.Lease6 != nil && existing.MAC == ep.MAC {
-		ep.Lease6, ep.IPv6 = existing.Lease6, existing.IPv6 // Docker asked again
-		return true, unclaim, undo, nil
+	mac, err := net.ParseMAC(ep.MAC)
+	addr, ok := rules.SLAACAddress(mac)
+	if err != nil || !ok {
+		return grant{}, rules.Invalidf("endpoint %s of ipv6_mode=slaac network %s has no MAC of its own (%q): use a macvlan network", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.MAC)
 	}
-	if existing != nil && existing.Lease6 != nil { // asked again with another MAC: not this one's lease
-		d.lease6.Release(context.WithoutCancel(ctx), n, *existing)
-	}
-	checks := d.offerChecks()
-	budget := d.lan.Budget(ctx, n)
-	free := func(ctx context.Context, addr netip.Addr) (string, func(), error) {
-		return offerFree(ctx, checks, n, *ep, addr, budget)
-	}
-	l, unclaim, err := d.lease6.Acquire(ctx, n, *ep, rules.DHCPOf(n).Timeout, free)
+	ep.IPv6 = addr
+	// The link-local address is the container's own on the parent's
+	// LAN: the host's link-local of the parent, or another endpoint's,
+	// would be a duplicate no probe sees (addrheld.go).
+	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, rules.EndpointAddrs(store.Endpoint{IPv6: addr}))
 	if err != nil {
-		return false, unclaim, undo, err
+		return grant{}, err
 	}
-	ep.Lease6, ep.IPv6 = &l, l.Addr+"/128"
-	undo = func() { d.lease6.Release(context.WithoutCancel(ctx), n, *ep) }
-	if err := d.lease6.Journal(ctx, n, *ep); err != nil { // the commit removes it
-		undo()
-		unclaim()
-		return false, func() {}, func() {}, err
-	}
-	return true, unclaim, undo, nil
+	return grant{unclaim: unclaim, answer: func(a *network.EndpointInterface) { a.AddressIPv6 = ep.IPv6 }}, nil
 }

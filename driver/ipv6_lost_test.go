@@ -34,7 +34,7 @@ func (f *fixture) blockedList() string {
 func TestDHCPv6LostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	f, fl := lan6Fixture(t)
 	fl4 := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
-	f.d.lease.DHCP = fl4
+	f.d.leases.V4.Family = leases.DHCP{Client: fl4}
 	ctx := context.Background()
 	if err := f.d.CreateNetwork(ctx, lan6Net(netA, "dhcpv6", "dhcp", "true")); err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func TestDHCPv6LostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	fl.byClient = map[string]netip.Addr{}
 	fl.next = 7
 	f.clock.Advance(61 * time.Second)
-	f.d.lease6.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
 	if ep, _, _ := f.endpointRecord(netA, ep1); ep.Lease6 == nil || ep.Lease6.Lost.IsZero() {
 		t.Fatalf("after NoBinding: %+v, want lost", ep.Lease6)
 	}
@@ -62,7 +62,7 @@ func TestDHCPv6LostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	}
 	// Asked again 30 s later, another address offered: still blocked.
 	f.clock.Advance(30 * time.Second)
-	f.d.lease6.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
 	if got, want := f.blockedList(), "lan0 2001:db8:60::100"; got != want {
 		t.Fatalf("blocked %q while another address is offered, want %q", got, want)
 	}
@@ -70,7 +70,7 @@ func TestDHCPv6LostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	fl.byClient = map[string]netip.Addr{fmt.Sprintf("%x/%x", dhcp6.DUIDFromMAC(mustMAC(t, mac)), dhcp6.EndpointIAID(ep1)): netip.MustParseAddr("2001:db8:60::100")}
 	fl.unbound = false
 	f.clock.Advance(30 * time.Second)
-	f.d.lease6.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
 	if ep, _, _ := f.endpointRecord(netA, ep1); !ep.Lease6.Lost.IsZero() {
 		t.Fatalf("not won back: %+v", ep.Lease6)
 	}
@@ -83,8 +83,8 @@ func TestDHCPv6LostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	fl4.silent = true
 	fl4.mu.Unlock()
 	f.clock.Advance(5 * time.Minute)
-	f.d.lease6.Renew(ctx, k)
-	f.d.lease.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
+	f.d.leases.V4.Renew(ctx, k)
 	want := "lan0 198.18.180.100, lan0 2001:db8:60::100"
 	if got := f.blockedList(); got != want {
 		t.Fatalf("blocked %q after both leases expired, want %q", got, want)
@@ -98,7 +98,7 @@ func TestDHCPv6LostLeaseIsBlockedUntilWonBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.restart()
-	f.d.lease.DHCP = fl4
+	f.d.leases.V4.Family = leases.DHCP{Client: fl4}
 	if err := f.d.RunLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestDHCPv6LostLeaseBlockGoesWithTheNetwork(t *testing.T) {
 	}
 	fl.silent = true
 	f.clock.Advance(5 * time.Minute)
-	f.d.lease6.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V6.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if got := f.blocked(); len(got) != 1 || got[0] != (netlinkutil.Blocked{Parent: "lan0", Addr: netip.MustParseAddr("2001:db8:60::100"), Tag: f.d.mark}) {
 		t.Fatalf("blocked %v after expiry", got)
 	}
@@ -150,7 +150,7 @@ func TestDHCPv6LostLeaseBlockGoesWithTheNetwork(t *testing.T) {
 func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
 	f, fl := lan6Fixture(t)
 	fl4 := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
-	f.d.lease.DHCP = fl4
+	f.d.leases.V4.Family = leases.DHCP{Client: fl4}
 	ctx := context.Background()
 	if err := f.d.CreateNetwork(ctx, lan6Net(netA, "dhcpv6", "dhcp", "true", "address_probe", "0")); err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
 	}
 	restart := func() {
 		f.restart()
-		f.d.lease.DHCP = fl4
+		f.d.leases.V4.Family = leases.DHCP{Client: fl4}
 		if err := f.d.RunLeases(ctx); err != nil {
 			t.Fatal(err)
 		}

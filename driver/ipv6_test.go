@@ -190,15 +190,15 @@ func TestDHCPv6LeaseRenewRelease(t *testing.T) {
 		t.Fatalf("record after a restart: %+v", ep)
 	}
 	k := leases.Key{Network: netA, Endpoint: ep1}
-	if at, ok := f.d.lease6.Timers().Due(k); !ok || !at.Equal(ep.Lease6.Acquired.Add(60*time.Second)) {
+	if at, ok := f.d.leases.V6.Timers().Due(k); !ok || !at.Equal(ep.Lease6.Acquired.Add(60*time.Second)) {
 		t.Fatalf("after a restart the lease is due at %v (%v), want T1 %v", at, ok, ep.Lease6.Acquired.Add(60*time.Second))
 	}
 	stop() // the renewals below are the test's, one at a time
-	f.d.lease6.Wait()
+	f.d.leases.V6.Wait()
 	f.clock.Advance(61 * time.Second)
-	f.d.lease6.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
 	f.clock.Advance(40 * time.Second) // past T2 of the first lease, not of the renewed one
-	f.d.lease6.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
 	if len(fl.renewals) != 1 || fl.renewals[0] != "renew 2001:db8:60::100" {
 		t.Fatalf("renewals %v, want one Renew at T1 and nothing before the new T1", fl.renewals)
 	}
@@ -208,7 +208,7 @@ func TestDHCPv6LeaseRenewRelease(t *testing.T) {
 	// A silent server past T2: Rebind.
 	fl.silent = true
 	f.clock.Advance(60 * time.Second)
-	f.d.lease6.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
 	if last := fl.renewals[len(fl.renewals)-1]; last != "rebind 2001:db8:60::100" {
 		t.Fatalf("past T2 the client sent %q, want a Rebind", last)
 	}
@@ -221,7 +221,7 @@ func TestDHCPv6LeaseRenewRelease(t *testing.T) {
 		defer fl.mu.Unlock()
 		return len(fl.released) == 1 && fl.released[0] == netip.MustParseAddr("2001:db8:60::100")
 	})
-	if _, ok := f.d.lease6.Timers().Due(k); ok {
+	if _, ok := f.d.leases.V6.Timers().Due(k); ok {
 		t.Fatal("a deleted endpoint's lease is still scheduled")
 	}
 }
@@ -244,7 +244,7 @@ func TestDHCPv6LostLeaseAsksForTheSameAddress(t *testing.T) {
 	fl.byClient = map[string]netip.Addr{} // the server forgot it: it would offer another address
 	fl.next = 7
 	f.clock.Advance(61 * time.Second)
-	f.d.lease6.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
 	ep, _, _ := f.endpointRecord(netA, ep1)
 	if ep.Lease6.Lost.IsZero() || ep.IPv6 != "2001:db8:60::100/128" {
 		t.Fatalf("after NoBinding the record is %+v, want the lease marked lost and the address kept", ep.Lease6)
@@ -258,7 +258,7 @@ func TestDHCPv6LostLeaseAsksForTheSameAddress(t *testing.T) {
 	// The server offers it again: won back.
 	fl.byClient = map[string]netip.Addr{fmt.Sprintf("%x/%x", dhcp6.DUIDFromMAC(mustMAC(t, "52:54:00:12:34:56")), dhcp6.EndpointIAID(ep1)): netip.MustParseAddr("2001:db8:60::100")}
 	f.clock.Advance(30 * time.Second)
-	f.d.lease6.Renew(ctx, k)
+	f.d.leases.V6.Renew(ctx, k)
 	if ep, _, _ := f.endpointRecord(netA, ep1); !ep.Lease6.Lost.IsZero() {
 		t.Fatalf("the address offered again was not won back: %+v", ep.Lease6)
 	}
@@ -442,12 +442,12 @@ func TestDHCPv6RenewalCommitOutlivesItsExchange(t *testing.T) {
 	f.clock.Advance(61 * time.Second)
 	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	f.d.lease6.Renew(rctx, k)
+	f.d.leases.V6.Renew(rctx, k)
 	after, _, _ := f.endpointRecord(netA, ep1)
 	if after.Lease6 == nil || !after.Lease6.Acquired.After(before.Lease6.Acquired) {
 		t.Fatalf("the renewed lease was not recorded: before %+v, after %+v", before.Lease6, after.Lease6)
 	}
-	if _, ok := f.d.lease6.Timers().Due(k); !ok {
+	if _, ok := f.d.leases.V6.Timers().Due(k); !ok {
 		t.Fatal("the renewed lease is scheduled nowhere")
 	}
 }

@@ -65,7 +65,7 @@ func TestDHCPLostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	fl.byClient = map[string]string{"another-host": "198.18.180.100/24"}
 	fl.mu.Unlock()
 	f.clock.Advance(61 * time.Second)
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	l := f.lease(netA, ep1)
 	if l == nil || l.Lost.IsZero() || l.Addr != "198.18.180.100/24" || l.State(f.clock.Now()) != store.LeaseLost {
 		t.Fatalf("after the NAK the lease is %+v, want lost, same address", l)
@@ -83,7 +83,7 @@ func TestDHCPLostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	}
 	// Still taken 30 s later: still lost, still blocked.
 	f.clock.Advance(30 * time.Second)
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if l := f.lease(netA, ep1); l.Lost.IsZero() || len(f.blocked()) != 1 {
 		t.Fatalf("lost lease won back while another host holds it: %+v, blocked %v", l, f.blocked())
 	}
@@ -93,7 +93,7 @@ func TestDHCPLostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	fl.nak = false
 	fl.mu.Unlock()
 	f.clock.Advance(30 * time.Second)
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if l := f.lease(netA, ep1); l == nil || !l.Lost.IsZero() || l.Addr != "198.18.180.100/24" || len(f.blocked()) != 0 {
 		t.Fatalf("after the server gave it back: lease %+v, blocked %v", l, f.blocked())
 	}
@@ -102,14 +102,14 @@ func TestDHCPLostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	fl.silent = true
 	fl.mu.Unlock()
 	f.clock.Advance(3 * time.Minute)
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if l := f.lease(netA, ep1); l.Lost.IsZero() || len(f.blocked()) != 1 {
 		t.Fatalf("an expired lease: %+v, blocked %v", l, f.blocked())
 	}
 	// A restart after a reboot (blocks gone) blocks it again.
 	_ = f.k.Unblock(ctx, "lan0", addr, f.d.mark)
 	f.restart()
-	f.d.lease.DHCP = fl
+	f.d.leases.V4.Family = leases.DHCP{Client: fl}
 	if err := f.d.RunLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +142,13 @@ func TestDHCPDeleteDoesNotWaitForARenewal(t *testing.T) {
 	fl.mu.Unlock()
 	f.clock.Advance(61 * time.Second)
 	k := leases.Key{Network: netA, Endpoint: ep1}
-	f.d.lease.Timers().Set(k, f.clock.Now())
-	due, _ := f.d.lease.Timers().Next(f.clock.Now()) // in flight, as the loop takes it
+	f.d.leases.V4.Timers().Set(k, f.clock.Now())
+	due, _ := f.d.leases.V4.Timers().Next(f.clock.Now()) // in flight, as the loop takes it
 	if len(due) != 1 {
 		t.Fatalf("due %v", due)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); f.d.lease.Renew(ctx, k) }()
+	go func() { defer close(done); f.d.leases.V4.Renew(ctx, k) }()
 	for {
 		fl.mu.Lock()
 		n := fl.renewals
@@ -202,7 +202,7 @@ func TestDHCPJournaledLeasesReleasedAtStart(t *testing.T) {
 		t.Fatalf("journal %+v, want ep2's lease", pending)
 	}
 	f.restart()
-	f.d.lease.DHCP = fl
+	f.d.leases.V4.Family = leases.DHCP{Client: fl}
 	if err := f.d.RunLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestDHCPJournaledLeasesReleasedAtStart(t *testing.T) {
 	before := len(fl.released)
 	fl.mu.Unlock()
 	f.restart()
-	f.d.lease.DHCP = fl
+	f.d.leases.V4.Family = leases.DHCP{Client: fl}
 	if err := f.d.RunLeases(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestDHCPRenewalEdgeCases(t *testing.T) {
 	fl.mu.Lock()
 	fl.onRenew = cancel // the daemon stops while the ACK comes in
 	fl.mu.Unlock()
-	f.d.lease.Renew(rctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(rctx, leases.Key{Network: netA, Endpoint: ep1})
 	if l := f.lease(netA, ep1); l == nil || !l.Expiry.Equal(f.clock.Now().Add(120*time.Second)) || len(fl.released) != 0 {
 		t.Fatalf("after a renewal at shutdown: lease %+v, released %v; want the renewed lease recorded and nothing released", l, fl.released)
 	}
@@ -267,14 +267,14 @@ func TestDHCPRenewalEdgeCases(t *testing.T) {
 	f.k.Remove("lan0") // the ipvlan request needs the parent's MAC
 	f.clock.Advance(5 * time.Minute)
 	k := leases.Key{Network: netB, Endpoint: ep2}
-	f.d.lease.Renew(ctx, k)
+	f.d.leases.V4.Renew(ctx, k)
 	if l := f.lease(netB, ep2); l == nil || l.Lost.IsZero() {
 		t.Fatalf("an expired lease whose request failed: %+v, want it lost", l)
 	}
 	if len(f.blocked()) == 0 {
 		t.Fatal("the lost lease's address is not blocked")
 	}
-	due, _ := f.d.lease.Timers().Due(k)
+	due, _ := f.d.leases.V4.Timers().Due(k)
 	if due.Sub(f.clock.Now()) < time.Second {
 		t.Fatalf("rescheduled %s after now: a hot loop", due.Sub(f.clock.Now()))
 	}
@@ -300,7 +300,7 @@ func TestDHCPLostLeaseBlockFollowsARenamedOwnedVLAN(t *testing.T) {
 	fl.byClient = map[string]string{"another-host": "198.18.180.100/24"}
 	fl.mu.Unlock()
 	f.clock.Advance(61 * time.Second)
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if want := []netlinkutil.Blocked{{Parent: "lan0.10", Addr: addr, Tag: f.d.mark}}; fmt.Sprint(f.blocked()) != fmt.Sprint(want) {
 		t.Fatalf("blocked %v, want %v", f.blocked(), want)
 	}
@@ -320,7 +320,7 @@ func TestDHCPLostLeaseBlockFollowsARenamedOwnedVLAN(t *testing.T) {
 	fl.nak = false
 	fl.mu.Unlock()
 	f.clock.Advance(30 * time.Second)
-	f.d.lease.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
+	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	if l := f.lease(netA, ep1); l == nil || !l.Lost.IsZero() || len(f.blocked()) != 0 {
 		t.Fatalf("after the server gave it back: lease %+v, blocked %v", l, f.blocked())
 	}

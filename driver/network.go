@@ -173,11 +173,7 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	d.point("delete-network/before-commit")
 	var journal []store.PendingRelease // held leases: released below, or at the next start
 	for _, ep := range eps {
-		for _, rec := range []*store.PendingRelease{d.lease.JournalDeletion(ctx, n, ep), d.lease6.JournalDeletion(ctx, n, ep)} {
-			if rec != nil {
-				journal = append(journal, *rec)
-			}
-		}
+		journal = append(journal, d.leases.Deletion(ctx, n, ep)...)
 	}
 	if err := d.store.Batch(func(tx *store.Tx) error {
 		for _, r := range journal {
@@ -193,11 +189,8 @@ func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
 	for _, ep := range eps {
 		d.lan.StopAnnouncing(ep.ID)
 		d.ifnames.set(ep.ID, "")
-		d.joins.Drop(ep.ID)  // only now: a failed removal keeps its endpoints joined
-		if ep.Lease != nil { // endpoints Docker never deleted: their leases go too
-			d.lease.Forget(context.WithoutCancel(ctx), n, ep)
-		}
-		d.lease6.Release(context.WithoutCancel(ctx), n, ep)
+		d.joins.Drop(ep.ID)                                // only now: a failed removal keeps its endpoints joined
+		d.leases.Forget(context.WithoutCancel(ctx), n, ep) // endpoints Docker never deleted: their leases go too
 	}
 	d.point("delete-network/before-parent-delete")
 	if err := d.reconcile.ReleaseParent(ctx, n.Parent); err != nil {

@@ -2,92 +2,121 @@ package leases
 
 import (
 	"context"
-	"encoding/hex"
+	"fmt"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 )
 
-// The journal of leases to give back (store.PendingRelease): a lease is
-// written there right after the server's ACK and in the transaction that
-// deletes its endpoint, and removed once the endpoint's record holds it or
-// its RELEASE went out. A kill -9 between the two leaves it there; the next
-// start releases it. What remains: a kill between the ACK and the
-// journal's commit (about a millisecond) leaks that lease until it
-// expires on the server.
+// The journal of leases to give back (store.PendingRelease, one bucket
+// for both families: Lease or Lease6): a lease is written there right
+// after the server's ACK or Reply and in the transaction that deletes its
+// endpoint, and removed once the endpoint's record holds it (in the
+// endpoint's commit: Pending) or its release went out. A kill -9 between
+// the two leaves it there; the next start releases it. What remains: a
+// kill between the exchange and the journal's commit (about a
+// millisecond) leaks that lease until it expires on the server.
 
-// pendingRelease is the journal entry of an endpoint's lease.
-func (ls *Leaser) pendingRelease(n store.Network, ep store.Endpoint, r Request) store.PendingRelease {
-	return store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: r.Parent, MAC: r.MAC.String(),
-		ClientID: hex.EncodeToString(r.ClientID), Lease: *ep.Lease, Since: ls.now()}
+// entry is the journal entry of an endpoint's lease.
+func (ls *Leaser[L, R]) entry(n store.Network, ep store.Endpoint, r R, l L) store.PendingRelease {
+	p := ls.Family.Entry(n, ep, r, l)
+	p.Since = ls.now()
+	return p
 }
 
 // Journal writes a lease just acquired to the journal before its
 // endpoint's record is committed.
-func (ls *Leaser) Journal(ctx context.Context, n store.Network, ep store.Endpoint) error {
-	r, err := ls.RequestOf(ctx, n, ep)
-	if err != nil {
-		return err
+func (ls *Leaser[L, R]) Journal(ctx context.Context, n store.Network, ep store.Endpoint) error {
+	l := ls.Family.Of(ep)
+	if l == nil {
+		return nil
 	}
-	rec := ls.pendingRelease(n, ep, r)
-	return ls.store.Batch(func(tx *store.Tx) error { return tx.PutPendingRelease(rec) })
+	r, err := ls.RequestOf(ctx, n, ep)
+	if err == nil {
+		rec := ls.entry(n, ep, r, *l)
+		err = ls.store.Batch(func(tx *store.Tx) error { return tx.PutPendingRelease(rec) })
+	}
+	if err != nil {
+		return fmt.Errorf("journal the %s lease %s of endpoint %s: %w", ls.Family.Words().Name, ls.Family.Facts(*l).Text, dockerid.Short(ep.ID), err)
+	}
+	return nil
+}
+
+// Pending removes the journal entry of the endpoint's lease, in the
+// transaction that records the endpoint (which then holds it).
+func (ls *Leaser[L, R]) Pending(tx *store.Tx, n store.Network, ep store.Endpoint) error {
+	if l := ls.Family.Of(ep); l != nil {
+		return tx.DeletePendingRelease(n.ID, ep.ID, ls.Family.Facts(*l).Text)
+	}
+	return nil
 }
 
 // JournalDeletion is the journal entry written with an endpoint's deletion:
 // its held lease, to be released (nil without one to release).
-func (ls *Leaser) JournalDeletion(ctx context.Context, n store.Network, ep store.Endpoint) *store.PendingRelease {
-	if ep.Lease == nil || !ep.Lease.Lost.IsZero() {
+func (ls *Leaser[L, R]) JournalDeletion(ctx context.Context, n store.Network, ep store.Endpoint) *store.PendingRelease {
+	l := ls.Family.Of(ep)
+	if l == nil || !ls.Family.Facts(*l).Lost.IsZero() {
 		return nil
 	}
 	r, err := ls.RequestOf(ctx, n, ep)
 	if err != nil {
 		return nil
 	}
-	rec := ls.pendingRelease(n, ep, r)
+	rec := ls.entry(n, ep, r, *l)
 	rec.Deletion = true
 	return &rec
 }
 
 // Unjournal forgets a lease once recorded or released.
-func (ls *Leaser) Unjournal(n store.Network, ep store.Endpoint) {
-	if ep.Lease == nil {
+func (ls *Leaser[L, R]) Unjournal(n store.Network, ep store.Endpoint) {
+	l := ls.Family.Of(ep)
+	if l == nil {
 		return
 	}
-	if err := ls.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(n.ID, ep.ID, ep.Lease.Addr) }); err != nil {
-		ls.log.Warn("could not forget a released lease in the journal: the next start releases it again", "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
+	addr := ls.Family.Facts(*l).Text
+	if err := ls.store.Batch(func(tx *store.Tx) error { return tx.DeletePendingRelease(n.ID, ep.ID, addr) }); err != nil {
+		ls.log.Warn("could not forget a released "+ls.Family.Words().Name+" lease in the journal: the next start releases it again", "endpoint", ep.ID, "address", addr, "error", err)
 	}
 }
 
-// releaseJournaled gives back, at start, the journaled leases that no
-// endpoint's record holds (a kill -9 left them), and forgets the others.
-// A lease that cannot be released now is kept until it would have expired.
-func (ls *Leaser) releaseJournaled(ctx context.Context) {
+// releaseJournaled gives back, at start, the family's journaled leases
+// that no endpoint's record holds (a kill -9 left them), and forgets the
+// others and the expired ones. A lease that cannot be released now is
+// kept for the next start, until it would have expired.
+func (ls *Leaser[L, R]) releaseJournaled(ctx context.Context) {
+	f := ls.Family
 	var release func(context.Context, store.PendingRelease) error
-	if ls.DHCP != nil {
+	if f.HasClient() {
 		release = func(ctx context.Context, p store.PendingRelease) error {
-			mac, _ := net.ParseMAC(p.MAC)
-			id, _ := hex.DecodeString(p.ClientID)
+			r, l, _ := f.FromEntry(p)
 			ctx, cancel := context.WithTimeout(ctx, rules.DefaultDHCPTimeout)
 			defer cancel()
-			return ls.DHCP.Release(ctx, Request{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease)
+			return f.Release(ctx, r, l)
 		}
 	}
 	ReleaseJournaled(ctx, ls.store, ls.log, ls.now(), Journaled{
-		Family: "DHCP",
-		Mine:   func(p store.PendingRelease) bool { return p.Lease6 == nil },
-		Held: func(ep store.Endpoint, p store.PendingRelease) bool {
-			return ep.Lease != nil && ep.Lease.Addr == p.Lease.Addr
+		Family: f.Words().Name,
+		Mine: func(p store.PendingRelease) bool {
+			_, _, ok := f.FromEntry(p)
+			return ok
 		},
-		Expiry:  func(p store.PendingRelease) time.Time { return p.Lease.Expiry },
+		Held: func(ep store.Endpoint, p store.PendingRelease) bool {
+			l := f.Of(ep)
+			return l != nil && f.Facts(*l).Text == p.Addr()
+		},
+		Expiry: func(p store.PendingRelease) time.Time {
+			_, l, _ := f.FromEntry(p)
+			return f.Facts(l).Expiry
+		},
 		Release: release,
 	})
 }
 
 // Journaled is one lease family's part of the journal, for
-// ReleaseJournaled (DHCP's here, DHCPv6's in driver/internal/leases6).
+// ReleaseJournaled.
 type Journaled struct {
 	Family  string                                            // "DHCP", "DHCPv6": for the logs
 	Mine    func(store.PendingRelease) bool                   // the family's entries

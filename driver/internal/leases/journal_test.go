@@ -76,7 +76,7 @@ type journalFixture struct {
 	k     *nltest.Kernel
 	c     *client
 	clock *fakeclock.Clock
-	ls    *Leaser
+	ls    *V4
 }
 
 func newJournal(t *testing.T, withClient bool) *journalFixture {
@@ -87,7 +87,7 @@ func newJournal(t *testing.T, withClient bool) *journalFixture {
 	if withClient {
 		cfg.DHCP = f.c
 	}
-	f.ls = New(cfg)
+	f.ls = New(cfg).V4
 	return f
 }
 
@@ -109,8 +109,14 @@ func leasedEndpoint(n store.Network, id, addr string) store.Endpoint {
 
 func (f *journalFixture) pending(t *testing.T) []store.PendingRelease {
 	t.Helper()
+	return pendingIn(t, f.db)
+}
+
+// pendingIn is the journal in a state file.
+func pendingIn(t *testing.T, db *store.DB) []store.PendingRelease {
+	t.Helper()
 	var out []store.PendingRelease
-	if err := f.db.View(func(tx *store.Tx) (err error) {
+	if err := db.View(func(tx *store.Tx) (err error) {
 		out, err = tx.PendingReleases()
 		return err
 	}); err != nil {
@@ -314,7 +320,7 @@ func TestReleaseJournaledEmpty(t *testing.T) {
 }
 
 // TestReleaseJournaledSkipsDHCPv6: the DHCP leaser neither releases nor
-// forgets the journal's DHCPv6 entries (leases6 gives them back).
+// forgets the journal's DHCPv6 entries (the DHCPv6 family gives them back).
 func TestReleaseJournaledSkipsDHCPv6(t *testing.T) {
 	f := newJournal(t, true)
 	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)

@@ -1,37 +1,40 @@
-// Package leases carries out the DHCP lease effects of endpoints for the
-// driver (the Leaser): lease requests, the renewal loop and its timers,
-// the journal of leases to give back, and the blocks of lost leases.
+// Package leases carries out the lease effects of endpoints for the
+// driver, for DHCP and DHCPv6 alike: one lifecycle (acquire with its
+// decline-and-retry loop, the journal of leases to give back, renewal and
+// its timers, the loss of a lease and its block, release) written once in
+// a Leaser, over a small per-family adapter (Family: DHCP over dhcp's
+// client and store.Lease, DHCP6 over dhcp6's client and store.Lease6).
 //
-// Rule: it reaches the store, the kernel and the lease client only through
-// its own small interfaces (Store, LinkGetter, AddrBlocker, Client) and the
-// driver's locks only through LockEndpoint and LockParents; its plans are
-// the rules package's.
+// A file per phase: acquire.go, journal.go, renew.go, lost.go, timers.go,
+// release.go; family.go is the adapters' contract and the families'
+// words, families.go the two adapters.
+//
+// Rule: it reaches the store, the kernel and the lease clients only
+// through its own small interfaces (Store, LinkGetter, AddrBlocker,
+// Client, Client6) and the driver's locks only through LockEndpoint and
+// LockParents; which offer is free is the driver's (Free); its plans are
+// the rules package's and the dhcp and dhcp6 packages'.
 package leases
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/netip"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
 
-// Leaser carries out the DHCP lease effects of endpoints: the requests to
-// the lease client, the renewal loop (renew.go, timers.go), the journal of
-// leases to give back (journal.go) and the blocks of lost leases
-// (lost.go). It holds exactly what those need; the Driver holds one and
-// calls it from CreateEndpoint, DeleteEndpoint and DeleteNetwork. Which
-// offer is free (claims, the store's index, the address probe) is the
-// Driver's: acquireLease (driver/dhcp.go).
-type Leaser struct {
-	// DHCP is the lease client; nil: this daemon has no DHCP client.
-	DHCP    Client
+// Leaser carries out the lease effects of one family's endpoints: the
+// requests to the lease client, acquiring (acquire.go), the renewal loop
+// (renew.go, timers.go), the journal of leases to give back (journal.go),
+// the blocks of lost leases (lost.go) and release (release.go). L is the
+// record's lease (store.Lease, store.Lease6), R the client's request.
+type Leaser[L, R any] struct {
+	// Family is the adapter to the family's client and record; its
+	// client nil: this daemon has no client of the family.
+	Family  Family[L, R]
 	store   Store
 	links   LinkGetter
 	blocker AddrBlocker // nil when the link layer cannot block
@@ -48,6 +51,12 @@ type Leaser struct {
 	// under its parent's lock (BlockOnParent).
 	lockParents LockParents
 }
+
+// V4 is the DHCP leaser, V6 the DHCPv6 one.
+type (
+	V4 = Leaser[store.Lease, Request]
+	V6 = Leaser[store.Lease6, dhcp6.Request]
+)
 
 // Store is the state as the leaser uses it (*store.DB).
 type Store interface {
@@ -72,11 +81,12 @@ type LockEndpoint func(ctx context.Context, netID, epID string) (context.Context
 // blocks, to the new name.
 type LockParents func(ctx context.Context, names ...string) (func(), error)
 
-// Config is what a Leaser is made of.
+// Config is what the leasers are made of.
 type Config struct {
 	Store        Store
 	Links        LinkGetter
 	DHCP         Client      // nil: no DHCP client
+	DHCPv6       Client6     // nil: no DHCPv6 client
 	Blocker      AddrBlocker // nil: the link layer cannot block
 	Mark         string      // the instance's link mark, also the blocks' tag
 	Log          *slog.Logger
@@ -86,68 +96,82 @@ type Config struct {
 	LockParents  LockParents // nil: blocks are made without a lock (tests)
 }
 
-// New returns a leaser with no lease scheduled.
-func New(c Config) *Leaser {
-	return &Leaser{DHCP: c.DHCP, store: c.Store, links: c.Links, blocker: c.Blocker, mark: c.Mark, log: c.Log, now: c.Now,
+// newLeaser returns a leaser of family f with no lease scheduled.
+func newLeaser[L, R any](c Config, f Family[L, R]) *Leaser[L, R] {
+	return &Leaser[L, R]{Family: f, store: c.Store, links: c.Links, blocker: c.Blocker, mark: c.Mark, log: c.Log, now: c.Now,
 		timers: NewTimers(), stop: c.Stop, lockEndpoint: c.LockEndpoint, lockParents: c.LockParents}
 }
 
-// Timers are the due times of the leases this leaser renews.
-func (ls *Leaser) Timers() *Timers { return ls.timers }
-
-// Schedule sets when an endpoint's lease is acted on next.
-func (ls *Leaser) Schedule(network, endpoint string, at time.Time) {
-	ls.timers.Set(Key{network, endpoint}, at)
+// Leases are both families' leasers: what the driver holds, and how
+// CreateEndpoint, DeleteEndpoint and DeleteNetwork reach them.
+type Leases struct {
+	V4 *V4
+	V6 *V6
 }
+
+// New returns the leasers of both families with no lease scheduled.
+func New(c Config) *Leases {
+	return &Leases{V4: newLeaser[store.Lease, Request](c, DHCP{Client: c.DHCP}), V6: newLeaser[store.Lease6, dhcp6.Request](c, DHCP6{Client: c.DHCPv6})}
+}
+
+// Run makes the kernel's blocks those of the lost leases of both
+// families, then loads every lease from the state file and renews each
+// when due, at most maxRenewals at once per family, until ctx ends or the
+// driver closes. Call it after Restore.
+func (ls *Leases) Run(ctx context.Context) error {
+	if err := ls.V4.restoreBlocks(ctx); err != nil {
+		ls.V4.log.Error("could not block the addresses of lost DHCP and DHCPv6 leases again: their containers may send from addresses they do not hold", "error", err)
+	}
+	if err := ls.V4.Run(ctx); err != nil {
+		return err
+	}
+	return ls.V6.Run(ctx)
+}
+
+// Wait waits for both renewal loops and what they started (after Stop
+// is closed).
+func (ls *Leases) Wait() {
+	ls.V4.Wait()
+	ls.V6.Wait()
+}
+
+// Deletion is the journal entries written with an endpoint's deletion:
+// its held leases of both families, to be released.
+func (ls *Leases) Deletion(ctx context.Context, n store.Network, ep store.Endpoint) []store.PendingRelease {
+	var out []store.PendingRelease
+	for _, rec := range []*store.PendingRelease{ls.V4.JournalDeletion(ctx, n, ep), ls.V6.JournalDeletion(ctx, n, ep)} {
+		if rec != nil {
+			out = append(out, *rec)
+		}
+	}
+	return out
+}
+
+// Forget is what deleting an endpoint does with its leases of both
+// families (Leaser.Forget).
+func (ls *Leases) Forget(ctx context.Context, n store.Network, ep store.Endpoint) {
+	ls.V4.Forget(ctx, n, ep)
+	ls.V6.Forget(ctx, n, ep)
+}
+
+// Timers are the due times of the leases this leaser renews.
+func (ls *Leaser[L, R]) Timers() *Timers { return ls.timers }
 
 // Wait waits for the renewal loop and its renewals to end (after Stop is
 // closed).
-func (ls *Leaser) Wait() { ls.timers.Wait() }
+func (ls *Leaser[L, R]) Wait() { ls.timers.Wait() }
 
-// RequestOf is the request for an endpoint's lease.
-func (ls *Leaser) RequestOf(ctx context.Context, n store.Network, ep store.Endpoint) (Request, error) {
-	r := Request{Parent: n.Parent}
-	if n.Type == rules.TypeIpvlan {
-		l, err := ls.links.Get(ctx, n.Parent)
-		if err != nil {
-			return r, fmt.Errorf("parent %s of DHCP network %s: %w", n.Parent, dockerid.Short(n.ID), err)
-		}
-		if r.MAC, err = net.ParseMAC(l.MAC); err != nil {
-			return r, fmt.Errorf("parent %s has no usable MAC %q for DHCP: %w", n.Parent, l.MAC, err)
-		}
-		// Type 0 (not a hardware address), then a name of the endpoint's:
-		// the same endpoint asks with the same ID after a restart.
-		r.ClientID = append([]byte{0}, "underlay-"+ep.ID...)
-	} else {
-		var err error
-		if r.MAC, err = net.ParseMAC(ep.MAC); err != nil {
-			return r, fmt.Errorf("endpoint %s has no usable MAC %q for DHCP: %w", dockerid.Short(ep.ID), ep.MAC, err)
-		}
+// HasClient says whether the leaser has a client of its family.
+func (ls *Leaser[L, R]) HasClient() bool { return ls.Family.HasClient() }
+
+// Schedule has an endpoint's lease acted on when due.
+func (ls *Leaser[L, R]) Schedule(n store.Network, ep store.Endpoint) {
+	if l := ls.Family.Of(ep); l != nil {
+		ls.timers.Set(Key{n.ID, ep.ID}, ls.Family.Next(*l, ls.now()))
 	}
-	if ep.Lease != nil {
-		if p, err := netip.ParsePrefix(ep.Lease.Addr); err == nil {
-			r.Address = p.Addr()
-		}
-	}
-	return r, nil
 }
 
-// Release gives an endpoint's lease back, best effort; false when it
-// could not.
-func (ls *Leaser) Release(ctx context.Context, n store.Network, ep store.Endpoint) bool {
-	if ls.DHCP == nil || ep.Lease == nil {
-		return false
-	}
-	r, err := ls.RequestOf(ctx, n, ep)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(ctx, rules.DHCPOf(n).Timeout)
-		err = ls.DHCP.Release(ctx, r, *ep.Lease)
-		cancel()
-	}
-	if err != nil {
-		ls.log.Warn("could not release DHCP lease: the next start tries again; the server frees it when it expires", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
-		return false
-	}
-	ls.log.Info("released DHCP lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr)
-	return true
+// RequestOf is the request for an endpoint's lease.
+func (ls *Leaser[L, R]) RequestOf(ctx context.Context, n store.Network, ep store.Endpoint) (R, error) {
+	return ls.Family.Request(ctx, ls.links, n, ep)
 }

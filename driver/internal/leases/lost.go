@@ -13,13 +13,15 @@ import (
 )
 
 // Leases a container no longer holds. A DHCP client whose lease expired,
-// or was refused, must stop using the address (RFC 2131 4.4.5), but Docker
-// cannot be told a new address (libnetwork#843) and underlay does not
-// enter containers: the address is blocked on the parent's egress
-// (AddrBlocker: its IPv4 packets and ARP dropped) from the moment the
-// lease is lost until the same address is won back, which is asked for,
-// and only that one, every lostLeaseRetry. Another address is never taken:
-// the container must be restarted to get one.
+// or was refused, must stop using the address (RFC 2131 4.4.5; for
+// DHCPv6, RFC 8415 18.2.10.1), but Docker cannot be told a new address
+// (libnetwork#843) and underlay does not enter containers: the address is
+// blocked on the parent's egress (AddrBlocker: its IPv4 packets and ARP,
+// or its IPv6 packets, dropped) from the moment the lease is lost until
+// the same address is won back, which is asked for, and only that one,
+// every lostLeaseRetry. Another address is never taken: the container
+// must be restarted to get one. The blocks of lost leases of both
+// families are restored at start (Leases.Run, rules.LostBlocks).
 
 // AddrBlocker stops what leaves a parent from an address
 // (netlinkutil.Kernel). tag is the driver's mark.
@@ -77,7 +79,7 @@ func BlockOnParent(ctx context.Context, st Store, b AddrBlocker, lock LockParent
 
 // lostBlocks are the blocks the lost leases of both families in the state
 // file want (rules.LostBlocks).
-func (ls *Leaser) lostBlocks() ([]rules.BlockKey, error) {
+func (ls *Leaser[L, R]) lostBlocks() ([]rules.BlockKey, error) {
 	var lost []rules.BlockKey
 	err := ls.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n store.Network) error {
@@ -110,7 +112,7 @@ func parentsOf(keys []rules.BlockKey) []string {
 // state file (after a reboot they are gone, after a crash some may be
 // left over), under the locks of their parents, as the store names them
 // then (see BlockOnParent).
-func (ls *Leaser) restoreBlocks(ctx context.Context) error {
+func (ls *Leaser[L, R]) restoreBlocks(ctx context.Context) error {
 	if ls.blocker == nil {
 		return nil
 	}
@@ -140,7 +142,7 @@ func (ls *Leaser) restoreBlocks(ctx context.Context) error {
 }
 
 // restoreBlocksLocked is restoreBlocks under the parents' locks.
-func (ls *Leaser) restoreBlocksLocked(ctx context.Context, lost []rules.BlockKey) error {
+func (ls *Leaser[L, R]) restoreBlocksLocked(ctx context.Context, lost []rules.BlockKey) error {
 	all, err := ls.blocker.BlockedAddrs(ctx, ls.mark)
 	if err != nil {
 		if len(lost) == 0 {
@@ -171,57 +173,73 @@ func (ls *Leaser) restoreBlocksLocked(ctx context.Context, lost []rules.BlockKey
 }
 
 // blockLost blocks a lost lease's address on the parent, logging the loss
-// once.
-func (ls *Leaser) blockLost(ctx context.Context, n store.Network, ep store.Endpoint, l store.Lease) {
-	a := Addr(l)
-	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", l.Addr, "why", l.LostWhy)
-	if ls.blocker == nil {
-		log.Error("DHCP lease lost, and this daemon cannot block the address: the container keeps sending from it; restart the container to get a new address")
+// once; a block made after the endpoint's deletion (which found none to
+// remove) is removed again (stillLost).
+func (ls *Leaser[L, R]) blockLost(ctx context.Context, k Key, n store.Network, ep store.Endpoint, l L) {
+	f, w := ls.Family, ls.Family.Words()
+	a := f.Facts(l).Addr
+	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", f.Facts(l).Text, "why", f.Facts(l).LostWhy)
+	switch {
+	case ls.blocker == nil:
+		log.Error(w.Lost + ", and this daemon cannot block the address: the container keeps sending from it; restart the container to get a new address")
+		return
+	case !a.IsValid():
+		log.Error(w.Lost + " whose recorded address is not an address: it cannot be blocked; restart the container to get a new address")
 		return
 	}
 	parent, err := BlockOnParent(ctx, ls.store, ls.blocker, ls.lockParents, n.ID, a, ls.mark)
 	switch {
 	case err != nil:
-		log.Error("DHCP lease lost, and blocking the address on the parent failed: the container keeps sending from it; restart the container to get a new address", "parent", n.Parent, "error", err)
+		log.Error(w.Lost+", and blocking the address on the parent failed: the container keeps sending from it; restart the container to get a new address", "parent", n.Parent, "error", err)
 	case parent == "":
-		log.Info("DHCP lease lost as its network went: nothing to block")
-	default:
-		log.Error("DHCP lease lost: the container can no longer send from the address (blocked on the parent) until the server gives it back; restart the container to get a new address", "parent", parent)
+		log.Info(w.Lost + " as its network went: nothing to block")
+	case ls.stillLost(ctx, k, parent, l):
+		log.Error(w.Lost+": the container can no longer send from the address (blocked on the parent) until the server gives it back; "+w.LostAsk+"restart the container to get a new address", "parent", parent)
 	}
+}
+
+// stillLost says whether the endpoint's record still holds l as a lost
+// lease; if not (deleted between the record and the block), the block
+// just made is removed, under the endpoint's lock: a deletion after this
+// check finds the block and removes it itself.
+func (ls *Leaser[L, R]) stillLost(ctx context.Context, k Key, parent string, l L) bool {
+	f := ls.Family
+	_, unlock, n, ep, err := ls.lockEndpoint(context.WithoutCancel(ctx), k.Network, k.Endpoint)
+	if err != nil {
+		return true // cannot tell: the block stays, the next start plans it again
+	}
+	defer unlock()
+	if n != nil && ep != nil {
+		if held := f.Of(*ep); held != nil && f.Facts(*held).Text == f.Facts(l).Text && !f.Facts(*held).Lost.IsZero() {
+			return true
+		}
+	}
+	if err := ls.blocker.Unblock(context.WithoutCancel(ctx), parent, f.Facts(l).Addr, ls.mark); err != nil {
+		ls.log.Warn("could not unblock the address of a "+f.Words().Name+" lease whose endpoint went: the next start removes the block", "address", f.Facts(l).Addr, "error", err)
+	}
+	return false
 }
 
 // wonBack unblocks the address of a lease that was lost and is held again.
-func (ls *Leaser) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old store.Lease) {
-	if old.Lost.IsZero() {
-		return
-	}
-	a := Addr(old)
-	if ls.blocker != nil {
+func (ls *Leaser[L, R]) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old L) {
+	f, w := ls.Family, ls.Family.Words()
+	a := f.Facts(old).Addr
+	if ls.blocker != nil && a.IsValid() {
 		if err := ls.blocker.Unblock(ctx, n.Parent, a, ls.mark); err != nil {
-			ls.log.Error("won a lost DHCP lease back, but unblocking the address failed", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
+			ls.log.Error("won a lost "+w.Name+" lease back, but unblocking the address failed: the container still cannot send from it", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
 			return
 		}
 	}
-	ls.log.Info("won a lost DHCP lease back: the container sends from its address again", "network", n.ID, "endpoint", ep.ID, "address", a, "lost_for", ls.now().Sub(old.Lost).Round(time.Second))
+	ls.log.Info(w.WonBack, "network", n.ID, "endpoint", ep.ID, "address", a, "lost_for", ls.now().Sub(f.Facts(old).Lost).Round(time.Second))
 }
 
-// Forget is what deleting an endpoint does with its lease: a held one
-// is released; a lost one is not the daemon's to release, and its block
-// goes.
-func (ls *Leaser) Forget(ctx context.Context, n store.Network, ep store.Endpoint) {
-	ls.timers.Drop(Key{n.ID, ep.ID})
-	if ep.Lease == nil {
+// unblock removes the block of a lost lease whose endpoint goes.
+func (ls *Leaser[L, R]) unblock(ctx context.Context, n store.Network, ep store.Endpoint, l L) {
+	a := ls.Family.Facts(l).Addr
+	if ls.blocker == nil || !a.IsValid() {
 		return
 	}
-	if ep.Lease.Lost.IsZero() {
-		if ls.Release(ctx, n, ep) {
-			ls.Unjournal(n, ep)
-		}
-		return
-	}
-	if ls.blocker != nil {
-		if err := ls.blocker.Unblock(ctx, n.Parent, Addr(*ep.Lease), ls.mark); err != nil {
-			ls.log.Warn("could not unblock the address of a lost lease", "network", n.ID, "endpoint", ep.ID, "address", ep.Lease.Addr, "error", err)
-		}
+	if err := ls.blocker.Unblock(ctx, n.Parent, a, ls.mark); err != nil {
+		ls.log.Warn("could not unblock the address of a lost "+ls.Family.Words().Name+" lease: the next start removes the block", "network", n.ID, "endpoint", ep.ID, "address", a, "error", err)
 	}
 }

@@ -2,14 +2,10 @@ package leases
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"time"
 
-	"github.com/underlay-net/underlay/dhcp"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -23,27 +19,28 @@ const (
 	maxLeaseSleep = time.Minute
 )
 
-// Run loads every lease from the state file and renews each when due, at
-// most maxRenewals at once, until ctx ends or the driver closes (RunLeases).
-// It first makes the kernel's blocks those of the lost leases of both
-// families (rules.LostBlocks); run it before the DHCPv6 leaser's Run.
-func (ls *Leaser) Run(ctx context.Context) error {
-	now := ls.now()
+// Run loads every lease of the family from the state file and renews
+// each when due, at most maxRenewals at once, until ctx ends or the
+// driver closes (Leases.Run), and releases what the journal holds that
+// no record does.
+func (ls *Leaser[L, R]) Run(ctx context.Context) error {
+	f, now := ls.Family, ls.now()
 	if err := ls.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n store.Network) error {
-			if !rules.DHCPOf(n).On {
+			if !f.On(n) {
 				return nil
 			}
 			eps, err := tx.Endpoints(n.ID)
 			for _, ep := range eps {
-				if ep.Lease == nil {
+				l := f.Of(ep)
+				if l == nil {
 					continue
 				}
 				// A renewal that fell due while the daemon was down is
 				// sent now, not at the next retry time.
-				at := now
-				if now.Before(ep.Lease.T1) {
-					at = ep.Lease.T1
+				at, due := f.Due(*l, now)
+				if due {
+					at = now
 				}
 				ls.timers.Set(Key{n.ID, ep.ID}, at)
 			}
@@ -52,128 +49,119 @@ func (ls *Leaser) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	ls.timers.Go(func() { // not before serving: a RELEASE may wait on a parent
+	ls.timers.Go(func() { // not before serving: a release may wait on a parent
 		ls.releaseJournaled(ctx)
 	})
-	// The DHCPv6 leaser's lost leases too: one plan for the instance's
-	// blocks of both families.
-	if err := ls.restoreBlocks(ctx); err != nil {
-		ls.log.Error("could not block the addresses of lost DHCP and DHCPv6 leases again: their containers may send from addresses they do not hold", "error", err)
-	}
 	ls.timers.Loop(ctx, ls.stop, ls.now, ls.Renew)
 	return nil
 }
 
-// Renew renews one lease, marks it lost once it expired or the
-// server refused it, and asks for a lost one's address again; then it
-// schedules the next action. The endpoint's lock is held only to read the
-// record and to commit the outcome, not across the exchange with the
-// server: DeleteEndpoint does not wait for a silent LAN, it cancels the
-// exchange (Timers.cancel).
-func (ls *Leaser) Renew(ctx context.Context, k Key) {
+// Renew renews one lease as its plan says, marks it lost once it expired
+// or the server refused it, and asks for a lost one's address again
+// (only that one: Docker cannot be told another); then it schedules the
+// next action. The endpoint's lock is held only to read the record and to
+// commit the outcome, not across the exchange with the server:
+// DeleteEndpoint does not wait for a silent LAN, it cancels the exchange
+// (Timers.Drop).
+func (ls *Leaser[L, R]) Renew(ctx context.Context, k Key) {
 	n, ep, ok := ls.leaseRecord(ctx, k)
 	if !ok {
 		return
 	}
-	old := *ep.Lease
+	f, w := ls.Family, ls.Family.Words()
+	old := *f.Of(ep)
 	now := ls.now()
-	if old.Lost.IsZero() && now.Before(old.T1) {
-		ls.timers.Set(k, old.T1)
+	if at, due := f.Due(old, now); !due {
+		ls.timers.Set(k, at)
 		return
 	}
-	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", old.Addr)
-	// A renewal waits no longer than dhcp_timeout, nor past the lease's
-	// expiry (then it is lost, and that is acted on at once).
-	deadline := now.Add(rules.DHCPOf(n).Timeout)
-	if old.Lost.IsZero() && old.Expiry.After(now) && old.Expiry.Before(deadline) {
-		deadline = old.Expiry
-	}
-	rctx, cancel := context.WithDeadline(ctx, deadline)
+	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", f.Facts(old).Text)
+	rctx, cancel := f.Exchange(ctx, n, old, now)
 	defer cancel()
 	if !ls.timers.Exchange(k, cancel) {
 		return // the endpoint is being deleted
 	}
 	defer ls.timers.Exchanged(k)
-	if old.Lost.IsZero() && !now.Before(old.Expiry) {
+	if f.Facts(old).Lost.IsZero() && f.Expired(old, now) {
 		// Expired: lost, whether or not the server can be asked now.
-		if old, ok = ls.loseLease(ctx, k, n, ep, old, "the lease expired without a renewal", log); !ok {
+		if old, ok = ls.lose(ctx, k, n, ep, old, w.ExpiredWhy, log); !ok {
 			return
 		}
-		ep.Lease = &old
+		ep = f.With(ep, &old)
 	}
 	r, err := ls.RequestOf(rctx, n, ep)
-	var l store.Lease
+	var l L
 	switch {
 	case err != nil:
-	case !old.Lost.IsZero():
+	case !f.Facts(old).Lost.IsZero():
 		l, err = ls.reacquire(rctx, r, old)
 	default:
-		l, err = ls.DHCP.Renew(rctx, r, old)
-		if errors.Is(err, ErrNAK) {
-			if old, ok = ls.loseLease(ctx, k, n, ep, old, "the server refused to renew it (DHCPNAK): "+err.Error(), log); !ok {
+		l, err = f.Renew(rctx, r, old, now)
+		if why, refused := f.Refused(err); refused {
+			if old, ok = ls.lose(ctx, k, n, ep, old, why, log); !ok {
 				return
 			}
-			ep.Lease = &old
+			ep = f.With(ep, &old)
 			l, err = ls.reacquire(rctx, r, old) // ask for it again at once
 		}
 	}
 	if err != nil {
-		next := NextAction(old, ls.now()) // after the exchange, which took its time
-		if old.Lost.IsZero() {
-			log.Warn("could not renew DHCP lease; retrying", "t2", old.T2, "expiry", old.Expiry, "next", next, "error", err)
+		next := f.Next(old, ls.now()) // after the exchange, which took its time
+		if f.Facts(old).Lost.IsZero() {
+			f.RenewFailed(log, old, next, err)
 		} else {
-			log.Debug("lost DHCP lease not won back yet; asking again", "next", next, "error", err)
+			log.Debug(w.NotWonBack, "next", next, "error", err)
 		}
 		ls.timers.Set(k, next)
 		return
 	}
-	switch ls.commitLease(ctx, k, old, l, log) {
+	switch ls.commit(ctx, k, old, l, log) {
 	case leaseGone:
 		// The endpoint went meanwhile: the lease this exchange extended or
 		// won is not kept for anyone.
-		_ = ls.DHCP.Release(context.WithoutCancel(ctx), r, l)
+		ls.giveBack(ctx, r, l)
 		return
 	case leaseNotRecorded:
 		return // rescheduled: the record keeps the old lease, which the server extended
 	}
-	if !old.Lost.IsZero() {
+	if !f.Facts(old).Lost.IsZero() {
 		ls.wonBack(context.WithoutCancel(ctx), n, ep, old)
 	} else {
-		log.Info("renewed DHCP lease", "expiry", l.Expiry, "t1", l.T1)
+		log.Info(w.Renewed, f.Renewed(l)...)
 	}
-	ls.timers.Set(k, NextAction(l, ls.now()))
+	ls.timers.Set(k, f.Next(l, ls.now()))
 }
 
-// loseLease records a lease lost, then blocks its address (only once the
+// lose records a lease lost, then blocks its address (only once the
 // record says lost: a deletion in between leaves no block behind); false
 // when the record changed meanwhile or could not be written (rescheduled).
-func (ls *Leaser) loseLease(ctx context.Context, k Key, n store.Network, ep store.Endpoint, old store.Lease, why string, log *slog.Logger) (store.Lease, bool) {
-	marked := rules.MarkLost(old, ls.now(), why)
-	if ls.commitLease(ctx, k, old, marked, log) != leaseRecorded {
+func (ls *Leaser[L, R]) lose(ctx context.Context, k Key, n store.Network, ep store.Endpoint, old L, why string, log *slog.Logger) (L, bool) {
+	marked := ls.Family.MarkLost(old, ls.now(), why)
+	if ls.commit(ctx, k, old, marked, log) != leaseRecorded {
 		return old, false
 	}
-	ls.blockLost(context.WithoutCancel(ctx), n, ep, marked)
+	ls.blockLost(context.WithoutCancel(ctx), k, n, ep, marked)
 	return marked, true
 }
 
 // leaseRecord reads a lease's network and endpoint under the endpoint's
 // lock; false (and the lease forgotten or rescheduled) when there is
 // nothing to renew.
-func (ls *Leaser) leaseRecord(ctx context.Context, k Key) (store.Network, store.Endpoint, bool) {
-	ctx, unlock, n, ep, err := ls.lockEndpoint(ctx, k.Network, k.Endpoint)
+func (ls *Leaser[L, R]) leaseRecord(ctx context.Context, k Key) (store.Network, store.Endpoint, bool) {
+	_, unlock, n, ep, err := ls.lockEndpoint(ctx, k.Network, k.Endpoint)
 	if err != nil {
-		ls.timers.Set(k, ls.now().Add(dhcp.MinRetry))
+		ls.timers.Set(k, ls.now().Add(ls.Family.Words().LockRetry))
 		return store.Network{}, store.Endpoint{}, false
 	}
 	defer unlock()
-	if n == nil || ep == nil || ep.Lease == nil || ls.DHCP == nil {
+	if n == nil || ep == nil || ls.Family.Of(*ep) == nil || !ls.Family.HasClient() {
 		ls.timers.Drop(k)
 		return store.Network{}, store.Endpoint{}, false
 	}
 	return *n, *ep, true
 }
 
-// commitLease's outcomes.
+// commit's outcomes.
 type leaseCommit int
 
 const (
@@ -185,47 +173,49 @@ const (
 	leaseNotRecorded
 )
 
-// commitLease records l as the endpoint's lease under its lock if the
-// record still holds old (it was not deleted or replaced meanwhile).
-func (ls *Leaser) commitLease(ctx context.Context, k Key, old, l store.Lease, log *slog.Logger) leaseCommit {
+// commit records l as the endpoint's lease under its lock if the record
+// still holds old (it was not deleted or replaced meanwhile). The lock is
+// waited for beyond the exchange's deadline.
+func (ls *Leaser[L, R]) commit(ctx context.Context, k Key, old, l L, log *slog.Logger) leaseCommit {
+	f, w := ls.Family, ls.Family.Words()
 	_, unlock, _, ep, err := ls.lockEndpoint(context.WithoutCancel(ctx), k.Network, k.Endpoint)
+	if err == nil {
+		defer unlock()
+		held := f.Of(derefEndpoint(ep))
+		if ep == nil || held == nil || f.Facts(*held).Text != f.Facts(old).Text || !f.Facts(*held).Acquired.Equal(f.Facts(old).Acquired) || !f.Facts(*held).Lost.Equal(f.Facts(old).Lost) {
+			return leaseGone
+		}
+		renewed := f.With(*ep, &l)
+		err = ls.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(renewed) })
+	}
 	if err != nil {
-		log.Error("record DHCP lease", "error", err)
-		ls.timers.Set(k, ls.now().Add(dhcp.MinRetryShort))
-		return leaseNotRecorded
-	}
-	defer unlock()
-	if ep == nil || ep.Lease == nil || !ep.Lease.Acquired.Equal(old.Acquired) || !ep.Lease.Lost.Equal(old.Lost) {
-		return leaseGone
-	}
-	renewed := *ep
-	renewed.Lease = &l
-	if err := ls.store.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(renewed) }); err != nil {
-		log.Error("record DHCP lease", "error", err)
-		ls.timers.Set(k, ls.now().Add(dhcp.MinRetryShort))
+		log.Log(context.WithoutCancel(ctx), w.NoRecordLvl, w.NoRecord, "error", err)
+		ls.timers.Set(k, ls.now().Add(w.CommitRetry))
 		return leaseNotRecorded
 	}
 	return leaseRecorded
 }
 
+func derefEndpoint(ep *store.Endpoint) store.Endpoint {
+	if ep == nil {
+		return store.Endpoint{}
+	}
+	return *ep
+}
+
 // reacquire asks for a lost lease's address anew and takes only that one
-// (its mask may change): another is never requested (Request.Only).
-func (ls *Leaser) reacquire(ctx context.Context, r Request, old store.Lease) (store.Lease, error) {
-	r.Only = Addr(old)
-	l, err := ls.DHCP.Acquire(ctx, r)
+// (a DHCP lease's mask may change): another is given back.
+func (ls *Leaser[L, R]) reacquire(ctx context.Context, r R, old L) (L, error) {
+	f := ls.Family
+	l, err := f.Acquire(ctx, r, f.Facts(old).Addr)
 	if err != nil {
 		return l, err
 	}
-	if Addr(l) != Addr(old) {
-		// A client that ignores Only: not ours to keep.
-		_ = ls.DHCP.Release(ctx, r, l)
-		return store.Lease{}, fmt.Errorf("the server offered %s instead of %s", l.Addr, old.Addr)
+	if f.Facts(l).Addr != f.Facts(old).Addr {
+		// An address offered instead: not ours to keep.
+		ls.giveBack(ctx, r, l)
+		var none L
+		return none, fmt.Errorf("the server offered %s instead of %s", f.Facts(l).Text, f.Facts(old).Text)
 	}
 	return l, nil
-}
-
-// Addr is a lease's address without its prefix length.
-func Addr(l store.Lease) netip.Addr {
-	p, _ := netip.ParsePrefix(l.Addr)
-	return p.Addr()
 }

@@ -4,34 +4,13 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/underlay-net/underlay/dhcp"
-	"github.com/underlay-net/underlay/store"
 )
 
-// Lease renewal: every DHCP lease is renewed at T1 and rebound at T2 for
-// as long as its endpoint exists, across restarts (the times are in the
-// endpoint's record). A lease that expires or that the server refuses is
-// lost (lost.go): logged at ERROR once, its address blocked, and only
-// that address asked for again.
-
-// NextAction is when to act on a lease next: the dhcp package's plan
-// (T1, then retries at half the time left to T2 and to the expiry, at
-// least dhcp.MinRetry apart), and every lostLeaseRetry once it is lost
-// (the same address is asked for again).
-func NextAction(l store.Lease, now time.Time) time.Time {
-	if !l.Lost.IsZero() {
-		return now.Add(lostLeaseRetry)
-	}
-	t1, t2, lt := l.Durations()
-	p := dhcp.Plan(dhcp.Lease{Acquired: l.Acquired, T1: t1, T2: t2, LeaseTime: lt}, now)
-	if p.Phase == dhcp.Expired {
-		return now.Add(dhcp.MinRetryShort) // Renew marks it lost; never a hot loop
-	}
-	return p.Next
-}
-
-const lostLeaseRetry = 30 * time.Second
+// Lease renewal: every lease, DHCP or DHCPv6, is renewed at T1 and
+// rebound at T2 for as long as its endpoint exists, across restarts (the
+// times are in the endpoint's record). A lease that expires or that the
+// server refuses is lost (lost.go): logged at ERROR once, its address
+// blocked, and only that address asked for again.
 
 // Key names an endpoint's lease.
 type Key struct{ Network, Endpoint string }
