@@ -20,21 +20,9 @@ import (
 // DHCPv6's), Join answers the lease's router and classless routes,
 // DeleteEndpoint releases it, and driver/internal/leases renews it for as
 // long as the endpoint exists.
-// The lease client (LeaseClient) works from the host namespace on the
-// parent link; the lease is part of the endpoint's record.
-
-// LeaseRequest says for whom a lease is.
-type LeaseRequest = leases.Request
-
-// LeaseClient talks DHCP for endpoints.
-type LeaseClient = leases.Client
-
-// ErrLeaseNAK is wrapped by LeaseClient errors for a server's DHCPNAK.
-var ErrLeaseNAK = leases.ErrNAK
-
-// AddrBlocker stops what leaves a parent from an address
-// (netlinkutil.Kernel). tag is the driver's mark.
-type AddrBlocker = leases.AddrBlocker
+// The lease clients (leases.Client over the dhcp package, leases.Client6)
+// work from the host namespace on the parent link; the lease is part of
+// the endpoint's record.
 
 // lockParents takes parent links' locks shared, for the leasers' blocks
 // of lost leases (leases.BlockOnParent): following a renamed owned VLAN

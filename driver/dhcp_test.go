@@ -24,7 +24,7 @@ type fakeLeases struct {
 	now      func() time.Time
 	next     int
 	byClient map[string]string
-	requests []LeaseRequest
+	requests []leases.Request
 	released []string
 	renewals int
 	nak      bool
@@ -45,7 +45,7 @@ func (f *fakeLeases) lease(addr string) store.Lease {
 		T1: now.Add(60 * time.Second), T2: now.Add(105 * time.Second), Expiry: now.Add(120 * time.Second)}
 }
 
-func (f *fakeLeases) Acquire(ctx context.Context, r LeaseRequest) (store.Lease, error) {
+func (f *fakeLeases) Acquire(ctx context.Context, r leases.Request) (store.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests = append(f.requests, r)
@@ -98,7 +98,7 @@ func (f *fakeLeases) holds(addr string) bool {
 	return false
 }
 
-func (f *fakeLeases) Renew(ctx context.Context, r LeaseRequest, l store.Lease) (store.Lease, error) {
+func (f *fakeLeases) Renew(ctx context.Context, r leases.Request, l store.Lease) (store.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.renewals++
@@ -109,7 +109,7 @@ func (f *fakeLeases) Renew(ctx context.Context, r LeaseRequest, l store.Lease) (
 		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ctx.Err())
 	}
 	if f.nak {
-		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ErrLeaseNAK)
+		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, leases.ErrNAK)
 	}
 	if f.onRenew != nil {
 		f.onRenew()
@@ -117,7 +117,7 @@ func (f *fakeLeases) Renew(ctx context.Context, r LeaseRequest, l store.Lease) (
 	return f.lease(l.Addr), nil
 }
 
-func (f *fakeLeases) Decline(ctx context.Context, r LeaseRequest, l store.Lease) error {
+func (f *fakeLeases) Decline(ctx context.Context, r leases.Request, l store.Lease) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.declined = append(f.declined, l.Addr)
@@ -133,7 +133,7 @@ func (f *fakeLeases) Decline(ctx context.Context, r LeaseRequest, l store.Lease)
 	return nil
 }
 
-func (f *fakeLeases) Release(ctx context.Context, r LeaseRequest, l store.Lease) error {
+func (f *fakeLeases) Release(ctx context.Context, r leases.Request, l store.Lease) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.released = append(f.released, l.Addr)

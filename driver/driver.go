@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
@@ -54,7 +55,7 @@ type Config struct {
 	Links netlinkutil.Links
 	// DHCP leases addresses for the endpoints of dhcp=true networks; nil
 	// refuses such networks.
-	DHCP LeaseClient
+	DHCP *dhcp.Client
 	// DHCPv6 leases IPv6 addresses for the endpoints of
 	// ipv6_mode=dhcpv6 networks; nil refuses their endpoints.
 	DHCPv6 leases.Client6
@@ -224,7 +225,7 @@ func New(c Config) (*Driver, error) {
 	if c.Events == nil {
 		c.Events = noEvents{}
 	}
-	blocker, _ := c.Links.(AddrBlocker)
+	blocker, _ := c.Links.(leases.AddrBlocker)
 	announcer, _ := c.Prober.(AddrAnnouncer)
 	d := &Driver{
 		lan:   &lan.LAN{Links: c.Links, Routes: c.Routes, Prober: c.Prober, Announcer: announcer, Log: c.Logger},
@@ -249,7 +250,7 @@ func New(c Config) (*Driver, error) {
 		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},
 		Locks: d.locks, Remove: d.removeNetwork, Events: c.Events, Log: c.Logger,
 	}
-	d.leases = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: c.DHCP, DHCPv6: c.DHCPv6, Blocker: blocker, Mark: d.mark,
+	d.leases = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: dhcpClient(c.DHCP), DHCPv6: c.DHCPv6, Blocker: blocker, Mark: d.mark,
 		Log: c.Logger, Now: c.Now, Stop: d.stop, LockEndpoint: d.lockEndpoint, LockParents: d.lockParents})
 	return d, nil
 }
@@ -301,4 +302,12 @@ type NetworkChecker interface {
 	// NetworkExists reports whether Docker knows the network; an error means
 	// it could not tell.
 	NetworkExists(ctx context.Context, id string) (bool, error)
+}
+
+// dhcpClient is the leases' client over c; nil without one.
+func dhcpClient(c *dhcp.Client) leases.Client {
+	if c == nil {
+		return nil
+	}
+	return leases.NewOverDHCP(c)
 }

@@ -126,7 +126,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	probed := probe.NewMemo(0, nil)
 	d, err := driver.New(driver.Config{
 		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
-		DHCP: leaseClient{c: dhcp.New(dhcp.WithLogger(log))}, DHCPv6: dhcp6.New(dhcp6.WithLogger(log)), Prober: probed.Wrap(prober),
+		DHCP: dhcp.New(dhcp.WithLogger(log)), DHCPv6: dhcp6.New(dhcp6.WithLogger(log)), Prober: probed.Wrap(prober),
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log), Events: m,
 	})

@@ -105,7 +105,7 @@ func (k *Kernel) Heal(_ context.Context, name string, h netlinkutil.Heal) error 
 	return nil
 }
 
-// Block implements the driver's AddrBlocker in memory.
+// Block implements the leases' AddrBlocker in memory.
 func (k *Kernel) Block(_ context.Context, parent string, addr netip.Addr, tag string) error {
 	if err := k.begin("block", parent); err != nil {
 		return err
@@ -119,7 +119,7 @@ func (k *Kernel) Block(_ context.Context, parent string, addr netip.Addr, tag st
 	return nil
 }
 
-// Unblock implements the driver's AddrBlocker in memory.
+// Unblock implements the leases' AddrBlocker in memory.
 func (k *Kernel) Unblock(_ context.Context, parent string, addr netip.Addr, tag string) error {
 	if err := k.begin("unblock", parent); err != nil {
 		return err
@@ -158,7 +158,7 @@ func (k *Kernel) MoveBlocks(_ context.Context, from, to, tag string) ([]netip.Ad
 	return moved, nil
 }
 
-// BlockedAddrs implements the driver's AddrBlocker in memory.
+// BlockedAddrs implements the leases' AddrBlocker in memory.
 func (k *Kernel) BlockedAddrs(_ context.Context, tag string) ([]netlinkutil.Blocked, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

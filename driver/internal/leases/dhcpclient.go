@@ -1,4 +1,4 @@
-package main
+package leases
 
 import (
 	"context"
@@ -9,16 +9,18 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp"
-	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/store"
 )
 
-// leaseClient is the driver's LeaseClient over the dhcp package: it turns
-// the package's leases (durations from the time they were acquired) into
-// the durable record's (absolute times) and back.
-type leaseClient struct{ c *dhcp.Client }
+// OverDHCP is the Client over the dhcp package's: it turns the package's
+// leases (durations from the time they were acquired) into the durable
+// record's (absolute times) and back, as Record and Lease do for DHCPv6.
+type OverDHCP struct{ c *dhcp.Client }
 
-func (a leaseClient) Acquire(ctx context.Context, r driver.LeaseRequest) (store.Lease, error) {
+// NewOverDHCP is the Client over c.
+func NewOverDHCP(c *dhcp.Client) OverDHCP { return OverDHCP{c: c} }
+
+func (a OverDHCP) Acquire(ctx context.Context, r Request) (store.Lease, error) {
 	l, err := a.c.Acquire(ctx, request(r))
 	if err != nil {
 		return store.Lease{}, nakOr(err)
@@ -26,7 +28,7 @@ func (a leaseClient) Acquire(ctx context.Context, r driver.LeaseRequest) (store.
 	return toRecord(l, r), nil
 }
 
-func (a leaseClient) Renew(ctx context.Context, r driver.LeaseRequest, s store.Lease) (store.Lease, error) {
+func (a OverDHCP) Renew(ctx context.Context, r Request, s store.Lease) (store.Lease, error) {
 	l, err := fromRecord(s)
 	if err != nil {
 		return store.Lease{}, err
@@ -38,7 +40,7 @@ func (a leaseClient) Renew(ctx context.Context, r driver.LeaseRequest, s store.L
 	return toRecord(n, r), nil
 }
 
-func (a leaseClient) Release(ctx context.Context, r driver.LeaseRequest, s store.Lease) error {
+func (a OverDHCP) Release(ctx context.Context, r Request, s store.Lease) error {
 	l, err := fromRecord(s)
 	if err != nil {
 		return err
@@ -46,7 +48,7 @@ func (a leaseClient) Release(ctx context.Context, r driver.LeaseRequest, s store
 	return a.c.Release(ctx, l, request(r))
 }
 
-func (a leaseClient) Decline(ctx context.Context, r driver.LeaseRequest, s store.Lease) error {
+func (a OverDHCP) Decline(ctx context.Context, r Request, s store.Lease) error {
 	l, err := fromRecord(s)
 	if err != nil {
 		return err
@@ -54,13 +56,13 @@ func (a leaseClient) Decline(ctx context.Context, r driver.LeaseRequest, s store
 	return a.c.Decline(ctx, l, request(r))
 }
 
-func request(r driver.LeaseRequest) dhcp.Request {
+func request(r Request) dhcp.Request {
 	return dhcp.Request{Parent: r.Parent, MAC: r.MAC, ClientID: r.ClientID, Address: r.Address, Only: r.Only}
 }
 
 func nakOr(err error) error {
 	if errors.Is(err, dhcp.ErrNAK) {
-		return fmt.Errorf("%w: %w", driver.ErrLeaseNAK, err)
+		return fmt.Errorf("%w: %w", ErrNAK, err)
 	}
 	return err
 }
@@ -68,7 +70,7 @@ func nakOr(err error) error {
 // forever stands for a lease granted forever in the record.
 const forever = 100 * 365 * 24 * time.Hour
 
-func toRecord(l dhcp.Lease, r driver.LeaseRequest) store.Lease {
+func toRecord(l dhcp.Lease, r Request) store.Lease {
 	at := func(d time.Duration) time.Time {
 		if d == dhcp.Infinite || d > forever {
 			d = forever
