@@ -2,8 +2,6 @@ package driver
 
 import (
 	"context"
-
-	"github.com/underlay-net/underlay/driver/internal/rules"
 )
 
 // The capabilities that make a network a swarm network; the swarm
@@ -25,10 +23,3 @@ type Capabilities struct {
 func (d *Driver) GetCapabilities(context.Context) *Capabilities {
 	return &Capabilities{Scope: d.scope, ConnectivityScope: "global", GwAllocChecker: true}
 }
-
-// GwAllocCheckRequest and GwAllocCheckResponse are libnetwork's
-// (remote/api GwAllocCheckerRequest, GwAllocCheckerResponse).
-type (
-	GwAllocCheckRequest  = rules.GwAllocCheckRequest
-	GwAllocCheckResponse = rules.GwAllocCheckResponse
-)

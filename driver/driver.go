@@ -61,7 +61,7 @@ type Config struct {
 	DHCPv6 leases.Client6
 	// Routes lists the host's routes, which parent=auto picks a link by;
 	// nil refuses parent=auto.
-	Routes RouteLister
+	Routes lan.RouteLister
 	// Docker is asked whether conflicting holders still exist; nil means
 	// every holder is treated as live.
 	Docker NetworkChecker
@@ -96,7 +96,7 @@ type Config struct {
 	Now func() time.Time
 	// Prober probes endpoints' addresses on the LAN before they are
 	// answered (address_probe); nil probes nothing.
-	Prober AddrProber
+	Prober lan.Prober
 }
 
 // Events is told about what the driver does on its own or on a request's
@@ -130,16 +130,6 @@ func (noEvents) StaleRemoved()                {}
 func (noEvents) ReservationRolledBack(string) {}
 func (noEvents) ReconcileAction(string)       {}
 func (noEvents) RepairAction(string)          {}
-
-// RouteLister lists the routes of every table (netlinkutil.Kernel).
-type RouteLister = lan.RouteLister
-
-// AddrProber probes addresses on a parent link (probe.Prober). A conflict
-// is an error wrapping probe.ErrConflict.
-type AddrProber = lan.Prober
-
-// AddrAnnouncer announces addresses on a parent link (probe.Prober).
-type AddrAnnouncer = lan.Announcer
 
 // Driver implements the remote NetworkDriver protocol.
 type Driver struct {
@@ -226,7 +216,7 @@ func New(c Config) (*Driver, error) {
 		c.Events = noEvents{}
 	}
 	blocker, _ := c.Links.(leases.AddrBlocker)
-	announcer, _ := c.Prober.(AddrAnnouncer)
+	announcer, _ := c.Prober.(lan.Announcer)
 	d := &Driver{
 		lan:   &lan.LAN{Links: c.Links, Routes: c.Routes, Prober: c.Prober, Announcer: announcer, Log: c.Logger},
 		store: c.Store, links: c.Links, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,

@@ -35,7 +35,7 @@ func TestGwAllocCheck(t *testing.T) {
 		{"no options at all", nil, true, ""},
 		{"a bad option is refused as CreateNetwork would", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l9"}}, false, "ipvlan_mode"},
 	} {
-		r, err := rules.GwAllocCheck(&GwAllocCheckRequest{Options: tc.opts})
+		r, err := rules.GwAllocCheck(&rules.GwAllocCheckRequest{Options: tc.opts})
 		switch {
 		case tc.errorHas != "":
 			if err == nil || !strings.Contains(err.Error(), tc.errorHas) {

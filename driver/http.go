@@ -28,7 +28,7 @@ func (d *Driver) Register(mux *http.ServeMux) {
 	route(d, mux, "GetCapabilities", func(ctx context.Context, _ *struct{}) (any, error) {
 		return d.GetCapabilities(ctx), nil
 	})
-	route(d, mux, "GwAllocCheck", func(_ context.Context, r *GwAllocCheckRequest) (any, error) {
+	route(d, mux, "GwAllocCheck", func(_ context.Context, r *rules.GwAllocCheckRequest) (any, error) {
 		return rules.GwAllocCheck(r)
 	})
 	route(d, mux, "CreateNetwork", func(ctx context.Context, r *network.CreateNetworkRequest) (any, error) {

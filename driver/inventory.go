@@ -13,13 +13,8 @@ import (
 // same rules: nothing is removed that Docker knows or that underlay does
 // not own.
 
-// Inventory is the driver's state as the operator sees it (the type
-// lives with the doctor, which reads it, so that the operator's tools
-// need nothing of the driver).
-type Inventory = doctor.Inventory
-
 // Inventory reads the state file and the kernel's links.
-func (d *Driver) Inventory(ctx context.Context) (Inventory, error) {
+func (d *Driver) Inventory(ctx context.Context) (doctor.Inventory, error) {
 	return d.operator.Inventory(ctx)
 }
 

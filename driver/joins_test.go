@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -143,7 +144,7 @@ func (f *fixture) epRecord(netID, epID string) store.Endpoint {
 	return ep
 }
 
-func (f *fixture) inventory() Inventory {
+func (f *fixture) inventory() doctor.Inventory {
 	f.t.Helper()
 	inv, err := f.d.Inventory(context.Background())
 	if err != nil {
