@@ -3,10 +3,11 @@ package driver
 import (
 	"context"
 	"errors"
-	"github.com/underlay-net/underlay/driver/internal/leases"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/underlay-net/underlay/driver/internal/leases"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/rules"

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
@@ -23,19 +22,6 @@ import (
 // The lease clients (leases.Client over the dhcp package, leases.Client6)
 // work from the host namespace on the parent link; the lease is part of
 // the endpoint's record.
-
-// lockParents takes parent links' locks shared, for the leasers' blocks
-// of lost leases (leases.BlockOnParent): following a renamed owned VLAN
-// (owned.Links.Follow) takes them exclusive, so a block is made before
-// the follow, which moves it, or after it, under the new name.
-func (d *Driver) lockParents(ctx context.Context, names ...string) (func(), error) {
-	reqs := make([]keylock.Req, 0, len(names))
-	for _, name := range names {
-		reqs = append(reqs, keylock.Shared(keylock.ParentKey(name)))
-	}
-	_, unlock, err := d.locks.Acquire(ctx, reqs...)
-	return unlock, err
-}
 
 // RunLeases loads every lease (DHCP and DHCPv6) from the state file and
 // renews each when due, at most 32 at once per family, until ctx ends or

@@ -241,7 +241,7 @@ func New(c Config) (*Driver, error) {
 		Locks: d.locks, Remove: d.removeNetwork, Events: c.Events, Log: c.Logger,
 	}
 	d.leases = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: dhcpClient(c.DHCP), DHCPv6: c.DHCPv6, Blocker: blocker, Mark: d.mark,
-		Log: c.Logger, Now: c.Now, Stop: d.stop, LockEndpoint: d.lockEndpoint, LockParents: d.lockParents})
+		Log: c.Logger, Now: c.Now, Stop: d.stop, Locks: d.locks})
 	return d, nil
 }
 

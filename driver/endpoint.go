@@ -16,42 +16,11 @@ import (
 // Endpoint requests never call Docker: dockerd makes them while starting
 // containers, and a call back into it can deadlock it.
 
-// lockEndpoint takes the network shared and the endpoint exclusively, and
-// returns both records (ep nil when the endpoint is unknown).
-// The context returned records the locks (pass it on: a later lock must
-// be of a later rank, keylock).
-func (d *Driver) lockEndpoint(ctx context.Context, netID, epID string) (locked context.Context, unlock func(), n *store.Network, ep *store.Endpoint, err error) {
-	if netID == "" || epID == "" {
-		return ctx, nil, nil, nil, rules.Invalidf("request without NetworkID or EndpointID")
-	}
-	locked, unlock, err = d.locks.Acquire(ctx, keylock.Shared(keylock.NetworkKey(netID)), keylock.Exclusive(keylock.EndpointKey(epID)))
-	if err != nil {
-		return ctx, nil, nil, nil, err
-	}
-	err = d.store.View(func(tx *store.Tx) error {
-		nv, ok, err := tx.Network(netID)
-		if err != nil || !ok {
-			return err
-		}
-		n = &nv
-		ev, ok, err := tx.Endpoint(netID, epID)
-		if ok {
-			ep = &ev
-		}
-		return err
-	})
-	if err != nil {
-		unlock()
-		return ctx, nil, nil, nil, err
-	}
-	return locked, unlock, n, ep, nil
-}
-
 // CreateEndpoint records an endpoint and answers only what Docker left
 // empty: a generated MAC for macvlan endpoints without one, and the
 // addresses the LAN gave it (DHCP, DHCPv6, SLAAC).
 func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpointRequest) (*network.CreateEndpointResponse, error) {
-	ctx, unlock, n, existing, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	ctx, unlock, n, existing, err := d.locks.Endpoint(ctx, d.store, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +265,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 // endpoint's record (given with its network, read under the same lock),
 // if there is one and it gives one.
 func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record func(store.Network, store.Endpoint) func(*store.Tx) error) error {
-	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, netID, epID)
+	ctx, unlock, n, ep, err := d.locks.Endpoint(ctx, d.store, netID, epID)
 	if err != nil {
 		return err
 	}
@@ -364,7 +333,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 
 // EndpointInfo reports the endpoint's host link, parent and MAC.
 func (d *Driver) EndpointInfo(ctx context.Context, req *network.InfoRequest) (*network.InfoResponse, error) {
-	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	ctx, unlock, n, ep, err := d.locks.Endpoint(ctx, d.store, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
 	}

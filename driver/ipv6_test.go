@@ -430,7 +430,7 @@ func TestDHCPv6RenewalCommitOutlivesItsExchange(t *testing.T) {
 	held := make(chan struct{})
 	fl.during = func() {
 		go func() {
-			_, unlock, _, _, err := f.d.lockEndpoint(ctx, netA, ep1)
+			_, unlock, _, _, err := f.d.locks.Endpoint(ctx, f.d.store, netA, ep1)
 			close(held)
 			if err == nil {
 				time.Sleep(500 * time.Millisecond)

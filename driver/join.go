@@ -22,7 +22,7 @@ import (
 // away in a sandbox is refused, since a second link would carry the same
 // MAC on the same wire.
 func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.JoinResponse, error) {
-	ctx, unlock, n, ep, err := d.lockEndpoint(ctx, req.NetworkID, req.EndpointID)
+	ctx, unlock, n, ep, err := d.locks.Endpoint(ctx, d.store, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
 	}

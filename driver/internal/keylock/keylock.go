@@ -18,6 +18,11 @@
 //
 // Each key is a weighted semaphore: a writer takes all of it, a reader one
 // unit, and waits respect the request's context.
+//
+// Endpoint and Parents (records.go) are the two ways of taking locks that
+// more than one part of the driver shares: an endpoint's locks with its
+// records read under them (the endpoint requests, a lease's renewal), and
+// parent links' locks shared (a lost lease's block).
 package keylock
 
 import (

@@ -2,10 +2,11 @@ package leases
 
 import (
 	"context"
-	"github.com/underlay-net/underlay/dhcp"
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/underlay-net/underlay/dhcp"
 
 	"github.com/underlay-net/underlay/store"
 )

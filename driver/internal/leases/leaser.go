@@ -11,8 +11,8 @@
 //
 // Rule: it reaches the store, the kernel and the lease clients only
 // through its own small interfaces (Store, LinkGetter, AddrBlocker,
-// Client, Client6) and the driver's locks only through LockEndpoint and
-// LockParents; which offer is free is the driver's (Free); its plans are
+// Client, Client6) and the request locks (keylock) as the requests take
+// them; which offer is free is the driver's (Free); its plans are
 // the rules package's and the dhcp and dhcp6 packages'.
 package leases
 
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -44,7 +45,7 @@ type Leaser[L, R any] struct {
 	timers  *Timers
 	stop    <-chan struct{} // closed by Driver.Close
 	// lockEndpoint takes an endpoint's lock and reads its records
-	// (Driver.lockEndpoint): a renewal commits under the same lock as
+	// (keylock.Locker.Endpoint): a renewal commits under the same lock as
 	// the requests.
 	lockEndpoint LockEndpoint
 	// lockParents takes parent links' locks shared: a block is made
@@ -83,23 +84,35 @@ type LockParents func(ctx context.Context, names ...string) (func(), error)
 
 // Config is what the leasers are made of.
 type Config struct {
-	Store        Store
-	Links        LinkGetter
-	DHCP         Client      // nil: no DHCP client
-	DHCPv6       Client6     // nil: no DHCPv6 client
-	Blocker      AddrBlocker // nil: the link layer cannot block
-	Mark         string      // the instance's link mark, also the blocks' tag
-	Log          *slog.Logger
-	Now          func() time.Time
-	Stop         <-chan struct{} // closed when the driver closes
-	LockEndpoint LockEndpoint
-	LockParents  LockParents // nil: blocks are made without a lock (tests)
+	Store   Store
+	Links   LinkGetter
+	DHCP    Client      // nil: no DHCP client
+	DHCPv6  Client6     // nil: no DHCPv6 client
+	Blocker AddrBlocker // nil: the link layer cannot block
+	Mark    string      // the instance's link mark, also the blocks' tag
+	Log     *slog.Logger
+	Now     func() time.Time
+	Stop    <-chan struct{} // closed when the driver closes
+	// Locks are the requests' locks: a renewal commits under its
+	// endpoint's lock, a block is made under its parent's; nil: blocks
+	// are made without a lock (tests).
+	Locks *keylock.Locker
 }
 
 // newLeaser returns a leaser of family f with no lease scheduled.
 func newLeaser[L, R any](c Config, f Family[L, R]) *Leaser[L, R] {
-	return &Leaser[L, R]{Family: f, store: c.Store, links: c.Links, blocker: c.Blocker, mark: c.Mark, log: c.Log, now: c.Now,
-		timers: NewTimers(), stop: c.Stop, lockEndpoint: c.LockEndpoint, lockParents: c.LockParents}
+	ls := &Leaser[L, R]{Family: f, store: c.Store, links: c.Links, blocker: c.Blocker, mark: c.Mark, log: c.Log, now: c.Now,
+		timers: NewTimers(), stop: c.Stop}
+	locks := c.Locks
+	if locks == nil {
+		locks = keylock.New()
+	} else {
+		ls.lockParents = locks.Parents
+	}
+	ls.lockEndpoint = func(ctx context.Context, netID, epID string) (context.Context, func(), *store.Network, *store.Endpoint, error) {
+		return locks.Endpoint(ctx, c.Store, netID, epID)
+	}
+	return ls
 }
 
 // Leases are both families' leasers: what the driver holds, and how

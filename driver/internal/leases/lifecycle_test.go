@@ -14,6 +14,7 @@ import (
 
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
@@ -175,7 +176,7 @@ func newLife(t *testing.T) *life {
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	f.cfg = Config{Store: f.db, Links: f.k, DHCP: fake4{f.s4, f.clock.Now}, DHCPv6: fake6{f.s6, f.clock.Now}, Blocker: f.k, Mark: tag,
-		Log: slog.New(slog.DiscardHandler), Now: f.clock.Now, Stop: stop, LockEndpoint: f.lockEndpoint}
+		Log: slog.New(slog.DiscardHandler), Now: f.clock.Now, Stop: stop, Locks: keylock.New()}
 	f.ls = New(f.cfg)
 	return f
 }
