@@ -172,7 +172,7 @@ func (c *creation) clearTheWay(ctx context.Context) (release func(), answered bo
 				c.attrs("old_parent", same.Parent, "old", rules.Describe(*same), "new", rules.Describe(want))...)
 		}
 		d.point("create-network/before-remove-stale")
-		if err := d.removeNetwork(ctx, *same); err != nil {
+		if err := d.reconcile.RemoveNetwork(ctx, *same); err != nil {
 			return release, false, fmt.Errorf("remove the stale copy of network %s: %w", dockerid.Short(want.ID), err)
 		}
 		d.point("create-network/after-remove-stale")

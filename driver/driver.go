@@ -175,8 +175,8 @@ type Driver struct {
 	shims *links.Shims
 	// macs chooses endpoints' MACs (driver/internal/lan).
 	macs *lan.Chooser
-	// ifnames are the interface names endpoints asked for (ifnames.go).
-	ifnames ifnames
+	// ifnames are the interface names endpoints asked for (driver/internal/joins).
+	ifnames joins.IfNames
 
 	janitorOnce sync.Once
 	stop        chan struct{}
@@ -230,18 +230,19 @@ func New(c Config) (*Driver, error) {
 	d.owned = &links.Owned{Kernel: c.Links, Store: c.Store, Locks: d.locks, Parents: d.parents, Resolver: d.resolver,
 		Mark: d.mark, Blocks: mover, Log: c.Logger, Now: c.Now, Deleting: &d.deleting}
 	d.shims = &links.Shims{Links: c.Links, Mark: d.mark, Log: c.Logger, DeleteOwned: d.owned.Delete}
+	d.leases = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: dhcpClient(c.DHCP), DHCPv6: c.DHCPv6, Blocker: blocker, Mark: d.mark,
+		Log: c.Logger, Now: c.Now, Stop: d.stop, Locks: d.locks})
 	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
+		IfNames: &d.ifnames, Leases: d.leases, LAN: d.lan, CrashPoint: c.CrashPoint,
 		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting}
 	d.operator = &reconcile.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
-		Joins: d.joins, Remove: d.removeNetwork, Events: c.Events, Mark: d.mark, Boot: d.boot,
+		Joins: d.joins, Events: c.Events, Mark: d.mark, Boot: d.boot,
 		Grace: c.StaleGrace, Window: d.CreateWindow(), Log: c.Logger, Now: c.Now}
 	d.macs = &lan.Chooser{Links: c.Links, Log: c.Logger}
 	d.holders = &stale.Holders{
 		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},
-		Locks: d.locks, Remove: d.removeNetwork, Events: c.Events, Log: c.Logger,
+		Locks: d.locks, Remover: d.reconcile, Events: c.Events, Log: c.Logger,
 	}
-	d.leases = leases.New(leases.Config{Store: c.Store, Links: c.Links, DHCP: dhcpClient(c.DHCP), DHCPv6: c.DHCPv6, Blocker: blocker, Mark: d.mark,
-		Log: c.Logger, Now: c.Now, Stop: d.stop, Locks: d.locks})
 	return d, nil
 }
 

@@ -218,7 +218,7 @@ func (d *Driver) created(n store.Network, ep store.Endpoint, existing *store.End
 		d.joins.Drop(ep.ID) // the record was written anew, without a join
 		d.lan.StopAnnouncing(ep.ID)
 	}
-	d.ifnames.set(ep.ID, ifname)
+	d.ifnames.Set(ep.ID, ifname)
 	d.log.Debug("created endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "mac", ep.MAC)
 }
 
@@ -254,7 +254,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 		d.joins.Drop(deleted.ID) // after the commit: a failed one keeps the join
 		d.leases.Forget(context.WithoutCancel(ctx), of, *deleted)
 	}
-	d.ifnames.set(req.EndpointID, "")
+	d.ifnames.Set(req.EndpointID, "")
 	return nil
 }
 

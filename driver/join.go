@@ -65,7 +65,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
 	resp := rules.JoinAnswer(*n, *ep)
-	resp.InterfaceName.DstName = d.ifnames.get(ep.ID)
+	resp.InterfaceName.DstName = d.ifnames.Get(ep.ID)
 	return resp, nil
 }
 

@@ -147,59 +147,6 @@ func (c *creation) commitWithShim(ctx context.Context, want store.Network, paren
 	return nil
 }
 
-// removeNetwork deletes a network's endpoint links, its records, and its
-// parent link if underlay owns it and nothing else uses it. The caller
-// holds the network's lock exclusively and its parent's lock.
-func (d *Driver) removeNetwork(ctx context.Context, n store.Network) error {
-	var eps []store.Endpoint
-	if err := d.store.View(func(tx *store.Tx) (err error) {
-		eps, err = tx.Endpoints(n.ID)
-		return err
-	}); err != nil {
-		return err
-	}
-	d.point("delete-network/before-link-delete")
-	for _, ep := range eps {
-		if err := d.owned.Delete(ctx, ep.Link, true); err != nil {
-			return fmt.Errorf("delete link %s of endpoint %s: %w", ep.Link, dockerid.Short(ep.ID), err)
-		}
-	}
-	if n.HostAddress != "" {
-		if err := d.owned.Delete(ctx, rules.ShimName(n.ID), true); err != nil {
-			return fmt.Errorf("delete the host's link %s of network %s: %w", rules.ShimName(n.ID), dockerid.Short(n.ID), err)
-		}
-	}
-	d.point("delete-network/after-link-delete")
-	d.point("delete-network/before-commit")
-	var journal []store.PendingRelease // held leases: released below, or at the next start
-	for _, ep := range eps {
-		journal = append(journal, d.leases.Deletion(ctx, n, ep)...)
-	}
-	if err := d.store.Batch(func(tx *store.Tx) error {
-		for _, r := range journal {
-			if err := tx.PutPendingRelease(r); err != nil {
-				return err
-			}
-		}
-		return tx.DeleteNetwork(n.ID)
-	}); err != nil {
-		return err
-	}
-	d.point("delete-network/after-commit")
-	for _, ep := range eps {
-		d.lan.StopAnnouncing(ep.ID)
-		d.ifnames.set(ep.ID, "")
-		d.joins.Drop(ep.ID)                                // only now: a failed removal keeps its endpoints joined
-		d.leases.Forget(context.WithoutCancel(ctx), n, ep) // endpoints Docker never deleted: their leases go too
-	}
-	d.point("delete-network/before-parent-delete")
-	if err := d.reconcile.ReleaseParent(ctx, n.Parent); err != nil {
-		return err
-	}
-	d.point("delete-network/after-parent-delete")
-	return nil
-}
-
 // DeleteNetwork removes a network with its endpoints' links and the parent
 // link underlay created for it. An unknown ID is not an error, so Docker
 // can always clean up.
@@ -224,7 +171,7 @@ func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRe
 		return err
 	}
 	defer unlockParent()
-	if err := d.removeNetwork(ctx, *n); err != nil {
+	if err := d.reconcile.RemoveNetwork(ctx, *n); err != nil {
 		return fmt.Errorf("delete network %s: %w", dockerid.Short(n.ID), err)
 	}
 	d.log.Info("deleted network", "network", n.ID, "parent", n.Parent)

@@ -1,6 +1,8 @@
 // Package joins is the one owner of endpoints' joins (Table): where a
 // join is kept, in memory or in the endpoint's record (Durable), is its
-// business alone; every read and write of a join goes through it.
+// business alone; every read and write of a join goes through it. The
+// interface names endpoints ask for, which their Join answers, are kept
+// here too (IfNames, ifnames.go).
 //
 // Rule: the store only through the transaction it is handed (it commits
 // nothing itself: Join and Leave return the commit for the caller's

@@ -18,6 +18,7 @@ import (
 type Store interface {
 	View(func(*store.Tx) error) error
 	Update(func(*store.Tx) error) error
+	Batch(func(*store.Tx) error) error
 }
 
 // BlockMover moves the blocks of lost leases on a parent to its new name

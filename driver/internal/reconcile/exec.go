@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/joins"
+	"github.com/underlay-net/underlay/driver/internal/lan"
+	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
@@ -51,11 +53,19 @@ type Executor struct {
 	Parents *links.Maker // creating a missing owned parent link
 	Shims   *links.Shims // making host links and their routes
 	Joins   *joins.Table // the joined endpoints a host link routes to
-	Mark    string
-	Boot    string
-	Log     *slog.Logger
-	Now     func() time.Time
-	Events  Events
+	// IfNames, Leases and LAN are told of a removed network's endpoints
+	// (RemoveNetwork); nil: none to tell.
+	IfNames *joins.IfNames
+	Leases  *leases.Leases
+	LAN     *lan.LAN
+	// CrashPoint, when set, is called at each named step of RemoveNetwork
+	// (the driver's crash points, for tests that kill the daemon there).
+	CrashPoint func(name string)
+	Mark       string
+	Boot       string
+	Log        *slog.Logger
+	Now        func() time.Time
+	Events     Events
 	// Deleting are the links underlay deletes itself (links.Owned tells
 	// it), which the watcher does not repair.
 	Deleting *links.SelfDeletions

@@ -34,12 +34,9 @@ type Operator struct {
 	Reconcile *Executor    // carrying out the repair steps
 	Owned     *links.Owned // deleting an orphan link
 	Joins     *joins.Table // the endpoints with their joins
-	// Remove removes a network with its links and records, its lock and
-	// its parent's held (the driver's).
-	Remove func(ctx context.Context, n store.Network) error
-	Events Events
-	Mark   string
-	Boot   string
+	Events    Events
+	Mark      string
+	Boot      string
 	// Grace is how old a record must be before Docker's 404 is believed;
 	// Window is the longest a create may take from its pool to its commit.
 	Grace  time.Duration

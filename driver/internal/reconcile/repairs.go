@@ -81,7 +81,7 @@ func (o *Operator) RemoveStaleNetwork(ctx context.Context, id string) (string, e
 		return "", err
 	}
 	defer unlockParent()
-	if err := o.Remove(ctx, *n); err != nil {
+	if err := o.Reconcile.RemoveNetwork(ctx, *n); err != nil {
 		return "", fmt.Errorf("remove stale network %s: %w", dockerid.Short(id), err)
 	}
 	o.Events.StaleRemoved()

@@ -26,16 +26,22 @@ type Events interface {
 	StaleRemoved()
 }
 
+// Remover removes a network with its links and records.
+type Remover interface {
+	RemoveNetwork(ctx context.Context, n record.Network) error
+}
+
 // Holders rules out a create's conflicting holders: Docker is asked
 // (Check), the stale ones are locked and removed, the live ones refuse.
 type Holders struct {
 	Check *Checker
 	Locks Locker
-	// Remove removes a network with its links and records (the driver's);
-	// the caller holds the network's lock and its parent's.
-	Remove func(ctx context.Context, n record.Network) error
-	Events Events
-	Log    *slog.Logger
+	// Remover removes a network with its links and records
+	// (reconcile.Executor); the caller holds the network's lock and its
+	// parent's.
+	Remover Remover
+	Events  Events
+	Log     *slog.Logger
 }
 
 // Clear rules out stale holders: if Docker no longer knows any of them,
@@ -64,7 +70,7 @@ func (h *Holders) Clear(ctx context.Context, want record.Network, asked string, 
 	for _, c := range cs {
 		h.Log.Warn("removing stale holder: Docker no longer knows this network", "network", want.ID,
 			"holder", c.Holder.ID, "parent", c.Holder.Parent, "holder_config", rules.Describe(c.Holder))
-		if err := h.Remove(ctx, c.Holder); err != nil {
+		if err := h.Remover.RemoveNetwork(ctx, c.Holder); err != nil {
 			return release, fmt.Errorf("remove stale network %s from parent %s: %w", dockerid.Short(c.Holder.ID), c.Holder.Parent, err)
 		}
 		h.Events.StaleRemoved()

@@ -398,17 +398,22 @@ type holdersFixture struct {
 	held    [][]string // the locks held at each Remove
 }
 
+// remover is a Remover that calls itself.
+type remover func(ctx context.Context, n record.Network) error
+
+func (r remover) RemoveNetwork(ctx context.Context, n record.Network) error { return r(ctx, n) }
+
 func newHolders(t *testing.T, removeErr error) *holdersFixture {
 	t.Helper()
 	f := &holdersFixture{d: newDocker(), locks: &locks{busy: map[string]bool{}}, ev: &events{}}
 	f.h = &Holders{
 		Check: checker(f.d, fakeclock.New(t0), &logged{}, time.Hour),
 		Locks: f.locks,
-		Remove: func(_ context.Context, n record.Network) error {
+		Remover: remover(func(_ context.Context, n record.Network) error {
 			f.removed = append(f.removed, n.ID)
 			f.held = append(f.held, f.locks.holding())
 			return removeErr
-		},
+		}),
 		Events: f.ev,
 		Log:    slog.New(&logged{}),
 	}
