@@ -161,8 +161,8 @@ var DriverOptions = []DriverOption{
 		},
 	},
 	{
-		Name:   OptDHCPTimeout,
-		Values: fmt.Sprintf("a duration from %s to %s", code(minDHCPTimeout.String()), code(maxDHCPTimeout.String())),
+		Name:    OptDHCPTimeout,
+		Values:  fmt.Sprintf("a duration from %s to %s", code(minDHCPTimeout.String()), code(maxDHCPTimeout.String())),
 		Default: code(DefaultDHCPTimeout.String()), NeedsValue: DefaultDHCPTimeout.String(), config: true,
 		Doc: "How long a container's start waits for a lease before it is refused. Only with `dhcp=true` or `ipv6_mode=dhcpv6`.",
 		parse: func(p *parsing, v string) error {
