@@ -154,14 +154,14 @@ func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *
 // probed on the LAN. On a DHCP network the IPv4 address is the server's:
 // one given is refused.
 func (d *Driver) staticAddrs(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error) {
-	if rules.DHCPOf(n).On && ep.IPv4 != "" {
+	if n.Config.DHCP.On && ep.IPv4 != "" {
 		return grant{}, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv4)
 	}
 	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, rules.EndpointAddrs(*ep))
 	if err != nil {
 		return grant{}, err
 	}
-	if !rules.DHCPOf(n).On && existing == nil {
+	if !n.Config.DHCP.On && existing == nil {
 		if err := d.lan.ProbeStatic(ctx, n, *ep); err != nil {
 			return grant{unclaim: unclaim}, err
 		}

@@ -48,10 +48,10 @@ func newCreation(d *Driver, req *network.CreateNetworkRequest) (*creation, error
 	if err != nil {
 		return nil, err
 	}
-	if rules.DHCPOf(want).On && !d.leases.V4.HasClient() {
+	if want.Config.DHCP.On && !d.leases.V4.HasClient() {
 		return nil, fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", dockerid.Short(want.ID))
 	}
-	if rules.IPv6ModeOf(want) == rules.IPv6DHCPv6 && !d.leases.V6.HasClient() {
+	if want.Config.IPv6Mode == rules.IPv6DHCPv6 && !d.leases.V6.HasClient() {
 		return nil, fmt.Errorf("network %s has ipv6_mode=dhcpv6, but this daemon was started without a DHCPv6 client", dockerid.Short(want.ID))
 	}
 	return &creation{d: d, want: want, refs: rules.IPAMRefs(req), asked: rules.RequestedParent(want)}, nil

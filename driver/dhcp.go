@@ -8,7 +8,6 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -34,7 +33,7 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 // DHCP server (driver/internal/leases), answered as the endpoint's IPv4
 // address.
 func (d *Driver) dhcpAddr(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error) {
-	if !rules.DHCPOf(n).On {
+	if !n.Config.DHCP.On {
 		return grant{}, nil
 	}
 	return leased(ctx, d, d.leases.V4, n, ep, existing, false)

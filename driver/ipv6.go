@@ -28,7 +28,7 @@ import (
 // lanIPv6 is the address source of networks whose IPv6 comes from the
 // LAN: it sets ep.IPv6 (and ep.Lease6, through leased) and answers it.
 func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error) {
-	mode := rules.IPv6ModeOf(n)
+	mode := n.Config.IPv6Mode
 	if mode == rules.IPv6Static {
 		return grant{}, nil
 	}

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 func TestRestartKeepsEverything(t *testing.T) {
@@ -208,4 +210,48 @@ func TestRestoreMovesAltnameParentsToTheKernelName(t *testing.T) {
 	// The same network asked again as before is reused.
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "lan0", "macvlan_mode": "passthru"}, V4: []string{"198.18.1.0/24"}})
 	f.wantNetworks(netA)
+}
+
+// A state file of an underlay before networks kept their options typed:
+// Restore types them once from the options, as CreateNetwork would have,
+// and readers then see them (the announcements' count, the probe).
+func TestRestoreTypesTheOptionsOfOlderRecords(t *testing.T) {
+	f := newFixture(t)
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "mac_address_policy": "random", "address_probe": "1s",
+		rules.OptAdvertiseNMsgs: "1", rules.OptAdvertiseMs: "500"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.2.0/24"}})
+	want := map[string]store.Network{}
+	for _, id := range []string{netA, netB} {
+		n, _ := f.record(id)
+		if n.Config == (record.NetworkConfig{}) {
+			t.Fatalf("CreateNetwork stored %s without its typed configuration", id)
+		}
+		want[id] = n
+		// Written the old way: the options only.
+		n.Config = record.NetworkConfig{}
+		if err := f.db.Update(func(tx *store.Tx) error { return tx.PutNetwork(n) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := f.record(netA); n.Config != (record.NetworkConfig{}) {
+		t.Fatalf("the old-style record has a configuration: %+v", n.Config)
+	}
+	f.restart()
+	for id, w := range want {
+		if n, _ := f.record(id); !reflect.DeepEqual(n, w) {
+			t.Errorf("network %s after Restore:\n%+v\nwant\n%+v", id, n, w)
+		}
+	}
+	a, _ := f.record(netA)
+	if c := a.Config; c.MACPolicy != rules.MacRandom || c.Probe != (record.AddressProbe{Budget: time.Second, Given: true}) ||
+		c.Announce != (record.Announce{Count: 1, Interval: 500 * time.Millisecond}) {
+		t.Errorf("typed configuration %+v does not hold the options given", c)
+	}
+	// Once: a record already typed is left alone.
+	f.close()
+	f.open()
+	x := f.d.reconcile
+	if n, err := x.MigrateConfig(); err != nil || n != 0 {
+		t.Fatalf("a second migration changed %d records, %v", n, err)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/underlay-net/underlay/internal/probeopt"
 )
 
 // DefaultBases are the IPv4 ranges auto pools come from when none are
@@ -73,14 +75,141 @@ func ParseBases(s string) ([]Base, error) {
 	return out, nil
 }
 
-// validOptions are the --ipam-opt keys underlay reads.
-var validOptions = []string{OptParent, OptSize, OptSize6, OptAddressProbe}
+// PoolOption is one row of the IPAM option table: an --ipam-opt
+// NAME=VALUE of docker network create --ipam-driver underlay. The table
+// drives the validation of RequestPool (parsePoolRequest), the list of
+// valid names a refusal gives, and the README's table of IPAM options
+// (TestREADMEIPAMOptions).
+type PoolOption struct {
+	// Name is the option's name.
+	Name string
+	// Values are the valid values, as the README words them.
+	Values string
+	// Default is what an absent option means, as the README words it.
+	Default string
+	// Doc is the option's one-line doc, the README's Meaning.
+	Doc string
+	// parse validates the value and sets it in p; given says the option
+	// was given (even empty). Rows are parsed in table order, after the
+	// pool and the range.
+	parse func(p *poolParsing, v string, given bool) error
+}
 
-// parsePoolRequest validates a RequestPool. Docker's own option keys
-// (com.docker.*) are passed through unread.
+// poolParsing is the state of one parse of a RequestPool.
+type poolParsing struct {
+	r     *poolRequest
+	bases []Base
+}
+
+// PoolOptions is the IPAM option table, in the README's order.
+var PoolOptions = []PoolOption{
+	{
+		Name: OptParent, Values: "one interface name or altname of the host (no list, no `auto`)",
+		Default: "none: an automatic pool, or the `--subnet` given",
+		Doc:     "The pool is the LAN of this interface: its connected IPv4 prefix (or the `--subnet` given) and its gateway, learned from the host. See **Pools** above.",
+		parse:   parseParentOption,
+	},
+	sizeOption(false),
+	sizeOption(true),
+	{
+		Name:    OptAddressProbe,
+		Values:  fmt.Sprintf("a duration from `0` (off) to `%s`", probeopt.Max),
+		Default: fmt.Sprintf("`%s`", defaultProbe),
+		Doc:     "Budget of the probe of each address of a LAN pool before it is handed out: see [On the LAN](#on-the-lan).",
+		parse: func(p *poolParsing, v string, given bool) error {
+			if !given {
+				return nil
+			}
+			var err error
+			p.r.Probe, err = parseAddressProbe(map[string]string{OptAddressProbe: v})
+			return err
+		},
+	},
+}
+
+// parseParentOption takes --ipam-opt parent: one interface, whose LAN the
+// pool is; without it, a --ip-range needs the --subnet it is in.
+func parseParentOption(p *poolParsing, v string, given bool) error {
+	r := p.r
+	if given {
+		if v == "" {
+			return invalidf("--ipam-opt parent= names no interface: give the interface whose LAN the network is on (parent=eth0), or drop it")
+		}
+		if strings.Contains(v, ",") || v == "auto" || strings.HasPrefix(v, "auto.") {
+			return invalidf("--ipam-opt parent=%s: the IPAM's parent names one interface of this host (parent=eth0); candidate lists and auto are for the driver's -o parent: give --subnet, or one interface", v)
+		}
+		r.Parent = v
+	}
+	if r.Range.IsValid() && !r.Pool.IsValid() && r.Parent == "" {
+		return invalidf("--ip-range %s needs --subnet: an automatic pool is not known in advance", r.Range)
+	}
+	return nil
+}
+
+// sizeOption is the row of size (IPv4) or size6 (IPv6). Docker sends the
+// same options with the IPv4 and the IPv6 request of a dual-stack
+// network: each family reads only its own.
+func sizeOption(v6 bool) PoolOption {
+	key := map[bool]string{false: OptSize, true: OptSize6}[v6]
+	family := map[bool]string{false: "IPv4", true: "IPv6"}[v6]
+	width := map[bool]int{false: 32, true: 128}[v6]
+	return PoolOption{
+		Name:    key,
+		Values:  fmt.Sprintf("an %s prefix length from `1` to `%d` (`/N` too)", family, width-2),
+		Default: "the base's size",
+		Doc:     fmt.Sprintf("Prefix length of an automatic %s pool; refused with an %s `--subnet` or with `parent`.", family, family),
+		parse: func(p *poolParsing, v string, given bool) error {
+			r := p.r
+			if !given || r.V6 != v6 {
+				return nil
+			}
+			n, err := strconv.Atoi(strings.TrimPrefix(v, "/"))
+			if err != nil || n < 1 || n > width-2 {
+				return invalidf("--ipam-opt %s=%s is not an %s prefix length from 1 to %d", key, v, family, width-2)
+			}
+			if r.Pool.IsValid() {
+				return invalidf("--ipam-opt %s=%s applies to automatic pools: drop it, or drop the %s --subnet", key, v, family)
+			}
+			if r.Parent != "" {
+				return invalidf("--ipam-opt %s=%s applies to automatic pools, and parent=%s makes the pool the LAN of %s: drop one of them", key, v, r.Parent, r.Parent)
+			}
+			fits := false
+			for _, b := range familyBases(p.bases, v6) {
+				fits = fits || n >= b.Prefix.Bits()
+			}
+			if !fits && len(familyBases(p.bases, v6)) > 0 {
+				return invalidf("--ipam-opt %s=%d is larger than every configured %s base (%s): ask for a longer prefix, or widen the bases with --default-address-pool", key, n, family, describeBases(p.bases, v6))
+			}
+			r.Size = n
+			return nil
+		},
+	}
+}
+
+// PoolOptionNames lists the valid --ipam-opt names, in table order.
+func PoolOptionNames() []string {
+	out := make([]string, len(PoolOptions))
+	for i, opt := range PoolOptions {
+		out[i] = opt.Name
+	}
+	return out
+}
+
+// PoolOptionsMarkdown is the README's table of IPAM options.
+func PoolOptionsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| Option | Values | Default | Meaning |\n|---|---|---|---|\n")
+	for _, opt := range PoolOptions {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", opt.Name, opt.Values, opt.Default, opt.Doc)
+	}
+	return b.String()
+}
+
+// parsePoolRequest validates a RequestPool, the options row by row of the
+// option table (PoolOptions). Docker's own option keys (com.docker.*) are
+// passed through unread.
 func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bool, bases []Base) (poolRequest, error) {
 	r := poolRequest{Space: space, V6: v6}
-	var err error
 	switch space {
 	case LocalSpace, GlobalSpace:
 	case "":
@@ -88,18 +217,18 @@ func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bo
 	default:
 		return r, invalidf("address space %q is not underlay's: use %s or %s (docker network create --ipam-driver underlay)", space, LocalSpace, GlobalSpace)
 	}
+	names := PoolOptionNames()
 	var unknown []string
 	for k := range opts {
-		if !strings.HasPrefix(k, dockerKeyPrefix) && !slices.Contains(validOptions, k) {
+		if !strings.HasPrefix(k, dockerKeyPrefix) && !slices.Contains(names, k) {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return r, invalidf("unknown --ipam-opt %q: underlay's IPAM reads %s", unknown[0], strings.Join(validOptions, ", "))
+		return r, invalidf("unknown --ipam-opt %q: underlay's IPAM reads %s", unknown[0], strings.Join(names, ", "))
 	}
 	family := map[bool]string{false: "IPv4", true: "IPv6"}[v6]
-	width := map[bool]int{false: 32, true: 128}[v6]
 	if pool != "" {
 		p, err := netip.ParsePrefix(pool)
 		if err != nil || p.Addr().Is6() != v6 || p.Addr().Is4In6() {
@@ -120,44 +249,12 @@ func parsePoolRequest(space, pool, subPool string, opts map[string]string, v6 bo
 		}
 		r.Range = p.Masked()
 	}
-	if v, ok := opts[OptParent]; ok {
-		if v == "" {
-			return r, invalidf("--ipam-opt parent= names no interface: give the interface whose LAN the network is on (parent=eth0), or drop it")
+	ps := poolParsing{r: &r, bases: bases}
+	for _, opt := range PoolOptions {
+		v, given := opts[opt.Name]
+		if err := opt.parse(&ps, v, given); err != nil {
+			return r, err
 		}
-		if strings.Contains(v, ",") || v == "auto" || strings.HasPrefix(v, "auto.") {
-			return r, invalidf("--ipam-opt parent=%s: the IPAM's parent names one interface of this host (parent=eth0); candidate lists and auto are for the driver's -o parent: give --subnet, or one interface", v)
-		}
-		r.Parent = v
-	}
-	if r.Range.IsValid() && !r.Pool.IsValid() && r.Parent == "" {
-		return r, invalidf("--ip-range %s needs --subnet: an automatic pool is not known in advance", r.Range)
-	}
-	// Docker sends the same options with the IPv4 and the IPv6 request of a
-	// dual-stack network: size is the IPv4 prefix length, size6 the IPv6
-	// one, and each family reads only its own.
-	key := map[bool]string{false: OptSize, true: OptSize6}[v6]
-	if v, ok := opts[key]; ok {
-		n, err := strconv.Atoi(strings.TrimPrefix(v, "/"))
-		if err != nil || n < 1 || n > width-2 {
-			return r, invalidf("--ipam-opt %s=%s is not an %s prefix length from 1 to %d", key, v, family, width-2)
-		}
-		if r.Pool.IsValid() {
-			return r, invalidf("--ipam-opt %s=%s applies to automatic pools: drop it, or drop the %s --subnet", key, v, family)
-		}
-		if r.Parent != "" {
-			return r, invalidf("--ipam-opt %s=%s applies to automatic pools, and parent=%s makes the pool the LAN of %s: drop one of them", key, v, r.Parent, r.Parent)
-		}
-		fits := false
-		for _, b := range familyBases(bases, v6) {
-			fits = fits || n >= b.Prefix.Bits()
-		}
-		if !fits && len(familyBases(bases, v6)) > 0 {
-			return r, invalidf("--ipam-opt %s=%d is larger than every configured %s base (%s): ask for a longer prefix, or widen the bases with --default-address-pool", key, n, family, describeBases(bases, v6))
-		}
-		r.Size = n
-	}
-	if r.Probe, err = parseAddressProbe(opts); err != nil {
-		return r, err
 	}
 	if r.Parent != "" && !r.Pool.IsValid() && v6 {
 		return r, invalidf("--ipam-opt parent=%s learns only an IPv4 LAN: give the IPv6 side --subnet", r.Parent)

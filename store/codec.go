@@ -235,7 +235,10 @@ func decodeEndpoint(networkID, id string, v []byte) (Endpoint, error) {
 // networkValue is a network record's value: its sequence number, then
 // the record as JSON without the ID (the key holds it). Networks stay
 // JSON: they are few, their options vary, and a new field needs no
-// migration.
+// schema step (the typed configuration, record.NetworkConfig, absent from
+// records written before it was kept, is filled from their options by the
+// driver's Restore, which can parse them: driver/internal/reconcile
+// MigrateConfig).
 func networkValue(seq []byte, n Network) ([]byte, error) {
 	raw, err := json.Marshal(struct {
 		*Network

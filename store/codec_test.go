@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/underlay-net/underlay/store/record"
 )
 
 func TestIDEncodingRoundTripsAndKeepsOrder(t *testing.T) {
@@ -149,6 +151,32 @@ func TestEndpointCodecKeepsEveryField(t *testing.T) {
 	}
 }
 
+// A network record keeps every field, the typed configuration
+// (record.NetworkConfig) included; the value of a record written before
+// it was kept (no "config") reads back with a zero one, which the
+// driver's Restore fills from the options.
+func TestNetworkCodecKeepsEveryField(t *testing.T) {
+	var n Network
+	fill(t, reflect.ValueOf(&n).Elem(), "f")
+	seq := encodeSeq(7)
+	v, err := networkValue(seq, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gotSeq, err := decodeNetwork(n.ID, v)
+	if err != nil || !reflect.DeepEqual(got, n) || !bytes.Equal(gotSeq, seq) {
+		t.Fatalf("network with every field set: got %+v, %v; want %+v", got, err, n)
+	}
+	if n.Config == (record.NetworkConfig{}) {
+		t.Fatal("fill left the typed configuration zero")
+	}
+	old := append(bytes.Clone(seq), `{"type":"macvlan","parent":"eth0","mode":"bridge","options":{"dhcp":"true","ipv6_mode":"slaac"}}`...)
+	got, _, err = decodeNetwork("n", old)
+	if err != nil || got.Config != (record.NetworkConfig{}) || got.Options["ipv6_mode"] != "slaac" {
+		t.Fatalf("a schema 5 record without the typed configuration: %+v, %v", got, err)
+	}
+}
+
 // fill sets every field reachable from v to a value of its own.
 func fill(t *testing.T, v reflect.Value, name string) {
 	switch {
@@ -173,6 +201,12 @@ func fill(t *testing.T, v reflect.Value, name string) {
 	case reflect.Slice:
 		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
 		fill(t, v.Index(0), name+"0")
+	case reflect.Map:
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(t, k, name+"k")
+		fill(t, e, name+"v")
+		v.Set(reflect.MakeMap(v.Type()))
+		v.SetMapIndex(k, e)
 	case reflect.Struct:
 		for i := 0; i < v.NumField(); i++ {
 			fill(t, v.Field(i), name+"."+v.Type().Field(i).Name)

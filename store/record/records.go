@@ -35,8 +35,14 @@ type Network struct {
 	// keeps a shim link with it on the parent and a /32 route to every
 	// joined endpoint through it. Empty without host_address.
 	HostAddress string `json:"host_address,omitempty"`
-	// Options are the validated driver options as the user gave them.
+	// Options are the validated driver options as the user gave them
+	// (reuse and the stale-duplicate rule compare them as asked).
 	Options map[string]string `json:"options,omitempty"`
+	// Config is what the options of Options that no field above holds
+	// mean, parsed once at CreateNetwork from package rules' option table.
+	// It is zero in records written before it was kept: the driver fills
+	// it from Options once, at start (Restore), before anything reads it.
+	Config NetworkConfig `json:"config,omitzero"`
 	// Pending is set from the reservation until the network is complete.
 	Pending *Reservation `json:"pending,omitempty"`
 	// Created is when this record was first written; zero for records of
@@ -47,6 +53,51 @@ type Network struct {
 	// which send com.docker.network.enable_ipv4): underlay then sends no
 	// announcements of its own.
 	EngineAnnounces bool `json:"engine_announces,omitempty"`
+}
+
+// NetworkConfig is a network's configuration from its driver options
+// (docker network create -o), typed. The zero value is a record's that
+// has not been parsed yet; a parsed one always names its IPv6 mode and MAC
+// policy.
+type NetworkConfig struct {
+	// DHCP is -o dhcp and -o dhcp_timeout.
+	DHCP DHCPConfig `json:"dhcp,omitzero"`
+	// IPv6Mode is -o ipv6_mode: "static", "slaac" or "dhcpv6".
+	IPv6Mode string `json:"ipv6_mode,omitempty"`
+	// MACPolicy is -o mac_address_policy: "stable" or "random".
+	MACPolicy string `json:"mac_policy,omitempty"`
+	// Probe is -o address_probe.
+	Probe AddressProbe `json:"probe,omitzero"`
+	// Announce is -o com.docker.network.advertise_addr_nmsgs and
+	// com.docker.network.advertise_addr_ms.
+	Announce Announce `json:"announce,omitzero"`
+}
+
+// DHCPConfig is a network's DHCP configuration.
+type DHCPConfig struct {
+	// On: IPv4 addresses come from the LAN's DHCP server (-o dhcp=true).
+	On bool `json:"on,omitempty"`
+	// Timeout bounds each lease's exchange (of DHCPv4 and DHCPv6) at
+	// CreateEndpoint (-o dhcp_timeout).
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// AddressProbe is the budget of the probe of an endpoint's addresses.
+type AddressProbe struct {
+	// Budget is how long the probe may take; 0 is off.
+	Budget time.Duration `json:"budget,omitempty"`
+	// Given says -o address_probe was given: without it, Budget is not
+	// used and the driver's default rule decides.
+	Given bool `json:"given,omitempty"`
+}
+
+// Announce is how many announcements of a joined endpoint's addresses
+// are sent, and how far apart.
+type Announce struct {
+	// Count is 0 (none) to 3.
+	Count int `json:"count,omitempty"`
+	// Interval is the time between two.
+	Interval time.Duration `json:"interval,omitempty"`
 }
 
 // Pool is one IPAM pool of a network.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/store/record"
@@ -99,9 +100,22 @@ func Ipvlan(id, parent, mode, flag string, subnets ...string) record.Network {
 	return Record(id, "ipvlan", parent, mode, flag, subnets...)
 }
 
-// Record is the record of a network of any type.
+// Config is the typed configuration of a network given none of its
+// options, as CreateNetwork parses it (rules.DefaultConfig; a test of
+// package rules keeps the two the same).
+func Config() record.NetworkConfig {
+	return record.NetworkConfig{
+		DHCP:      record.DHCPConfig{Timeout: 10 * time.Second},
+		IPv6Mode:  "static",
+		MACPolicy: "stable",
+		Announce:  record.Announce{Count: 3, Interval: time.Second},
+	}
+}
+
+// Record is the record of a network of any type, with the default
+// configuration.
 func Record(id, typ, parent, mode, flag string, subnets ...string) record.Network {
-	n := record.Network{ID: id, Type: typ, Parent: parent, Mode: mode, Flag: flag}
+	n := record.Network{ID: id, Type: typ, Parent: parent, Mode: mode, Flag: flag, Config: Config()}
 	for _, s := range subnets {
 		if strings.Contains(s, ":") {
 			n.IPv6 = append(n.IPv6, record.Pool{Subnet: s})

@@ -28,7 +28,7 @@ const AnnounceDelay = 300 * time.Millisecond
 
 // Announce starts the background announcements of a joined endpoint.
 func (l *LAN) Announce(ctx context.Context, n record.Network, ep record.Endpoint) {
-	c, on := rules.AnnounceOf(n)
+	c, on := rules.Announcing(n)
 	if !on || l.Announcer == nil {
 		return
 	}

@@ -93,6 +93,7 @@ func kernel(t *testing.T) *nltest.Kernel {
 func macvlan(opts map[string]string, subnets ...string) record.Network {
 	n := drivertest.Macvlan(drivertest.NetA, "eth0", "bridge", subnets...)
 	n.Options = opts
+	n.Config, _ = rules.ConfigFromOptions(opts, n.Type) // as CreateNetwork parses them (an invalid one keeps its default)
 	return n
 }
 

@@ -25,9 +25,8 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 	if existing != nil && existing.MAC != "" {
 		return existing.MAC
 	}
-	policy, err := rules.ParseMacPolicy(n.Options, n.Type)
 	addr := rules.FirstAddr(ep)
-	if err != nil || policy == rules.MacRandom || !addr.IsValid() || rules.DHCPOf(n).On {
+	if n.Config.MACPolicy != rules.MacStable || !addr.IsValid() || n.Config.DHCP.On {
 		return Random().String()
 	}
 	p, err := c.Links.Get(ctx, n.Parent)

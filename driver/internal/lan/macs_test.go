@@ -37,6 +37,7 @@ func macKernel(t *testing.T) *nltest.Kernel {
 func network(parent string, opts map[string]string) record.Network {
 	n := drivertest.Macvlan(drivertest.NetA, parent, "bridge", "192.0.2.0/24")
 	n.Options = opts
+	n.Config, _ = rules.ConfigFromOptions(opts, n.Type) // as CreateNetwork parses them
 	return n
 }
 

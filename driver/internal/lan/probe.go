@@ -28,10 +28,10 @@ import (
 // it), where a host that is not Docker's may hold an address; off
 // otherwise.
 func (l *LAN) Budget(ctx context.Context, n record.Network) time.Duration {
-	if b, given, err := rules.ParseAddressProbe(n.Options); given && err == nil {
-		return b
+	if p := n.Config.Probe; p.Given {
+		return p.Budget
 	}
-	if rules.DHCPOf(n).On || rules.IPv6ModeOf(n) == rules.IPv6DHCPv6 {
+	if n.Config.DHCP.On || n.Config.IPv6Mode == rules.IPv6DHCPv6 {
 		return rules.DefaultProbe
 	}
 	if l.Routes == nil || len(n.IPv4)+len(n.IPv6) == 0 || n.Internal {

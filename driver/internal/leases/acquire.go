@@ -34,7 +34,7 @@ func (ls *Leaser[L, R]) Acquire(ctx context.Context, n store.Network, ep store.E
 	if err != nil {
 		return none, release, err
 	}
-	timeout := rules.DHCPOf(n).Timeout
+	timeout := n.Config.DHCP.Timeout
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var declined []string

@@ -62,7 +62,7 @@ type DHCP struct {
 
 func (DHCP) Words() Words                                { return dhcpWords }
 func (f DHCP) HasClient() bool                           { return f.Client != nil }
-func (DHCP) On(n store.Network) bool                     { return rules.DHCPOf(n).On }
+func (DHCP) On(n store.Network) bool                     { return n.Config.DHCP.On }
 func (DHCP) Of(ep store.Endpoint) *store.Lease           { return ep.Lease }
 func (DHCP) Answer(l store.Lease) string                 { return l.Addr }
 func (DHCP) Expired(l store.Lease, now time.Time) bool   { return !now.Before(l.Expiry) }
@@ -89,7 +89,7 @@ func (DHCP) Due(l store.Lease, now time.Time) (time.Time, bool) {
 // Exchange: a renewal waits no longer than dhcp_timeout, nor past the
 // lease's expiry (then it is lost, and that is acted on at once).
 func (DHCP) Exchange(ctx context.Context, n store.Network, l store.Lease, now time.Time) (context.Context, context.CancelFunc) {
-	deadline := now.Add(rules.DHCPOf(n).Timeout)
+	deadline := now.Add(n.Config.DHCP.Timeout)
 	if l.Lost.IsZero() && l.Expiry.After(now) && l.Expiry.Before(deadline) {
 		deadline = l.Expiry
 	}
@@ -228,7 +228,7 @@ const (
 
 func (DHCP6) Words() Words                                 { return dhcp6Words }
 func (f DHCP6) HasClient() bool                            { return f.Client != nil }
-func (DHCP6) On(n store.Network) bool                      { return rules.IPv6ModeOf(n) == rules.IPv6DHCPv6 }
+func (DHCP6) On(n store.Network) bool                      { return n.Config.IPv6Mode == rules.IPv6DHCPv6 }
 func (DHCP6) Of(ep store.Endpoint) *store.Lease6           { return ep.Lease6 }
 func (DHCP6) Answer(l store.Lease6) string                 { return l.Addr + "/128" }
 func (DHCP6) Next(l store.Lease6, now time.Time) time.Time { return next6(l, now) }

@@ -83,7 +83,7 @@ func (ls *Leaser[L, R]) lostBlocks() ([]rules.BlockKey, error) {
 	var lost []rules.BlockKey
 	err := ls.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n store.Network) error {
-			if !rules.DHCPOf(n).On && rules.IPv6ModeOf(n) != rules.IPv6DHCPv6 {
+			if !n.Config.DHCP.On && n.Config.IPv6Mode != rules.IPv6DHCPv6 {
 				return nil
 			}
 			eps, err := tx.Endpoints(n.ID)

@@ -3,7 +3,6 @@ package leases
 import (
 	"context"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -25,7 +24,7 @@ func (ls *Leaser[L, R]) Forget(ctx context.Context, n store.Network, ep store.En
 		ls.unblock(ctx, n, ep, *l)
 	case !ls.Family.HasClient():
 	case !ls.Family.Words().Background:
-		ctx, cancel := context.WithTimeout(ctx, rules.DHCPOf(n).Timeout)
+		ctx, cancel := context.WithTimeout(ctx, n.Config.DHCP.Timeout)
 		defer cancel()
 		ls.release(ctx, n, ep, *l)
 	default:

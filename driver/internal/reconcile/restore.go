@@ -11,8 +11,14 @@ import (
 // snapshot of the store and one list of links, before the socket is served
 // (driver.Driver.Restore: every pending reservation rolled back, missing
 // owned parents re-created, unneeded ones released, this instance's strays
-// deleted, other owners' links never touched).
+// deleted, other owners' links never touched). Network records of an
+// older underlay get their typed configuration first (MigrateConfig).
 func (x *Executor) Restore(ctx context.Context) error {
+	if n, err := x.MigrateConfig(); err != nil {
+		return err
+	} else if n > 0 {
+		x.Log.Info("typed the options of networks stored by an older underlay", "networks", n)
+	}
 	links, err := x.Kernel.List(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile state with the kernel: %w", err)

@@ -96,7 +96,7 @@ func KeepParent(linkExists bool, eps []record.Endpoint, boot string) bool {
 func SameConfig(a, b record.Network) bool {
 	return a.ID == b.ID && a.Type == b.Type && RequestedParent(a) == RequestedParent(b) && a.Mode == b.Mode &&
 		a.Flag == b.Flag && a.MTU == b.MTU && a.Internal == b.Internal && a.HostAddress == b.HostAddress &&
-		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6) && DHCPOf(a) == DHCPOf(b)
+		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6) && a.Config.DHCP == b.Config.DHCP
 }
 
 func samePools(a, b []record.Pool) bool {

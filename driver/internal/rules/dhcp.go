@@ -2,7 +2,6 @@ package rules
 
 import (
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
@@ -15,7 +14,7 @@ const (
 	OptDHCPTimeout = "dhcp_timeout"
 )
 
-// defaultDHCPTimeout is how long CreateEndpoint waits for a lease;
+// DefaultDHCPTimeout is how long CreateEndpoint waits for a lease;
 // maxDHCPTimeout stays under the 30 s dockerd waits for a plugin's answer
 // (the managed plugin's default `docker plugin enable --timeout`).
 const (
@@ -24,41 +23,6 @@ const (
 	maxDHCPTimeout     = 25 * time.Second
 )
 
-// dhcpConfig is a network's DHCP configuration.
-type DHCPConfig struct {
-	On      bool
-	Timeout time.Duration
-}
-
-// ParseDHCP validates the DHCP options (syntax only).
-func ParseDHCP(opts map[string]string) (DHCPConfig, error) {
-	c := DHCPConfig{Timeout: DefaultDHCPTimeout}
-	if v, ok := opts[OptDHCP]; ok {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return c, Invalidf("dhcp %q is not a boolean: use -o dhcp=true", v)
-		}
-		c.On = on
-	}
-	if v, ok := opts[OptDHCPTimeout]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minDHCPTimeout || d > maxDHCPTimeout {
-			return c, Invalidf("dhcp_timeout %q is not a duration from %s to %s (a DHCP exchange takes a round trip or more; Docker gives up on a plugin's answer after 30 s by default: docker plugin enable --timeout): use for example -o dhcp_timeout=10s", v, minDHCPTimeout, maxDHCPTimeout)
-		}
-		if !c.On && opts[OptIPv6Mode] != IPv6DHCPv6 {
-			return c, Invalidf("dhcp_timeout=%s applies only with -o dhcp=true or -o ipv6_mode=dhcpv6 (it bounds each lease's exchange): drop it, or add one of them", v)
-		}
-		c.Timeout = d
-	}
-	return c, nil
-}
-
-// dhcpOf is a stored network's DHCP configuration.
-func DHCPOf(n record.Network) DHCPConfig {
-	c, _ := ParseDHCP(n.Options) // validated at CreateNetwork
-	return c
-}
-
 // nullPool reports whether IPv4 data is Docker's null IPAM's: one pool
 // 0.0.0.0/0 in the address space "null".
 func nullPool(data []*network.IPAMData) bool {
@@ -66,7 +30,7 @@ func nullPool(data []*network.IPAMData) bool {
 }
 
 // CheckDHCPNetwork refuses what a DHCP network cannot be.
-func CheckDHCPNetwork(c DHCPConfig, req *network.CreateNetworkRequest, o netOptions, internal bool) error {
+func CheckDHCPNetwork(c record.DHCPConfig, req *network.CreateNetworkRequest, o netOptions, internal bool) error {
 	switch {
 	case !c.On:
 		return nil
@@ -76,7 +40,7 @@ func CheckDHCPNetwork(c DHCPConfig, req *network.CreateNetworkRequest, o netOpti
 			pool = req.IPv4Data[0].Pool
 		}
 		return Invalidf("dhcp=true takes the addresses from the LAN's DHCP server, but Docker's IPAM gave the network pool %s: create it with --ipam-driver null (and no --subnet)", pool)
-	case len(req.IPv6Data) > 0 && o.IPv6Mode == IPv6Static:
+	case len(req.IPv6Data) > 0 && o.Config.IPv6Mode == IPv6Static:
 		return Invalidf("dhcp=true leases IPv4 addresses only: drop --ipv6, or take IPv6 from the LAN too with -o ipv6_mode=slaac or -o ipv6_mode=dhcpv6")
 	case o.Type == TypeIpvlan && o.Mode != "l2":
 		return Invalidf("dhcp=true needs ipvlan_mode=l2: in %s mode the host routes for the containers, and the LAN's DHCP server and router do not see them", o.Mode)

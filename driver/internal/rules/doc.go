@@ -1,5 +1,6 @@
 // Package rules is underlay's driver logic that is a function of what it
-// is given: option parsing and name rules, CreateNetwork's decision
+// is given: option parsing (the driver option table, optiontable.go, into
+// the typed record.NetworkConfig) and name rules, CreateNetwork's decision
 // (decide), the parent resolver and the per-node choice, the restore,
 // release, repair and health planners, the DHCP option checks, the Join
 // answer and the address-probe and announcement options.

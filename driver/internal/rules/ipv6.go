@@ -3,7 +3,6 @@ package rules
 import (
 	"net"
 	"net/netip"
-	"strings"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/store/record"
@@ -24,25 +23,6 @@ const (
 
 // IPv6Modes lists the valid ipv6_mode values, the default first.
 var IPv6Modes = []string{IPv6Static, IPv6SLAAC, IPv6DHCPv6}
-
-// ParseIPv6Mode validates -o ipv6_mode (syntax only); absent or empty is
-// static.
-func ParseIPv6Mode(opts map[string]string) (string, error) {
-	m := ValueOr(opts[OptIPv6Mode], IPv6Static)
-	if !oneOf(m, IPv6Modes) {
-		return "", Invalidf("ipv6_mode %q is not valid: use one of %s", m, strings.Join(IPv6Modes, ", "))
-	}
-	return m, nil
-}
-
-// IPv6ModeOf is a stored network's IPv6 mode (validated at CreateNetwork).
-func IPv6ModeOf(n record.Network) string {
-	m, err := ParseIPv6Mode(n.Options)
-	if err != nil {
-		return IPv6Static
-	}
-	return m
-}
 
 // NullPool6 reports whether IPv6 data is Docker's null IPAM's: one pool
 // ::/0 in the address space "null".
@@ -77,7 +57,7 @@ func CheckIPv6Mode(mode string, req *network.CreateNetworkRequest, o netOptions,
 			pool = req.IPv6Data[0].Pool
 		}
 		return Invalidf("ipv6_mode=dhcpv6 leases each container's IPv6 address from the LAN, but Docker's IPAM gave the network the IPv6 pool %s, and Docker gives every container an address of it that no driver may replace: create it with --ipv6 --ipam-driver null (and no --subnet; IPv4 then comes from -o dhcp=true, or there is none), or use ipv6_mode=slaac with Docker's IPAM", pool)
-	case dockerPools && o.DHCP.On:
+	case dockerPools && o.Config.DHCP.On:
 		return Invalidf("ipv6_mode=%s with Docker's IPAM pools cannot take IPv4 from -o dhcp=true (DHCP needs --ipam-driver null): drop dhcp=true, or create the network with --ipv6 --ipam-driver null", mode)
 	case len(req.IPv6Data) > 0 && !dockerPools && v4Docker:
 		return Invalidf("ipv6_mode=%s needs Docker's null IPAM, but the network has the IPv4 pool %s: create it with --ipam-driver null (IPv4 from -o dhcp=true, or --ipv4=false)", mode, req.IPv4Data[0].Pool)

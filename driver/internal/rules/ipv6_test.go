@@ -99,11 +99,11 @@ func TestIPv6Modes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := IPv6ModeOf(n); got != tc.mode {
+			if got := n.Config.IPv6Mode; got != tc.mode {
 				t.Errorf("mode %q, want %q", got, tc.mode)
 			}
-			if DHCPOf(n).On != tc.dhcp {
-				t.Errorf("dhcp %v, want %v", DHCPOf(n).On, tc.dhcp)
+			if n.Config.DHCP.On != tc.dhcp {
+				t.Errorf("dhcp %v, want %v", n.Config.DHCP.On, tc.dhcp)
 			}
 			if len(n.IPv4) != tc.v4 || len(n.IPv6) != tc.v6 {
 				t.Errorf("record has IPv4 pools %v and IPv6 pools %v, want %d and %d", n.IPv4, n.IPv6, tc.v4, tc.v6)

@@ -51,7 +51,7 @@ func JoinAnswer(n record.Network, ep record.Endpoint) *JoinResponse {
 		return resp
 	}
 	resp.Gateway = gatewayFor(ep.IPv4, n.IPv4)
-	if IPv6ModeOf(n) == IPv6Static {
+	if n.Config.IPv6Mode == IPv6Static {
 		// The LAN modes' default route is the one the container's kernel
 		// takes from the router's advertisements, not a pool's gateway.
 		resp.GatewayIPv6 = gatewayFor(ep.IPv6, n.IPv6)

@@ -51,12 +51,12 @@ func MarkLost(l record.Lease, now time.Time, why string) record.Lease {
 // PlanBlocks is given both.
 func LostBlocks(n record.Network, ep record.Endpoint) []BlockKey {
 	var out []BlockKey
-	if l := ep.Lease; l != nil && !l.Lost.IsZero() && DHCPOf(n).On {
+	if l := ep.Lease; l != nil && !l.Lost.IsZero() && n.Config.DHCP.On {
 		if p, err := netip.ParsePrefix(l.Addr); err == nil {
 			out = append(out, BlockKey{Parent: n.Parent, Addr: p.Addr()})
 		}
 	}
-	if l := ep.Lease6; l != nil && !l.Lost.IsZero() && IPv6ModeOf(n) == IPv6DHCPv6 {
+	if l := ep.Lease6; l != nil && !l.Lost.IsZero() && n.Config.IPv6Mode == IPv6DHCPv6 {
 		if a, err := netip.ParseAddr(l.Addr); err == nil {
 			out = append(out, BlockKey{Parent: n.Parent, Addr: a})
 		}

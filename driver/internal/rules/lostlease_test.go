@@ -28,7 +28,8 @@ func TestLostBlocks(t *testing.T) {
 		for i := 0; i+1 < len(opts); i += 2 {
 			o[opts[i]] = opts[i+1]
 		}
-		return record.Network{ID: "n", Parent: "lan0", Options: o}
+		c, _ := ConfigFromOptions(o, TypeMacvlan)
+		return record.Network{ID: "n", Parent: "lan0", Options: o, Config: c}
 	}
 	for _, c := range []struct {
 		name string

@@ -28,23 +28,8 @@ const (
 	MacRandom = "random"
 )
 
+// macPolicies lists the valid mac_address_policy values, the default first.
 var macPolicies = []string{MacStable, MacRandom}
-
-// ParseMacPolicy validates mac_address_policy for a network of type typ;
-// absent is stable.
-func ParseMacPolicy(opts map[string]string, typ string) (string, error) {
-	v, ok := opts[OptMacAddressPolicy]
-	if !ok {
-		return MacStable, nil
-	}
-	if !oneOf(v, macPolicies) {
-		return "", Invalidf("mac_address_policy %q is not valid: use one of %s", v, strings.Join(macPolicies, ", "))
-	}
-	if typ == TypeIpvlan {
-		return "", Invalidf("mac_address_policy=%s does not apply to type=ipvlan: ipvlan endpoints share the MAC address of their parent; drop the option, or use a macvlan network", v)
-	}
-	return v, nil
-}
 
 // StableMAC derives a locally administered unicast MAC from the parent's
 // base address (its permanent one where the kernel knows it), the parent's

@@ -51,8 +51,6 @@ const (
 	maxMTU = 65535
 )
 
-var validOptions = []string{OptAdvertiseMs, OptAdvertiseNMsgs, OptAddressProbe, OptDHCP, OptDHCPTimeout, OptHostAddress, OptIpvlanFlag, OptIpvlanMode, OptIPv6Mode, OptMacAddressPolicy, OptMacvlanMode, OptMTU, OptParent, OptType}
-
 // The mode and flag names come from the one list in vocab.
 var (
 	macvlanModes = vocab.MacvlanModes
@@ -66,108 +64,52 @@ func oneOf(value string, valid []string) bool { return slices.Contains(valid, va
 type netOptions struct {
 	Parent, Type, Mode, Flag string
 	MTU                      int
-	DHCP                     DHCPConfig
-	IPv6Mode                 string // ipv6.go
+	// Config holds the options a record keeps typed (record.NetworkConfig).
+	Config record.NetworkConfig
 	// Given holds the options as the user gave them.
 	Given map[string]string
 }
 
-// ParseOptions validates driver options without looking at the kernel. An
-// option with an empty value means its default, as if it were absent.
+// ParseOptions validates driver options without looking at the kernel,
+// row by row of the option table (DriverOptions). An option with an empty
+// value means its default, as if it were absent.
 func ParseOptions(given map[string]string) (netOptions, error) {
-	opts := make(map[string]string, len(given))
+	p := parsing{opts: make(map[string]string, len(given)), o: &netOptions{Given: map[string]string{}, Config: DefaultConfig()}}
+	byName := make(map[string]DriverOption, len(DriverOptions))
+	for _, opt := range DriverOptions {
+		byName[opt.Name] = opt
+	}
 	for k, v := range given {
-		if v == "" && (k == OptDHCP || k == OptDHCPTimeout) {
+		if v == "" && byName[k].NeedsValue != "" {
 			// Where an empty value would switch a feature off unseen, it
 			// is refused, not taken for the default.
-			return netOptions{}, Invalidf("driver option %s is given without a value: write -o %s=%s", k, k, map[string]string{OptDHCP: "true (or false)", OptDHCPTimeout: "10s"}[k])
+			return netOptions{}, Invalidf("driver option %s is given without a value: write -o %s=%s", k, k, byName[k].NeedsValue)
 		}
 		if v != "" {
-			opts[k] = v
+			p.opts[k] = v
 		}
 	}
 	var unknown []string
 	for k := range given {
-		if !oneOf(k, validOptions) {
+		if _, ok := byName[k]; !ok {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return netOptions{}, Invalidf("unknown driver option %q: underlay accepts %s", unknown[0], strings.Join(validOptions, ", "))
+		return netOptions{}, Invalidf("unknown driver option %q: underlay accepts %s", unknown[0], strings.Join(DriverOptionNames(), ", "))
 	}
-	o := netOptions{Parent: opts[OptParent], Type: opts[OptType], Given: map[string]string{}}
-	for k, v := range opts {
-		o.Given[k] = v
+	for k, v := range p.opts {
+		p.o.Given[k] = v
 	}
-	_, hasMacvlanMode := opts[OptMacvlanMode]
-	_, hasIpvlanMode := opts[OptIpvlanMode]
-	_, hasIpvlanFlag := opts[OptIpvlanFlag]
-	switch o.Type {
-	case "":
-		o.Type = TypeMacvlan
-		if hasIpvlanMode || hasIpvlanFlag {
-			o.Type = TypeIpvlan
-		}
-	case TypeMacvlan, TypeIpvlan:
-	default:
-		return netOptions{}, Invalidf("type %q is not a link type underlay creates: use type=macvlan or type=ipvlan", o.Type)
-	}
-	if o.Type == TypeIpvlan && hasMacvlanMode {
-		return netOptions{}, Invalidf("macvlan_mode=%s does not apply to type=ipvlan: drop it, or use ipvlan_mode (%s)", opts[OptMacvlanMode], strings.Join(ipvlanModes, ", "))
-	}
-	if o.Type == TypeMacvlan && (hasIpvlanMode || hasIpvlanFlag) {
-		key := OptIpvlanMode
-		if !hasIpvlanMode {
-			key = OptIpvlanFlag
-		}
-		return netOptions{}, Invalidf("%s=%s does not apply to type=macvlan: drop it, or use macvlan_mode (%s)", key, opts[key], strings.Join(macvlanModes, ", "))
-	}
-	if o.Type == TypeMacvlan {
-		o.Mode = ValueOr(opts[OptMacvlanMode], macvlanModes[0])
-		if !oneOf(o.Mode, macvlanModes) {
-			return netOptions{}, Invalidf("macvlan_mode %q is not valid: use one of %s", o.Mode, strings.Join(macvlanModes, ", "))
-		}
-	} else {
-		o.Mode = ValueOr(opts[OptIpvlanMode], ipvlanModes[0])
-		if !oneOf(o.Mode, ipvlanModes) {
-			return netOptions{}, Invalidf("ipvlan_mode %q is not valid: use one of %s", o.Mode, strings.Join(ipvlanModes, ", "))
-		}
-		o.Flag = ValueOr(opts[OptIpvlanFlag], ipvlanFlags[0])
-		if !oneOf(o.Flag, ipvlanFlags) {
-			return netOptions{}, Invalidf("ipvlan_flag %q is not valid: use one of %s", o.Flag, strings.Join(ipvlanFlags, ", "))
+	for _, opt := range DriverOptions {
+		if err := opt.parse(&p, p.opts[opt.Name]); err != nil {
+			return netOptions{}, err
 		}
 	}
-	if v, ok := opts[OptMTU]; ok {
-		mtu, err := strconv.Atoi(v)
-		if err != nil || mtu < minMTU || mtu > maxMTU {
-			return netOptions{}, Invalidf("mtu %q is not valid: use a whole number from %d to the parent interface's MTU", v, minMTU)
-		}
-		o.MTU = mtu
-	}
-	if _, err := ParseParent(o.Parent); err != nil {
-		return netOptions{}, err
-	}
-	dhcp, err := ParseDHCP(opts)
-	if err != nil {
-		return netOptions{}, err
-	}
-	o.DHCP = dhcp
-	if o.IPv6Mode, err = ParseIPv6Mode(opts); err != nil {
-		return netOptions{}, err
-	}
-	if _, err := parseAnnounce(opts); err != nil {
-		return netOptions{}, err
-	}
-	if _, err := ParseMacPolicy(opts, o.Type); err != nil {
-		return netOptions{}, err
-	}
-	budget, probeGiven, err := ParseAddressProbe(opts)
-	if err != nil {
-		return netOptions{}, err
-	}
-	if probeGiven && dhcp.On && budget >= dhcp.Timeout {
-		return netOptions{}, Invalidf("address_probe=%s does not fit in dhcp_timeout %s: each offer is probed within the time a container's start waits for its lease; give a shorter probe or a longer dhcp_timeout", budget, dhcp.Timeout)
+	o := *p.o
+	if pr, dhcp := o.Config.Probe, o.Config.DHCP; pr.Given && dhcp.On && pr.Budget >= dhcp.Timeout {
+		return netOptions{}, Invalidf("address_probe=%s does not fit in dhcp_timeout %s: each offer is probed within the time a container's start waits for its lease; give a shorter probe or a longer dhcp_timeout", pr.Budget, dhcp.Timeout)
 	}
 	return o, nil
 }
@@ -285,20 +227,20 @@ func ParseNetwork(req *network.CreateNetworkRequest) (record.Network, error) {
 	if err != nil {
 		return record.Network{}, err
 	}
-	if err := CheckDHCPNetwork(o.DHCP, req, o, internal); err != nil {
+	if err := CheckDHCPNetwork(o.Config.DHCP, req, o, internal); err != nil {
 		return record.Network{}, err
 	}
-	if err := CheckIPv6Mode(o.IPv6Mode, req, o, internal); err != nil {
+	if err := CheckIPv6Mode(o.Config.IPv6Mode, req, o, internal); err != nil {
 		return record.Network{}, err
 	}
-	lan6 := o.IPv6Mode != IPv6Static
-	if o.DHCP.On || (lan6 && nullPool(req.IPv4Data)) {
+	lan6 := o.Config.IPv6Mode != IPv6Static
+	if o.Config.DHCP.On || (lan6 && nullPool(req.IPv4Data)) {
 		v4 = nil // the null IPAM's 0.0.0.0/0: addresses come per lease, or there are none
 	}
 	if lan6 && NullPool6(req.IPv6Data) {
 		v6 = nil // the null IPAM's ::/0: addresses come from the LAN
 	}
-	if len(v4)+len(v6) == 0 && !o.DHCP.On && !lan6 {
+	if len(v4)+len(v6) == 0 && !o.Config.DHCP.On && !lan6 {
 		return record.Network{}, Invalidf("network %s has no IPAM data (IPv4Data and IPv6Data are empty): create it with --subnet, or with Docker's default IPAM driver", dockerid.Short(req.NetworkID))
 	}
 	if err := overlapsWithin(allPools(record.Network{IPv4: v4, IPv6: v6})); err != nil {
@@ -312,7 +254,7 @@ func ParseNetwork(req *network.CreateNetworkRequest) (record.Network, error) {
 	n := record.Network{
 		ID: req.NetworkID, Type: o.Type, Parent: o.Parent, Mode: o.Mode, Flag: o.Flag, MTU: o.MTU,
 		Internal: internal || o.Parent == "", IPv4: v4, IPv6: v6, Options: o.Given, HostAddress: hostAddr,
-		EngineAnnounces: engineAnnounces,
+		EngineAnnounces: engineAnnounces, Config: o.Config,
 	}
 	if o.Parent == "" {
 		n.Parent = DummyName(req.NetworkID)
