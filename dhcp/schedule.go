@@ -1,8 +1,14 @@
 package dhcp
 
-import "time"
+import (
+	"time"
+
+	"github.com/underlay-net/underlay/internal/leasetime"
+)
 
 // Phase is where a lease stands at a moment (RFC 2131 section 4.4.5).
+// The schedule is package leasetime's, which DHCPv6 shares; the phases
+// are numbered as there.
 type Phase int
 
 const (
@@ -18,19 +24,7 @@ const (
 	Expired
 )
 
-func (p Phase) String() string {
-	switch p {
-	case Bound:
-		return "bound"
-	case Renewing:
-		return "renewing"
-	case Rebinding:
-		return "rebinding"
-	case Expired:
-		return "expired"
-	}
-	return "unknown"
-}
+func (p Phase) String() string { return leasetime.Phase(p).String() }
 
 // MinRetry is the shortest wait between two renewal attempts in the same
 // phase, unless the phase ends sooner. RFC 2131 section 4.4.5 says 60
@@ -80,36 +74,6 @@ func Plan(l Lease, now time.Time) Schedule {
 		l.T2 = l.LeaseTime / 8 * 7
 	}
 	l.T1 = min(l.T1, l.T2)
-	s := Schedule{
-		RenewAt:   l.Acquired.Add(l.T1),
-		RebindAt:  l.Acquired.Add(l.T2),
-		ExpiresAt: l.Acquired.Add(l.LeaseTime),
-	}
-	switch {
-	case !now.Before(s.ExpiresAt):
-		s.Phase, s.Next = Expired, now
-	case !now.Before(s.RebindAt):
-		s.Phase, s.Next = Rebinding, retryAt(now, s.ExpiresAt)
-	case !now.Before(s.RenewAt):
-		s.Phase, s.Next = Renewing, retryAt(now, s.RebindAt)
-	default:
-		s.Phase, s.Next = Bound, s.RenewAt
-	}
-	return s
-}
-
-// retryAt is half the time from now to end, at least MinRetry, or at
-// least MinRetryShort when MinRetry would reach end; end itself when the
-// retry would come less than MinRetryShort before it (so that attempts
-// are at least that far apart across the phases too).
-func retryAt(now, end time.Time) time.Time {
-	left := end.Sub(now)
-	wait := max(left/2, MinRetry)
-	if wait >= left {
-		wait = max(left/2, MinRetryShort)
-	}
-	if left-wait < MinRetryShort {
-		return end
-	}
-	return now.Add(wait)
+	t := leasetime.Plan(l.Acquired, l.T1, l.T2, l.LeaseTime, now)
+	return Schedule{Phase: Phase(t.Phase), RenewAt: t.RenewAt, RebindAt: t.RebindAt, ExpiresAt: t.ExpiresAt, Next: t.Next}
 }

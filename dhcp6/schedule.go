@@ -1,8 +1,14 @@
 package dhcp6
 
-import "time"
+import (
+	"time"
+
+	"github.com/underlay-net/underlay/internal/leasetime"
+)
 
 // Phase is where a lease stands at a moment (RFC 8415 section 18.2.4-5).
+// The schedule is package leasetime's, which DHCPv4 shares; the phases
+// are numbered as there.
 type Phase int
 
 const (
@@ -19,19 +25,7 @@ const (
 	Expired
 )
 
-func (p Phase) String() string {
-	switch p {
-	case Bound:
-		return "bound"
-	case Renewing:
-		return "renewing"
-	case Rebinding:
-		return "rebinding"
-	case Expired:
-		return "expired"
-	}
-	return "unknown"
-}
+func (p Phase) String() string { return leasetime.Phase(p).String() }
 
 // MinRetry is the shortest wait between two attempts in one phase,
 // unless the phase ends sooner: RFC 8415's REN_TIMEOUT, 10 s.
@@ -65,41 +59,10 @@ type Schedule struct {
 // makes one) is planned as leaseFrom would have fixed it.
 func Plan(l Lease, now time.Time) Schedule {
 	t1, t2, _ := times(l.T1, l.T2, l.Preferred, l.Valid)
-	at := func(d time.Duration) time.Time {
-		if d == Infinite {
-			return time.Time{}
-		}
-		return l.Acquired.Add(d)
+	t := leasetime.Plan(l.Acquired, t1, t2, l.Valid, now)
+	deprecated := time.Time{}
+	if l.Preferred != Infinite {
+		deprecated = l.Acquired.Add(l.Preferred)
 	}
-	s := Schedule{RenewAt: at(t1), RebindAt: at(t2), DeprecatedAt: at(l.Preferred), ExpiresAt: at(l.Valid)}
-	switch {
-	case !s.ExpiresAt.IsZero() && !now.Before(s.ExpiresAt):
-		s.Phase, s.Next = Expired, now
-	case !s.RebindAt.IsZero() && !now.Before(s.RebindAt):
-		s.Phase, s.Next = Rebinding, retryAt(now, s.ExpiresAt)
-	case !s.RenewAt.IsZero() && !now.Before(s.RenewAt):
-		s.Phase, s.Next = Renewing, retryAt(now, s.RebindAt)
-	default:
-		s.Phase, s.Next = Bound, s.RenewAt
-	}
-	return s
-}
-
-// retryAt is half the time from now to end, at least MinRetry, or at
-// least MinRetryShort when MinRetry would reach end; end itself when the
-// retry would come less than MinRetryShort before it. With no end
-// (infinite), MinRetry from now.
-func retryAt(now, end time.Time) time.Time {
-	if end.IsZero() {
-		return now.Add(MinRetry)
-	}
-	left := end.Sub(now)
-	wait := max(left/2, MinRetry)
-	if wait >= left {
-		wait = max(left/2, MinRetryShort)
-	}
-	if left-wait < MinRetryShort {
-		return end
-	}
-	return now.Add(wait)
+	return Schedule{Phase: Phase(t.Phase), RenewAt: t.RenewAt, RebindAt: t.RebindAt, DeprecatedAt: deprecated, ExpiresAt: t.ExpiresAt, Next: t.Next}
 }
