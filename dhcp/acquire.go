@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/underlay-net/underlay/internal/rawlink"
 )
 
 const (
@@ -36,11 +37,11 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
 	if err := r.check(); err != nil {
 		return Lease{}, fmt.Errorf("DHCP lease: %w", err)
 	}
-	p, err := c.port(r.Parent)
+	p, err := c.ports.Get(r.Parent)
 	if err != nil {
 		return Lease{}, err
 	}
-	defer c.put(p)
+	defer c.ports.Put(p)
 	a := &acquisition{c: c, p: p, r: r, start: time.Now()}
 	for round := 1; ; round++ {
 		offer, _, err := c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return discover(r, xid) },
@@ -85,7 +86,7 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
 // acquisition is what one Acquire saw, for its error.
 type acquisition struct {
 	c     *Client
-	p     *port
+	p     *rawlink.Port[dhcpv4.TransactionID, reply]
 	r     Request
 	start time.Time
 	seen  notes

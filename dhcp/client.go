@@ -9,11 +9,10 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
-	"github.com/mdlayher/packet"
+	"github.com/underlay-net/underlay/internal/rawlink"
 	"github.com/vishvananda/netns"
 )
 
@@ -45,8 +44,7 @@ type Client struct {
 	retransmit time.Duration
 	log        *slog.Logger
 
-	mu    sync.Mutex
-	ports map[string]*port
+	ports *rawlink.Ports[dhcpv4.TransactionID, reply]
 }
 
 // Option configures a Client.
@@ -81,14 +79,13 @@ func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 // New returns a client.
 func New(opts ...Option) *Client {
 	c := &Client{netns: netns.None(), retransmit: 2 * time.Second,
-		log: slog.New(slog.DiscardHandler), ports: map[string]*port{}}
+		log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(c)
 	}
+	c.ports = rawlink.NewPorts(c.link, demux)
 	return c
 }
-
-var broadcastIP = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 
 // Renew extends l for r, for the same address. Until T2 it asks l's
 // server (option 54); from T2 on (Plan's Rebinding) any server. The
@@ -106,11 +103,11 @@ func (c *Client) Renew(ctx context.Context, l Lease, r Request) (Lease, error) {
 	if Plan(l, time.Now()).Phase < Rebinding {
 		server = l.ServerID
 	}
-	p, err := c.port(r.Parent)
+	p, err := c.ports.Get(r.Parent)
 	if err != nil {
 		return Lease{}, err
 	}
-	defer c.put(p)
+	defer c.ports.Put(p)
 	start := time.Now()
 	var seen notes
 	ack, sent, err := c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return request(r, xid, addr, server) },
@@ -143,11 +140,11 @@ func (c *Client) Release(ctx context.Context, l Lease, r Request) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("release %s on parent %s: %w", l.Addr.Addr(), r.Parent, err)
 	}
-	p, err := c.port(r.Parent)
+	p, err := c.ports.Get(r.Parent)
 	if err != nil {
 		return err
 	}
-	defer c.put(p)
+	defer c.ports.Put(p)
 	return c.release(p, r, l.Addr.Addr(), l.ServerID)
 }
 
@@ -167,46 +164,44 @@ func (c *Client) Decline(ctx context.Context, l Lease, r Request) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("decline %s on parent %s: %w", l.Addr.Addr(), r.Parent, err)
 	}
-	p, err := c.port(r.Parent)
+	p, err := c.ports.Get(r.Parent)
 	if err != nil {
 		return err
 	}
-	defer c.put(p)
+	defer c.ports.Put(p)
 	return c.decline(p, r, l.Addr.Addr(), l.ServerID, "address in use")
 }
 
 // release sends a DHCPRELEASE of addr to server: from the leased address,
 // since a unicast IP packet from 0.0.0.0 would be dropped by the server's
 // kernel as a martian.
-func (c *Client) release(p *port, r Request, addr, server netip.Addr) error {
-	xid, _ := p.register()
-	defer p.unregister(xid)
-	m, err := release(r, xid, addr, server)
-	if err != nil {
-		return err
-	}
-	f := frame(r.MAC, addr, server, m.ToBytes())
-	if _, err := p.raw.WriteTo(f, &packet.Addr{HardwareAddr: broadcastMAC}); err != nil {
-		return fmt.Errorf("send DHCPRELEASE of %s on parent %s: %w: the server frees it when the lease expires", addr, r.Parent, err)
-	}
-	c.log.Debug("dhcp sent", "type", "RELEASE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
-	return nil
+func (c *Client) release(p *rawlink.Port[dhcpv4.TransactionID, reply], r Request, addr, server netip.Addr) error {
+	return c.once(p, r, addr, addr, server, "the server frees it when the lease expires",
+		func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return release(r, xid, addr, server) })
 }
 
 // decline sends a DHCPDECLINE of addr to server, from 0.0.0.0 to the
 // broadcast address, with why as option 56.
-func (c *Client) decline(p *port, r Request, addr, server netip.Addr, why string) error {
-	xid, _ := p.register()
-	defer p.unregister(xid)
-	m, err := decline(r, xid, addr, server, why)
+func (c *Client) decline(p *rawlink.Port[dhcpv4.TransactionID, reply], r Request, addr, server netip.Addr, why string) error {
+	return c.once(p, r, addr, netip.IPv4Unspecified(), broadcastIP, "check that the link is up; the endpoint must not use the address either way",
+		func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return decline(r, xid, addr, server, why) })
+}
+
+// once sends the message build makes about addr, from src to dst (by
+// Ethernet broadcast), once and unanswered; fix ends its error.
+func (c *Client) once(p *rawlink.Port[dhcpv4.TransactionID, reply], r Request, addr, src, dst netip.Addr, fix string,
+	build func(dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error)) error {
+	xid, _ := p.Register(newXID)
+	defer p.Unregister(xid)
+	m, err := build(xid)
 	if err != nil {
 		return err
 	}
-	f := frame(r.MAC, netip.IPv4Unspecified(), broadcastIP, m.ToBytes())
-	if _, err := p.raw.WriteTo(f, &packet.Addr{HardwareAddr: broadcastMAC}); err != nil {
-		return fmt.Errorf("send DHCPDECLINE of %s on parent %s: %w: check that the link is up; the endpoint must not use the address either way", addr, r.Parent, err)
+	typ := m.MessageType().String()
+	if err := p.Send(frame(r.MAC, src, dst, m.ToBytes())); err != nil {
+		return fmt.Errorf("send DHCP%s of %s on parent %s: %w: %s", typ, addr, r.Parent, err, fix)
 	}
-	c.log.Debug("dhcp sent", "type", "DECLINE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
+	c.log.Debug("dhcp sent", "type", typ, "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
 	return nil
 }
 
