@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"strings"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"

@@ -102,4 +102,3 @@ func (c *Client) exchange(ctx context.Context, p *rawlink.Port[dhcpv4.Transactio
 		wait = min(2*wait, 16*time.Second)
 	}
 }
-
