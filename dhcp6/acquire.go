@@ -35,12 +35,12 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
 	if err := r.check(); err != nil {
 		return Lease{}, fmt.Errorf("DHCPv6 lease: %w", err)
 	}
-	p, err := c.port(r.Parent)
+	p, err := c.ports.Get(r.Parent)
 	if err != nil {
 		return Lease{}, err
 	}
-	defer c.put(p)
-	done, err := p.claim(&r)
+	defer c.ports.Put(p)
+	done, err := claim(p, &r)
 	if err != nil {
 		return Lease{}, err
 	}

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
+	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/underlay-net/underlay/internal/rawlink"
 	"github.com/vishvananda/netns"
 )
 
@@ -48,8 +49,7 @@ type Client struct {
 	rapid      bool
 	log        *slog.Logger
 
-	mu    sync.Mutex
-	ports map[string]*port
+	ports *rawlink.Ports[dhcpv6.TransactionID, reply]
 }
 
 // Option configures a Client.
@@ -100,9 +100,10 @@ func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 // New returns a client.
 func New(opts ...Option) *Client {
 	c := &Client{netns: netns.None(), retransmit: time.Second, collect: 200 * time.Millisecond,
-		log: slog.New(slog.DiscardHandler), ports: map[string]*port{}}
+		log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(c)
 	}
+	c.ports = rawlink.NewPorts(c.link, demux)
 	return c
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
-	"github.com/mdlayher/packet"
+	"github.com/underlay-net/underlay/internal/rawlink"
 )
 
 // maxSends bounds the transmissions of a Release and a Decline (RFC 8415
@@ -41,12 +41,12 @@ func (c *Client) extend(ctx context.Context, l Lease, r Request, typ dhcpv6.Mess
 	if !l.Addr.Is6() || len(l.ServerID) == 0 {
 		return Lease{}, fmt.Errorf("%s DHCPv6 lease for %s: the lease lacks an IPv6 address (%v) or a server DUID (%x): Acquire one", typ, r.who(), l.Addr, l.ServerID)
 	}
-	p, err := c.port(r.Parent)
+	p, err := c.ports.Get(r.Parent)
 	if err != nil {
 		return Lease{}, err
 	}
-	defer c.put(p)
-	done, err := p.claim(&r)
+	defer c.ports.Put(p)
+	done, err := claim(p, &r)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -120,12 +120,12 @@ func (c *Client) giveBack(ctx context.Context, l Lease, r Request, typ dhcpv6.Me
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s %s on parent %s: %w", typ, l.Addr, r.Parent, err)
 	}
-	p, err := c.port(r.Parent)
+	p, err := c.ports.Get(r.Parent)
 	if err != nil {
 		return err
 	}
-	defer c.put(p)
-	done, err := p.claim(&r)
+	defer c.ports.Put(p)
+	done, err := claim(p, &r)
 	if err != nil {
 		return err
 	}
@@ -144,14 +144,14 @@ func (c *Client) giveBack(ctx context.Context, l Lease, r Request, typ dhcpv6.Me
 
 // decline sends one Decline of addr to server and waits for no Reply:
 // an Acquire that got an unusable address tells the server and moves on.
-func (c *Client) decline(p *port, r *Request, addr netip.Addr, server []byte) error {
-	xid, _ := p.register()
-	defer p.unregister(xid)
+func (c *Client) decline(p *rawlink.Port[dhcpv6.TransactionID, reply], r *Request, addr netip.Addr, server []byte) error {
+	xid, _ := p.Register(newXID)
+	defer p.Unregister(xid)
 	m, err := build(dhcpv6.MessageTypeDecline, xid, r, addr, server, 0, false)
 	if err != nil {
 		return err
 	}
-	if _, err := p.conn.WriteTo(frameOf(r, m), &packet.Addr{HardwareAddr: allServersMAC}); err != nil {
+	if err := p.Send(frameOf(r, m)); err != nil {
 		return fmt.Errorf("send DHCPv6 Decline of %s on parent %s: %w", addr, r.Parent, err)
 	}
 	c.log.Debug("dhcp6 sent", "type", "DECLINE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
