@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/rawlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -100,7 +101,7 @@ func (p *Prober) Probe(ctx context.Context, parent string, mac net.HardwareAddr,
 	if budget == 0 {
 		return nil
 	}
-	c, err := p.listen(parent, unix.ETH_P_ALL, untagged(arpFilter(addr)), mac, nil)
+	c, err := p.listen(parent, unix.ETH_P_ALL, rawlink.Untagged(arpFilter(addr)), mac, nil)
 	if err != nil {
 		return fmt.Errorf("probe %s on parent %s: %w", addr, parent, err)
 	}
@@ -132,8 +133,8 @@ func (p *Prober) ProbeIPv6(ctx context.Context, parent string, mac net.HardwareA
 	if budget == 0 {
 		return nil
 	}
-	groups := []net.HardwareAddr{multicastMAC(allNodes), multicastMAC(solicitedNode(addr))}
-	c, err := p.listen(parent, unix.ETH_P_ALL, untagged(ndpFilter(addr)), mac, groups)
+	groups := []net.HardwareAddr{rawlink.MulticastMAC(allNodes), rawlink.MulticastMAC(rawlink.SolicitedNode(addr))}
+	c, err := p.listen(parent, unix.ETH_P_ALL, rawlink.Untagged(ndpFilter(addr)), mac, groups)
 	if err != nil {
 		return fmt.Errorf("probe %s on parent %s: %w", addr, parent, err)
 	}
