@@ -62,14 +62,9 @@ func fragmented(d rawlink.Datagram) string {
 
 // parse decodes a DHCP message, or returns nil for anything malformed,
 // even one that made the parser panic.
-func parse(b []byte) (m *dhcpv4.DHCPv4) {
-	defer func() {
-		if recover() != nil {
-			m = nil
-		}
-	}()
-	m, err := dhcpv4.FromBytes(b)
-	if err != nil {
+func parse(b []byte) *dhcpv4.DHCPv4 {
+	m, ok := rawlink.Decode(b, dhcpv4.FromBytes)
+	if !ok {
 		return nil
 	}
 	return m

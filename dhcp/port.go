@@ -15,7 +15,7 @@ import (
 
 // link opens the parent's link for its port.
 func (c *Client) link(parent string) (*rawlink.Link, error) {
-	return rawlink.Open(parent, c.open, rawlink.Config{Netns: c.netns, Who: "the DHCP client's", Proto: unix.ETH_P_IP,
+	return c.links.Open(parent, rawlink.Config{Who: "the DHCP client's", Proto: unix.ETH_P_IP,
 		Filter: replyFilter(), For: " for DHCP"})
 }
 

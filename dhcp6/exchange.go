@@ -52,6 +52,8 @@ func (c *Client) run(ctx context.Context, p *rawlink.Port[dhcpv6.TransactionID, 
 	var best *dhcpv6.Message
 	bestRank := -1
 	var collect <-chan time.Time
+	timer := time.NewTimer(rt)
+	defer timer.Stop()
 	for n := 1; ; n++ {
 		m, err := build(x.typ, xid, r, x.addr, x.server, time.Since(first), x.rapid)
 		if err != nil {
@@ -61,18 +63,16 @@ func (c *Client) run(ctx context.Context, p *rawlink.Port[dhcpv6.TransactionID, 
 			return nil, first, fmt.Errorf("send DHCPv6 %s on parent %s: %w: check that the link is up", x.typ, p.Parent(), err)
 		}
 		c.log.Debug("dhcp6 sent", "type", x.typ.String(), "parent", p.Parent(), "xid", xid.String(), "mac", r.MAC.String())
-		timer := time.NewTimer(rt)
+		timer.Reset(rt)
 	read:
 		for {
 			select {
 			case <-ctx.Done():
-				timer.Stop()
 				if best != nil {
 					return best, first, nil
 				}
 				return nil, first, ctx.Err()
 			case <-collect:
-				timer.Stop()
 				return best, first, nil
 			case <-timer.C:
 				break read
@@ -83,7 +83,6 @@ func (c *Client) run(ctx context.Context, p *rawlink.Port[dhcpv6.TransactionID, 
 				v, rank := x.accept(rep.m)
 				switch {
 				case v == take:
-					timer.Stop()
 					c.log.Debug("dhcp6 received", "type", rep.m.MessageType.String(), "parent", p.Parent(), "xid", xid.String(), "mac", r.MAC.String())
 					return rep.m, first, nil
 				case v == keep && rank > bestRank:

@@ -3,6 +3,7 @@ package dhcp6
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"net"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
@@ -26,7 +27,7 @@ type reply struct {
 // the package documentation), with the reply filter attached before it
 // is bound.
 func (c *Client) link(parent string) (*rawlink.Link, error) {
-	return rawlink.Open(parent, c.open, rawlink.Config{Netns: c.netns, Who: "the DHCPv6 client's", Proto: unix.ETH_P_ALL,
+	return c.links.Open(parent, rawlink.Config{Who: "the DHCPv6 client's", Proto: unix.ETH_P_ALL,
 		Filter: replyFilter(), For: " for DHCPv6", Ethernet: "DHCPv6 for endpoints needs an Ethernet link"})
 }
 
@@ -36,12 +37,16 @@ func newXID() (xid dhcpv6.TransactionID) {
 	return xid
 }
 
-// claim makes p receive for r until the returned func is called: r's MAC
-// joins the parent's unicast filter (unless it is the parent's own) and
-// its link-local address's solicited-node group the multicast filter, and
-// Neighbour Solicitations for that address are answered with r's MAC.
-func claim(p *rawlink.Port[dhcpv6.TransactionID, reply], r *Request) (func(), error) {
-	return p.Claim(r.MAC, r.source(), "DHCPv6 replies")
+// take checks r and takes the port of its parent for a call (what names
+// it in errors), claimed for r: r's MAC joins the parent's unicast filter
+// (unless it is the parent's own) and its link-local address's
+// solicited-node group the multicast filter, and Neighbour Solicitations
+// for that address are answered with r's MAC. done undoes it all.
+func (c *Client) take(r *Request, what string) (p *rawlink.Port[dhcpv6.TransactionID, reply], done func(), err error) {
+	if err := r.check(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return c.ports.Take(r.Parent, &rawlink.Claim{MAC: r.MAC, LinkLocal: r.source(), For: "DHCPv6 replies"})
 }
 
 // demux reads a frame on a port: a DHCPv6 message to port 546, for the
@@ -60,17 +65,9 @@ func demux(f []byte) (dhcpv6.TransactionID, reply, bool) {
 
 // parse decodes a DHCPv6 client-server message, or returns nil for
 // anything else or malformed, even one that made the parser panic.
-func parse(b []byte) (m *dhcpv6.Message) {
-	defer func() {
-		if recover() != nil {
-			m = nil
-		}
-	}()
-	d, err := dhcpv6.FromBytes(b)
-	if err != nil {
-		return nil
-	}
-	m, _ = d.(*dhcpv6.Message)
+func parse(b []byte) *dhcpv6.Message {
+	d, _ := rawlink.Decode(b, dhcpv6.FromBytes)
+	m, _ := d.(*dhcpv6.Message)
 	return m
 }
 

@@ -35,18 +35,10 @@ func (c *Client) Rebind(ctx context.Context, l Lease, r Request) (Lease, error) 
 }
 
 func (c *Client) extend(ctx context.Context, l Lease, r Request, typ dhcpv6.MessageType, server []byte) (Lease, error) {
-	if err := r.check(); err != nil {
-		return Lease{}, fmt.Errorf("%s DHCPv6 lease: %w", typ, err)
-	}
-	if !l.Addr.Is6() || len(l.ServerID) == 0 {
+	if err := r.check(); err == nil && (!l.Addr.Is6() || len(l.ServerID) == 0) {
 		return Lease{}, fmt.Errorf("%s DHCPv6 lease for %s: the lease lacks an IPv6 address (%v) or a server DUID (%x): Acquire one", typ, r.who(), l.Addr, l.ServerID)
 	}
-	p, err := c.ports.Get(r.Parent)
-	if err != nil {
-		return Lease{}, err
-	}
-	defer c.ports.Put(p)
-	done, err := claim(p, &r)
+	p, done, err := c.take(&r, typ.String()+" DHCPv6 lease")
 	if err != nil {
 		return Lease{}, err
 	}
@@ -111,21 +103,13 @@ func (c *Client) Decline(ctx context.Context, l Lease, r Request) error {
 }
 
 func (c *Client) giveBack(ctx context.Context, l Lease, r Request, typ dhcpv6.MessageType) error {
-	if err := r.check(); err != nil {
-		return fmt.Errorf("%s DHCPv6 lease: %w", typ, err)
-	}
-	if !l.Addr.Is6() || len(l.ServerID) == 0 {
+	switch err := r.check(); {
+	case err == nil && (!l.Addr.Is6() || len(l.ServerID) == 0):
 		return fmt.Errorf("%s DHCPv6 lease for %s: the lease lacks an IPv6 address (%v) or a server DUID (%x)", typ, r.who(), l.Addr, l.ServerID)
+	case err == nil && ctx.Err() != nil:
+		return fmt.Errorf("%s %s on parent %s: %w", typ, l.Addr, r.Parent, ctx.Err())
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s %s on parent %s: %w", typ, l.Addr, r.Parent, err)
-	}
-	p, err := c.ports.Get(r.Parent)
-	if err != nil {
-		return err
-	}
-	defer c.ports.Put(p)
-	done, err := claim(p, &r)
+	p, done, err := c.take(&r, typ.String()+" DHCPv6 lease")
 	if err != nil {
 		return err
 	}

@@ -39,23 +39,23 @@ func (p Phase) String() string {
 	return "unknown"
 }
 
-// Infinite is a time that never comes: a lease time, lifetime, T1 or T2
-// of 0xffffffff seconds (forever, in both protocols).
-const Infinite = time.Duration(1<<63 - 1)
-
-// MinRetry is the shortest wait between two attempts in one phase,
-// unless the phase ends sooner. RFC 2131 section 4.4.5 says 60 seconds
-// and RFC 8415's REN_TIMEOUT is 10 s; 10 s leaves a 2-minute DHCPv4
-// lease (dnsmasq's shortest: renewing from 60 s, rebinding from 105 s)
-// more than one attempt per phase, and an endpoint that loses its lease
-// cannot be given another address (Docker cannot be told).
-const MinRetry = 10 * time.Second
-
-// MinRetryShort is the shortest wait between two attempts in a phase of
-// less than 2×MinRetry left: retries still come before the phase ends
-// (in a short rebinding phase, before the lease expires), at most one a
-// second.
-const MinRetryShort = time.Second
+const (
+	// Infinite is a time that never comes: a lease time, lifetime, T1 or
+	// T2 of 0xffffffff seconds (forever, in both protocols).
+	Infinite = time.Duration(1<<63 - 1)
+	// MinRetry is the shortest wait between two attempts in one phase,
+	// unless the phase ends sooner. RFC 2131 section 4.4.5 says 60
+	// seconds and RFC 8415's REN_TIMEOUT is 10 s; 10 s leaves a 2-minute
+	// DHCPv4 lease (dnsmasq's shortest: renewing from 60 s, rebinding from
+	// 105 s) more than one attempt per phase, and an endpoint that loses
+	// its lease cannot be given another address (Docker cannot be told).
+	MinRetry = 10 * time.Second
+	// MinRetryShort is the shortest wait between two attempts in a phase
+	// of less than 2×MinRetry left: retries still come before the phase
+	// ends (in a short rebinding phase, before the lease expires), at most
+	// one a second.
+	MinRetryShort = time.Second
+)
 
 // Schedule is what a lease calls for at a moment.
 type Schedule struct {

@@ -298,3 +298,16 @@ func Solicitation(f []byte) (target netip.Addr, p Packet, ok bool) {
 	}
 	return netip.AddrFrom16([16]byte(p.Payload[8:24])), p, true
 }
+
+// Decode runs a library's decoder on b; ok is false when it fails, or
+// panics (a malformed packet from the LAN is dropped, never a crash).
+func Decode[M any](b []byte, decode func([]byte) (M, error)) (m M, ok bool) {
+	defer func() {
+		if recover() != nil {
+			var zero M
+			m, ok = zero, false
+		}
+	}()
+	m, err := decode(b)
+	return m, err == nil
+}

@@ -187,14 +187,23 @@ func Untagged(filter []bpf.Instruction) []bpf.Instruction {
 	}, filter...)
 }
 
-// Open opens parent's link for a client: over the connection given
-// returns for it when given is not nil (tests: an in-process server
-// answers, no root needed), else a packet socket as cfg says.
-func Open(parent string, given func(parent string) (net.PacketConn, error), cfg Config) (*Link, error) {
-	if given == nil {
+// Opener is how a client opens its links: packet sockets in namespace
+// Netns (the calling thread's when it is not open: netns.None()), or,
+// when Conn is set, over the connections it returns (tests: an
+// in-process server answers, no root needed).
+type Opener struct {
+	Netns netns.NsHandle
+	Conn  func(parent string) (net.PacketConn, error)
+}
+
+// Open opens parent's link: over the connection Conn returns for it, or
+// a packet socket as cfg says, in o.Netns.
+func (o Opener) Open(parent string, cfg Config) (*Link, error) {
+	if o.Conn == nil {
+		cfg.Netns = o.Netns
 		return Listen(parent, cfg)
 	}
-	c, err := given(parent)
+	c, err := o.Conn(parent)
 	if err == nil && c == nil {
 		err = fmt.Errorf("the connection opener gave no connection for parent %s", parent)
 	}

@@ -1,6 +1,7 @@
 package rawlink
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -69,6 +70,32 @@ func (ps *Ports[K, M]) Get(parent string) (*Port[K, M], error) {
 	ps.ports[parent] = p
 	go p.receive()
 	return p, nil
+}
+
+// Claim is what Take claims on a port for a transaction: see Port.Claim.
+type Claim struct {
+	MAC       net.HardwareAddr
+	LinkLocal netip.Addr
+	// For names the replies awaited, in errors ("DHCPv6 replies").
+	For string
+}
+
+// Take is Get, and the Claim of claim unless it is nil, in one: the
+// func it returns undoes both.
+func (ps *Ports[K, M]) Take(parent string, claim *Claim) (*Port[K, M], func(), error) {
+	p, err := ps.Get(parent)
+	if err != nil {
+		return nil, nil, err
+	}
+	if claim == nil {
+		return p, func() { ps.Put(p) }, nil
+	}
+	undo, err := p.Claim(claim.MAC, claim.LinkLocal, claim.For)
+	if err != nil {
+		ps.Put(p)
+		return nil, nil, err
+	}
+	return p, func() { undo(); ps.Put(p) }, nil
 }
 
 // Put gives a port back; the last user closes it.
@@ -158,7 +185,7 @@ func (p *Port[K, M]) Unregister(k K) {
 // the multicast filter, and Neighbour Solicitations for ll are answered
 // with mac (the endpoint's link does not exist yet, or is in a
 // container, so no kernel answers for it). what names the replies
-// awaited in errors ("DHCPv6 replies").
+// awaited, in errors ("DHCPv6 replies").
 func (p *Port[K, M]) Claim(mac net.HardwareAddr, ll netip.Addr, what string) (func(), error) {
 	var undo []func()
 	release := func() {
@@ -209,4 +236,17 @@ func (p *Port[K, M]) answer(f []byte) bool {
 		_ = p.Send(Advertisement(o.mac, in.SrcMAC, target, in.Src, NASolicited|NAOverride))
 	}
 	return true
+}
+
+// Pause waits d, or until ctx ends (its error): a transaction's pause
+// between two rounds.
+func Pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
