@@ -110,9 +110,6 @@ func Over(parent string, c net.PacketConn) *Link { return &Link{parent: parent, 
 // Parent is the name of the link's parent.
 func (l *Link) Parent() string { return l.parent }
 
-// MAC is the parent's Ethernet address; nil over a given connection.
-func (l *Link) MAC() net.HardwareAddr { return l.mac }
-
 // ReadFrom reads a frame.
 func (l *Link) ReadFrom(b []byte) (int, net.Addr, error) { return l.conn.ReadFrom(b) }
 

@@ -35,7 +35,7 @@ func NewPorts[K comparable, M any](open func(parent string) (*Link, error), demu
 // each reply to the transaction registered under its key, and answers
 // Neighbour Solicitations for the addresses claimed on it.
 type Port[K comparable, M any] struct {
-	*Link
+	link   *Link
 	demux  func(frame []byte) (K, M, bool)
 	refs   int           // guarded by Ports.mu
 	closed chan struct{} // closed before the link
@@ -65,7 +65,7 @@ func (ps *Ports[K, M]) Get(parent string) (*Port[K, M], error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Port[K, M]{Link: l, demux: ps.demux, refs: 1, closed: make(chan struct{}), done: make(chan struct{}),
+	p := &Port[K, M]{link: l, demux: ps.demux, refs: 1, closed: make(chan struct{}), done: make(chan struct{}),
 		waiters: map[K]chan M{}, owners: map[netip.Addr]*owner{}}
 	ps.ports[parent] = p
 	go p.receive()
@@ -104,12 +104,12 @@ func (ps *Ports[K, M]) Put(p *Port[K, M]) {
 	p.refs--
 	last := p.refs == 0
 	if last {
-		delete(ps.ports, p.parent)
+		delete(ps.ports, p.link.parent)
 	}
 	ps.mu.Unlock()
 	if last {
 		close(p.closed)
-		_ = p.Close()
+		_ = p.link.Close()
 		<-p.done
 	}
 }
@@ -128,7 +128,7 @@ func (p *Port[K, M]) receive() {
 	defer close(p.done)
 	buf := make([]byte, 65536)
 	for {
-		n, _, err := p.ReadFrom(buf)
+		n, _, err := p.link.ReadFrom(buf)
 		if err != nil {
 			// Closed, or e.g. ENETDOWN while the parent is down: wait.
 			select {
@@ -155,6 +155,12 @@ func (p *Port[K, M]) receive() {
 		p.mu.Unlock()
 	}
 }
+
+// Parent is the name of the port's parent link.
+func (p *Port[K, M]) Parent() string { return p.link.parent }
+
+// Send writes frame f to its Ethernet destination.
+func (p *Port[K, M]) Send(f []byte) error { return p.link.Send(f) }
 
 // Register reserves a key, drawn by fresh until no other transaction on
 // the port holds it, and returns the channel its replies come on; the
@@ -193,16 +199,16 @@ func (p *Port[K, M]) Claim(mac net.HardwareAddr, ll netip.Addr, what string) (fu
 			undo[i]()
 		}
 	}
-	if err := p.Join(Unicast, mac); err != nil {
-		return nil, fmt.Errorf("add MAC %s to the unicast filter of parent %s, to receive %s to it: %w (it needs CAP_NET_RAW)", mac, p.parent, what, err)
+	if err := p.link.Join(Unicast, mac); err != nil {
+		return nil, fmt.Errorf("add MAC %s to the unicast filter of parent %s, to receive %s to it: %w (it needs CAP_NET_RAW)", mac, p.link.parent, what, err)
 	}
-	undo = append(undo, func() { _ = p.Leave(Unicast, mac) })
+	undo = append(undo, func() { _ = p.link.Leave(Unicast, mac) })
 	g := MulticastMAC(SolicitedNode(ll))
-	if err := p.Join(Multicast, g); err != nil {
+	if err := p.link.Join(Multicast, g); err != nil {
 		release()
-		return nil, fmt.Errorf("join the Ethernet multicast group %s on parent %s, to answer Neighbour Solicitations for %s: %w (it needs CAP_NET_RAW)", g, p.parent, ll, err)
+		return nil, fmt.Errorf("join the Ethernet multicast group %s on parent %s, to answer Neighbour Solicitations for %s: %w (it needs CAP_NET_RAW)", g, p.link.parent, ll, err)
 	}
-	undo = append(undo, func() { _ = p.Leave(Multicast, g) })
+	undo = append(undo, func() { _ = p.link.Leave(Multicast, g) })
 	p.mu.Lock()
 	o := p.owners[ll]
 	if o == nil {
@@ -233,7 +239,7 @@ func (p *Port[K, M]) answer(f []byte) bool {
 	o := p.owners[target]
 	p.mu.Unlock()
 	if o != nil {
-		_ = p.Send(Advertisement(o.mac, in.SrcMAC, target, in.Src, NASolicited|NAOverride))
+		_ = p.link.Send(Advertisement(o.mac, in.SrcMAC, target, in.Src, NASolicited|NAOverride))
 	}
 	return true
 }
