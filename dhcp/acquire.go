@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/underlay-net/underlay/internal/rawlink"
 )
 
 const (
@@ -33,14 +34,11 @@ const (
 // refusals or maxRounds rounds, or when ctx ends, the error names what
 // was offered and why it was not taken.
 func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
-	if err := r.check(); err != nil {
-		return Lease{}, fmt.Errorf("DHCP lease: %w", err)
-	}
-	p, err := c.port(r.Parent)
+	p, done, err := c.take(r, "DHCP lease")
 	if err != nil {
 		return Lease{}, err
 	}
-	defer c.put(p)
+	defer done()
 	a := &acquisition{c: c, p: p, r: r, start: time.Now()}
 	for round := 1; ; round++ {
 		offer, _, err := c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return discover(r, xid) },
@@ -76,7 +74,7 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
 				return Lease{}, a.failed(ctx, errStop, "")
 			}
 		}
-		if err := sleep(ctx, againWait); err != nil {
+		if err := rawlink.Pause(ctx, againWait); err != nil {
 			return Lease{}, a.failed(ctx, err, fmt.Sprintf("the DISCOVER on parent %s for %s", r.Parent, r.who()))
 		}
 	}
@@ -85,7 +83,7 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
 // acquisition is what one Acquire saw, for its error.
 type acquisition struct {
 	c     *Client
-	p     *port
+	p     *rawlink.Port[dhcpv4.TransactionID, reply]
 	r     Request
 	start time.Time
 	seen  notes
@@ -160,16 +158,4 @@ func (a *acquisition) failed(ctx context.Context, err error, what string) error 
 			ErrNAK, r.who(), r.Parent, len(a.naks), waited, a.naks[len(a.naks)-1], &a.seen, ctx.Err())
 	}
 	return a.c.failed(ctx, err, a.start, what, &a.seen)
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

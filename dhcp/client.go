@@ -9,11 +9,10 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
-	"github.com/mdlayher/packet"
+	"github.com/underlay-net/underlay/internal/rawlink"
 	"github.com/vishvananda/netns"
 )
 
@@ -40,13 +39,11 @@ var (
 // parents' LANs. It is safe for concurrent use; a parent's socket is open
 // only while a call on that parent runs.
 type Client struct {
-	netns      netns.NsHandle
-	open       func(parent string) (net.PacketConn, error)
+	links      rawlink.Opener
 	retransmit time.Duration
 	log        *slog.Logger
 
-	mu    sync.Mutex
-	ports map[string]*port
+	ports *rawlink.Ports[dhcpv4.TransactionID, reply]
 }
 
 // Option configures a Client.
@@ -55,7 +52,7 @@ type Option func(*Client)
 // WithNetns makes the client open its sockets in namespace h (for tests);
 // by default they are opened in the namespace of the calling thread,
 // which in the daemon is the host's.
-func WithNetns(h netns.NsHandle) Option { return func(c *Client) { c.netns = h } }
+func WithNetns(h netns.NsHandle) Option { return func(c *Client) { c.links.Netns = h } }
 
 // WithConn makes the client exchange frames over the connection open
 // returns for a parent instead of a packet socket on it (for tests: an
@@ -66,7 +63,7 @@ func WithNetns(h netns.NsHandle) Option { return func(c *Client) { c.netns = h }
 // the parent needs it and none is open, and closed when the last call on
 // it returns.
 func WithConn(open func(parent string) (net.PacketConn, error)) Option {
-	return func(c *Client) { c.open = open }
+	return func(c *Client) { c.links.Conn = open }
 }
 
 // WithRetransmit sets the wait before the first retransmission (default
@@ -80,15 +77,13 @@ func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 
 // New returns a client.
 func New(opts ...Option) *Client {
-	c := &Client{netns: netns.None(), retransmit: 2 * time.Second,
-		log: slog.New(slog.DiscardHandler), ports: map[string]*port{}}
+	c := &Client{links: rawlink.Opener{Netns: netns.None()}, retransmit: 2 * time.Second, log: slog.New(slog.DiscardHandler)}
+	c.ports = rawlink.NewPorts(c.link, demux)
 	for _, o := range opts {
 		o(c)
 	}
 	return c
 }
-
-var broadcastIP = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 
 // Renew extends l for r, for the same address. Until T2 it asks l's
 // server (option 54); from T2 on (Plan's Rebinding) any server. The
@@ -96,21 +91,18 @@ var broadcastIP = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 // servers answer by broadcast (see the package documentation). Fields the
 // ACK leaves out (mask, router, routes, DNS) keep their values in l.
 func (c *Client) Renew(ctx context.Context, l Lease, r Request) (Lease, error) {
-	if err := r.check(); err != nil {
-		return Lease{}, fmt.Errorf("renew DHCP lease: %w", err)
-	}
-	if !l.Addr.Addr().Is4() {
+	if err := r.check(); err == nil && !l.Addr.Addr().Is4() {
 		return Lease{}, fmt.Errorf("renew DHCP lease for %s: the lease has no IPv4 address (%v): Acquire one", r.who(), l.Addr)
 	}
+	p, done, err := c.take(r, "renew DHCP lease")
+	if err != nil {
+		return Lease{}, err
+	}
+	defer done()
 	addr, server := l.Addr.Addr(), netip.Addr{}
 	if Plan(l, time.Now()).Phase < Rebinding {
 		server = l.ServerID
 	}
-	p, err := c.port(r.Parent)
-	if err != nil {
-		return Lease{}, err
-	}
-	defer c.put(p)
 	start := time.Now()
 	var seen notes
 	ack, sent, err := c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return request(r, xid, addr, server) },
@@ -134,21 +126,9 @@ func (c *Client) Renew(ctx context.Context, l Lease, r Request) (Lease, error) {
 // 4.4.6), best effort: it is sent once and never answered. The error says
 // only that it could not be sent.
 func (c *Client) Release(ctx context.Context, l Lease, r Request) error {
-	if err := r.check(); err != nil {
-		return fmt.Errorf("release DHCP lease: %w", err)
-	}
-	if !l.Addr.Addr().Is4() || !l.ServerID.Is4() {
-		return fmt.Errorf("release DHCP lease for %s: the lease lacks an IPv4 address (%v) or server ID (%v)", r.who(), l.Addr, l.ServerID)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("release %s on parent %s: %w", l.Addr.Addr(), r.Parent, err)
-	}
-	p, err := c.port(r.Parent)
-	if err != nil {
-		return err
-	}
-	defer c.put(p)
-	return c.release(p, r, l.Addr.Addr(), l.ServerID)
+	return c.tell(ctx, l, r, "release", func(p *rawlink.Port[dhcpv4.TransactionID, reply]) error {
+		return c.release(p, r, l.Addr.Addr(), l.ServerID)
+	})
 }
 
 // Decline tells l's server that l's address is in use (DHCPDECLINE, RFC
@@ -158,55 +138,66 @@ func (c *Client) Release(ctx context.Context, l Lease, r Request) error {
 // sent once, by broadcast, and never answered; the error says only that
 // it could not be sent. The endpoint must not use the address.
 func (c *Client) Decline(ctx context.Context, l Lease, r Request) error {
-	if err := r.check(); err != nil {
-		return fmt.Errorf("decline DHCP lease: %w", err)
+	return c.tell(ctx, l, r, "decline", func(p *rawlink.Port[dhcpv4.TransactionID, reply]) error {
+		return c.decline(p, r, l.Addr.Addr(), l.ServerID, "address in use")
+	})
+}
+
+// tell checks l and r for a Release or Decline (op) and sends it on r's
+// parent with send.
+func (c *Client) tell(ctx context.Context, l Lease, r Request, op string, send func(*rawlink.Port[dhcpv4.TransactionID, reply]) error) error {
+	if err := r.check(); err == nil && (!l.Addr.Addr().Is4() || !l.ServerID.Is4()) {
+		return fmt.Errorf("%s DHCP lease for %s: the lease lacks an IPv4 address (%v) or server ID (%v)", op, r.who(), l.Addr, l.ServerID)
+	} else if err == nil && ctx.Err() != nil {
+		return fmt.Errorf("%s %s on parent %s: %w", op, l.Addr.Addr(), r.Parent, ctx.Err())
 	}
-	if !l.Addr.Addr().Is4() || !l.ServerID.Is4() {
-		return fmt.Errorf("decline DHCP lease for %s: the lease lacks an IPv4 address (%v) or server ID (%v)", r.who(), l.Addr, l.ServerID)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("decline %s on parent %s: %w", l.Addr.Addr(), r.Parent, err)
-	}
-	p, err := c.port(r.Parent)
+	p, done, err := c.take(r, op+" DHCP lease")
 	if err != nil {
 		return err
 	}
-	defer c.put(p)
-	return c.decline(p, r, l.Addr.Addr(), l.ServerID, "address in use")
+	defer done()
+	return send(p)
+}
+
+// take checks r and takes the port of its parent for a call (what names
+// it in errors); done gives it back.
+func (c *Client) take(r Request, what string) (p *rawlink.Port[dhcpv4.TransactionID, reply], done func(), err error) {
+	if err := r.check(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return c.ports.Take(r.Parent, nil)
 }
 
 // release sends a DHCPRELEASE of addr to server: from the leased address,
 // since a unicast IP packet from 0.0.0.0 would be dropped by the server's
 // kernel as a martian.
-func (c *Client) release(p *port, r Request, addr, server netip.Addr) error {
-	xid, _ := p.register()
-	defer p.unregister(xid)
-	m, err := release(r, xid, addr, server)
-	if err != nil {
-		return err
-	}
-	f := frame(r.MAC, addr, server, m.ToBytes())
-	if _, err := p.raw.WriteTo(f, &packet.Addr{HardwareAddr: broadcastMAC}); err != nil {
-		return fmt.Errorf("send DHCPRELEASE of %s on parent %s: %w: the server frees it when the lease expires", addr, r.Parent, err)
-	}
-	c.log.Debug("dhcp sent", "type", "RELEASE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
-	return nil
+func (c *Client) release(p *rawlink.Port[dhcpv4.TransactionID, reply], r Request, addr, server netip.Addr) error {
+	return c.once(p, r, addr, addr, server, "the server frees it when the lease expires",
+		func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return release(r, xid, addr, server) })
 }
 
 // decline sends a DHCPDECLINE of addr to server, from 0.0.0.0 to the
 // broadcast address, with why as option 56.
-func (c *Client) decline(p *port, r Request, addr, server netip.Addr, why string) error {
-	xid, _ := p.register()
-	defer p.unregister(xid)
-	m, err := decline(r, xid, addr, server, why)
+func (c *Client) decline(p *rawlink.Port[dhcpv4.TransactionID, reply], r Request, addr, server netip.Addr, why string) error {
+	return c.once(p, r, addr, netip.IPv4Unspecified(), broadcastIP, "check that the link is up; the endpoint must not use the address either way",
+		func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) { return decline(r, xid, addr, server, why) })
+}
+
+// once sends the message build makes about addr, from src to dst (by
+// Ethernet broadcast), once and unanswered; fix ends its error.
+func (c *Client) once(p *rawlink.Port[dhcpv4.TransactionID, reply], r Request, addr, src, dst netip.Addr, fix string,
+	build func(dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error)) error {
+	xid, _ := p.Register(newXID)
+	defer p.Unregister(xid)
+	m, err := build(xid)
 	if err != nil {
 		return err
 	}
-	f := frame(r.MAC, netip.IPv4Unspecified(), broadcastIP, m.ToBytes())
-	if _, err := p.raw.WriteTo(f, &packet.Addr{HardwareAddr: broadcastMAC}); err != nil {
-		return fmt.Errorf("send DHCPDECLINE of %s on parent %s: %w: check that the link is up; the endpoint must not use the address either way", addr, r.Parent, err)
+	typ := m.MessageType().String()
+	if err := p.Send(frame(r.MAC, src, dst, m.ToBytes())); err != nil {
+		return fmt.Errorf("send DHCP%s of %s on parent %s: %w: %s", typ, addr, r.Parent, err, fix)
 	}
-	c.log.Debug("dhcp sent", "type", "DECLINE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
+	c.log.Debug("dhcp sent", "type", typ, "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())
 	return nil
 }
 

@@ -186,11 +186,11 @@ func renewingIsUnicast(t *testing.T, l *lan, d *dnsmasq, c *Client, r Request, l
 	container.Up("mv1")
 	tap := newTap(t, l, r.MAC)
 	acks := strings.Count(d.read(d.log), "DHCPACK(")
-	p, err := c.port(r.Parent)
+	p, err := c.ports.Get(r.Parent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.put(p)
+	defer c.ports.Put(p)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, _, err = c.exchange(ctx, p, r, func(xid dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error) {

@@ -2,7 +2,12 @@
 // server of their parent link's LAN. It runs in the daemon, in the host's
 // network namespace, and speaks for endpoints whose links are not there:
 // at CreateEndpoint the endpoint's macvlan/ipvlan link does not exist yet,
-// and after Join it lives in the container.
+// and after Join it lives in the container. It keeps the DHCP messages and
+// the client's state machine; the raw link under it (packet socket, BPF
+// filter, framing and checksums, the per-parent port and its receive
+// loop) is package internal/rawlink, which dhcp6 and probe share, and the
+// T1/T2/retry schedule behind Plan is internal/leasetime, shared with
+// dhcp6. It imports nothing else of the project.
 //
 // # API
 //
@@ -71,22 +76,24 @@
 //
 // # How packets flow
 //
-// A call opens, on the parent, one AF_PACKET SOCK_RAW socket for ETH_P_IP
-// with a BPF filter that keeps UDP to port 68 (unfragmented, or first
-// fragments: see above); concurrent calls on that parent share it and the
-// last one closes it. The receive loop hands each reply to the transaction
-// with its xid (fresh and random per transaction, unique on the socket),
-// which keeps it if chaddr and, when echoed, option 61 are its own: ipvlan
-// endpoints share the parent's MAC and differ only by client ID. Replies
-// are parsed by the library (nclient4's IPv4/UDP parser, then dhcpv4); a
-// malformed packet is dropped. With WithConn the connection is the
-// caller's, unfiltered; everything else is the same.
+// A call takes the parent's rawlink.Port: one AF_PACKET SOCK_RAW socket
+// for ETH_P_IP with a BPF filter, attached before it is bound, that keeps
+// UDP to port 68 (unfragmented, or first fragments: see above);
+// concurrent calls on that parent share it and the last one closes it.
+// The port's receive loop reads each frame with rawlink's IPv4/UDP parser
+// and this package's demux, which decodes the DHCP message (the library's
+// dhcpv4) and hands it to the transaction with its xid (fresh and random
+// per transaction, unique on the socket); the transaction keeps it if
+// chaddr and, when echoed, option 61 are its own: ipvlan endpoints share
+// the parent's MAC and differ only by client ID. A malformed packet is
+// dropped. With WithConn the connection is the caller's, unfiltered;
+// everything else is the same.
 //
-// Requests are framed here: Ethernet from Request.MAC to broadcast, IPv4
-// 0.0.0.0 to 255.255.255.255, UDP 68 to 67. The Ethernet source is the
-// endpoint's MAC (macvlan), not the parent's, so that a switch with DHCP
-// snooping's MAC check (chaddr = source) passes them; nclient4's framing
-// always uses the parent's. Every request but a RELEASE sets the BROADCAST
+// Requests are framed by rawlink (UDP4): Ethernet from Request.MAC to
+// broadcast, IPv4 0.0.0.0 to 255.255.255.255, UDP 68 to 67. The Ethernet
+// source is the endpoint's MAC (macvlan), not the parent's, so that a
+// switch with DHCP snooping's MAC check (chaddr = source) passes them;
+// nclient4's framing always uses the parent's. Every request but a RELEASE sets the BROADCAST
 // flag, so that the server answers by broadcast, which the parent receives.
 // A unicast reply to the endpoint's MAC is not seen by the socket once the
 // endpoint's link is in the container: the macvlan handler hands the frame
@@ -136,8 +143,9 @@
 // (each loop reads it), so every endpoint would need a socket of its own on
 // the parent. Its Renew sends ciaddr with the flag cleared, and always
 // expects the lease's server. Its Release is sent from 0.0.0.0. This
-// package uses the library's dhcpv4 messages and parser, nclient4's
-// IPv4/UDP reply parser, and server4 in the tests.
+// package uses the library's dhcpv4 messages and parser, and server4 in
+// the tests; the raw connection and the framing apart from the client,
+// as nclient4's conn_unix.go and ipv4.go are, live in internal/rawlink.
 //
 // # Needs
 //

@@ -1,128 +1,73 @@
 package dhcp
 
 import (
-	"encoding/binary"
-	"net"
+	"fmt"
 	"net/netip"
 
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/underlay-net/underlay/internal/rawlink"
 	"golang.org/x/net/bpf"
 )
 
-// Framing. Replies are read with the library's parser
-// (nclient4.NewBroadcastUDPConn over ethConn, which drops the Ethernet
-// header); requests are framed here, because the library's framing takes
-// the parent's MAC as the Ethernet source and a macvlan endpoint's frames
-// must come from the endpoint's MAC (chaddr), or a switch with DHCP
-// snooping's MAC check drops them.
-
+// Framing is package rawlink's: requests are framed there because a
+// macvlan endpoint's frames must come from the endpoint's MAC (chaddr),
+// or a switch with DHCP snooping's MAC check drops them (the library's
+// framing takes the parent's MAC); replies are read out of their frames
+// there too, and only the DHCP message is the library's to decode.
 const (
-	ethHeader  = 14
-	ipv4Header = 20
-	udpHeader  = 8
 	clientPort = 68
 	serverPort = 67
 )
 
-var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+var broadcastIP = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 
 // frame wraps a DHCP message in UDP (68 → 67), IPv4 (src → dst, TTL 64)
 // and Ethernet (srcMAC → broadcast).
-func frame(srcMAC net.HardwareAddr, src, dst netip.Addr, payload []byte) []byte {
-	return udpFrame(srcMAC, src, dst, clientPort, serverPort, payload)
+func frame(srcMAC []byte, src, dst netip.Addr, payload []byte) []byte {
+	return rawlink.UDP4(srcMAC, rawlink.BroadcastMAC, src, dst, clientPort, serverPort, payload)
 }
 
-// udpFrame wraps payload in UDP (sport → dport), IPv4 (src → dst, TTL 64)
-// and Ethernet (srcMAC → broadcast).
-func udpFrame(srcMAC net.HardwareAddr, src, dst netip.Addr, sport, dport uint16, payload []byte) []byte {
-	b := make([]byte, ethHeader+ipv4Header+udpHeader+len(payload))
-	copy(b[0:6], broadcastMAC)
-	copy(b[6:12], srcMAC)
-	binary.BigEndian.PutUint16(b[12:14], 0x0800)
-
-	ip := b[ethHeader : ethHeader+ipv4Header]
-	ip[0] = 0x45 // version 4, 20-byte header
-	binary.BigEndian.PutUint16(ip[2:4], uint16(ipv4Header+udpHeader+len(payload)))
-	ip[8] = 64 // TTL
-	ip[9] = 17 // UDP
-	s, d := src.As4(), dst.As4()
-	copy(ip[12:16], s[:])
-	copy(ip[16:20], d[:])
-	binary.BigEndian.PutUint16(ip[10:12], ^sum(ip, 0))
-
-	udp := b[ethHeader+ipv4Header:]
-	binary.BigEndian.PutUint16(udp[0:2], sport)
-	binary.BigEndian.PutUint16(udp[2:4], dport)
-	binary.BigEndian.PutUint16(udp[4:6], uint16(len(udp)))
-	copy(udp[udpHeader:], payload)
-	// The pseudo header: addresses, protocol, UDP length.
-	pseudo := sum(ip[12:20], 17+uint32(len(udp)))
-	c := ^sum(udp, uint32(pseudo))
-	if c == 0 {
-		c = 0xffff // 0 means "no checksum" (RFC 768)
-	}
-	binary.BigEndian.PutUint16(udp[6:8], c)
-	return b
+// reply is what a transaction receives: a DHCP reply, or (frag set) the
+// note that a reply for its xid came IP-fragmented.
+type reply struct {
+	m    *dhcpv4.DHCPv4
+	frag string
 }
 
-// sum is the one's complement sum of b (RFC 1071), starting from acc.
-func sum(b []byte, acc uint32) uint16 {
-	for len(b) >= 2 {
-		acc += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
+// demux reads a frame on a port: a BOOTREPLY to port 68 for its xid, or
+// the first fragment of one, which gets no reply (fragments are not
+// reassembled) but can say why. Anything else is dropped.
+func demux(f []byte) (dhcpv4.TransactionID, reply, bool) {
+	d, ok := rawlink.ParseUDP(f, clientPort)
+	if !ok || !d.Src.Is4() {
+		return dhcpv4.TransactionID{}, reply{}, false
 	}
-	if len(b) == 1 {
-		acc += uint32(b[0]) << 8
-	}
-	for acc > 0xffff {
-		acc = acc>>16 + acc&0xffff
-	}
-	return uint16(acc)
-}
-
-// ethConn is the packet socket as the library's parser wants it: reads
-// return the IPv4 packet without the Ethernet header (too short frames
-// are skipped; a zero-length read would be taken for EOF). IPv4
-// fragments are skipped too (the library would parse a first fragment as
-// a truncated datagram): fragment, if set, is shown each first.
-type ethConn struct {
-	net.PacketConn
-	fragment func(ip []byte)
-}
-
-func (c ethConn) ReadFrom(b []byte) (int, net.Addr, error) {
-	buf := make([]byte, ethHeader+len(b))
-	for {
-		n, addr, err := c.PacketConn.ReadFrom(buf)
-		if err != nil {
-			return 0, addr, err
+	if d.FirstFragment {
+		if len(d.Data) < 8 {
+			return dhcpv4.TransactionID{}, reply{}, false
 		}
-		if n <= ethHeader || binary.BigEndian.Uint16(buf[12:14]) != 0x0800 {
-			continue
-		}
-		ip := buf[ethHeader:n]
-		if len(ip) >= ipv4Header && binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0 { // More Fragments, or an offset
-			if c.fragment != nil {
-				c.fragment(ip)
-			}
-			continue
-		}
-		return copy(b, ip), addr, nil
+		return dhcpv4.TransactionID(d.Data[4:8]), reply{frag: fragmented(d)}, true
 	}
+	m := parse(d.Data)
+	if m == nil || m.OpCode != dhcpv4.OpcodeBootReply {
+		return dhcpv4.TransactionID{}, reply{}, false
+	}
+	return m.TransactionID, reply{m: m}, true
 }
 
-// firstFragment reads, from an IPv4 packet that is the first fragment of
-// a UDP datagram to port 68, the DHCP xid, the source and the datagram's
-// whole length (the UDP header's); ok is false for any other packet.
-func firstFragment(ip []byte) (xid [4]byte, src netip.Addr, size int, ok bool) {
-	if len(ip) < ipv4Header || ip[0]>>4 != 4 || ip[9] != 17 || binary.BigEndian.Uint16(ip[6:8])&0x3fff != 0x2000 {
-		return xid, src, 0, false
+// fragmented describes the first fragment of a reply.
+func fragmented(d rawlink.Datagram) string {
+	return fmt.Sprintf("(%d bytes from %s), and fragments are not reassembled: make the server's replies fit one frame (they may be at most %d bytes, option 57), e.g. with fewer option 121 routes", d.Length, d.Src, maxMessageSize)
+}
+
+// parse decodes a DHCP message, or returns nil for anything malformed,
+// even one that made the parser panic.
+func parse(b []byte) *dhcpv4.DHCPv4 {
+	m, ok := rawlink.Decode(b, dhcpv4.FromBytes)
+	if !ok {
+		return nil
 	}
-	udp := ip[min(int(ip[0]&0x0f)*4, len(ip)):]
-	if len(udp) < udpHeader+8 || binary.BigEndian.Uint16(udp[2:4]) != clientPort {
-		return xid, src, 0, false
-	}
-	copy(xid[:], udp[udpHeader+4:udpHeader+8])
-	return xid, netip.AddrFrom4([4]byte(ip[12:16])), int(binary.BigEndian.Uint16(udp[4:6])), true
+	return m
 }
 
 // replyFilter keeps, of the IPv4 frames on the parent, only UDP to port
@@ -130,16 +75,17 @@ func firstFragment(ip []byte) (xid [4]byte, src netip.Addr, size int, ok bool) {
 // header says the port): the client skips fragments but tells which
 // transaction got a fragmented reply, since it does not reassemble them.
 // A busy parent does not wake the client for every packet.
-func replyFilter() ([]bpf.RawInstruction, error) {
-	return bpf.Assemble([]bpf.Instruction{
-		bpf.LoadAbsolute{Off: ethHeader + 9, Size: 1}, // protocol
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 17, SkipTrue: 6},
-		bpf.LoadAbsolute{Off: ethHeader + 6, Size: 2}, // flags, fragment offset
+func replyFilter() []bpf.Instruction {
+	const eth = rawlink.EthHeader
+	return []bpf.Instruction{
+		bpf.LoadAbsolute{Off: eth + 9, Size: 1}, // protocol
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: rawlink.ProtoUDP, SkipTrue: 6},
+		bpf.LoadAbsolute{Off: eth + 6, Size: 2}, // flags, fragment offset
 		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1fff, SkipTrue: 4},
-		bpf.LoadMemShift{Off: ethHeader}, // X = IPv4 header length
-		bpf.LoadIndirect{Off: ethHeader + 2, Size: 2},
+		bpf.LoadMemShift{Off: eth}, // X = IPv4 header length
+		bpf.LoadIndirect{Off: eth + 2, Size: 2},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: clientPort, SkipFalse: 1},
 		bpf.RetConstant{Val: 0x40000},
 		bpf.RetConstant{Val: 0},
-	})
+	}
 }

@@ -3,8 +3,10 @@ package dhcp
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
@@ -42,9 +44,14 @@ func TestFrameParsedByLibrary(t *testing.T) {
 	if sum(udp, uint32(sum(ip[12:20], 17+uint32(len(udp))))) != 0xffff {
 		t.Errorf("UDP checksum does not verify")
 	}
-	// A runt and a non-IPv4 frame first: ethConn skips them.
+	// A runt and a non-IPv4 frame: demux drops them.
 	arp := append(append([]byte{}, f[:12]...), 0x08, 0x06, 1, 2, 3)
-	conn := nclient4.NewBroadcastUDPConn(ethConn{PacketConn: &fakeConn{frames: [][]byte{f[:10], arp, f}}}, &net.UDPAddr{Port: serverPort})
+	for _, b := range [][]byte{f[:10], arp} {
+		if _, _, ok := demux(b); ok {
+			t.Errorf("demux took % x", b)
+		}
+	}
+	conn := nclient4.NewBroadcastUDPConn(&fakeConn{frames: [][]byte{f[ethHeader:]}}, &net.UDPAddr{Port: serverPort})
 	buf := make([]byte, 1500)
 	n, from, err := conn.ReadFrom(buf)
 	if err != nil {
@@ -59,15 +66,7 @@ func TestFrameParsedByLibrary(t *testing.T) {
 }
 
 func TestReplyFilter(t *testing.T) {
-	raw, err := replyFilter()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ins := make([]bpf.Instruction, len(raw))
-	for i, r := range raw {
-		ins[i] = r.Disassemble()
-	}
-	vm, err := bpf.NewVM(ins)
+	vm, err := bpf.NewVM(replyFilter())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +98,9 @@ func TestReplyFilter(t *testing.T) {
 	}
 }
 
-// TestFirstFragment: of a reply too large for a frame, ethConn skips the
-// fragments and shows the first, whose xid, source and size are read.
+// TestFirstFragment: of a reply too large for a frame, demux drops the
+// fragments but hands the first to the transaction of its xid, with its
+// source and size.
 func TestFirstFragment(t *testing.T) {
 	payload := make([]byte, 2000)
 	copy(payload[4:8], []byte{9, 8, 7, 6}) // the xid
@@ -109,22 +109,15 @@ func TestFirstFragment(t *testing.T) {
 	if len(frs) != 2 {
 		t.Fatalf("%d fragments, want 2", len(frs))
 	}
-	var seen [][]byte
-	conn := ethConn{PacketConn: &fakeConn{frames: frs}, fragment: func(ip []byte) { seen = append(seen, append([]byte(nil), ip...)) }}
-	if _, _, err := conn.ReadFrom(make([]byte, 4096)); err == nil {
-		t.Fatal("ethConn returned a fragment")
+	xid, in, ok := demux(frs[0])
+	want := fmt.Sprintf("(%d bytes from %s)", udpHeader+len(payload), serverA)
+	if !ok || xid != [4]byte{9, 8, 7, 6} || in.m != nil || !strings.HasPrefix(in.frag, want) {
+		t.Fatalf("first fragment: xid %x, %+v (%v), want %s", xid, in, ok, want)
 	}
-	if len(seen) != 2 {
-		t.Fatalf("ethConn showed %d fragments, want both", len(seen))
+	if _, _, ok := demux(frs[1]); ok {
+		t.Fatal("the second fragment was taken")
 	}
-	xid, src, size, ok := firstFragment(seen[0])
-	if !ok || xid != [4]byte{9, 8, 7, 6} || src != serverA || size != udpHeader+len(payload) {
-		t.Fatalf("first fragment: xid %x from %s size %d (%v)", xid, src, size, ok)
-	}
-	if _, _, _, ok := firstFragment(seen[1]); ok {
-		t.Fatal("the second fragment was taken for a first")
-	}
-	if _, _, _, ok := firstFragment(f[ethHeader:]); ok {
+	if _, in, ok := demux(f); ok && in.frag != "" {
 		t.Fatal("an unfragmented packet was taken for a first fragment")
 	}
 }

@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
-	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 )
 
 // FuzzReply feeds arbitrary bytes to everything a packet from the LAN
-// reaches: as a frame through ethConn and the library's IPv4/UDP parser,
-// and as a DHCP message through parse, mine, leaseFromACK and Plan. None
+// reaches: as a frame through demux (rawlink's IPv4/UDP parser), and as
+// a DHCP message through parse, mine, leaseFromACK and Plan. None
 // may panic; a malformed packet is dropped.
 func FuzzReply(f *testing.F) {
 	t := &testing.T{}
@@ -25,11 +24,7 @@ func FuzzReply(f *testing.F) {
 	f.Add([]byte{})
 	r := Request{Parent: "lan0", MAC: testMAC, ClientID: ClientIDFromName("x")}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		conn := nclient4.NewBroadcastUDPConn(ethConn{PacketConn: &fakeConn{frames: [][]byte{b}}, fragment: func(ip []byte) { _, _, _, _ = firstFragment(ip) }}, nil)
-		buf := make([]byte, 1500)
-		if n, _, err := conn.ReadFrom(buf); err == nil {
-			_ = parse(buf[:n])
-		}
+		_, _, _ = demux(b)
 		m := parse(b)
 		if m == nil {
 			return

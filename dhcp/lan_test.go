@@ -13,6 +13,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/mdlayher/packet"
 	"github.com/underlay-net/underlay/internal/itest"
+	"github.com/underlay-net/underlay/internal/netnsrun"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -59,7 +60,7 @@ func (l *lan) client() *Client {
 
 // inNetns runs fn on a thread in ns.
 func inNetns(ns netns.NsHandle, fn func() error) error {
-	return New(WithNetns(ns)).inNetns(fn)
+	return netnsrun.Do(ns, "the test's", fn)
 }
 
 // testServer is an in-process DHCP server (the library's server4) on srv0.
@@ -200,11 +201,7 @@ func mac(n int) net.HardwareAddr {
 }
 
 // openPorts is how many parent sockets the client holds.
-func (c *Client) openPorts() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.ports)
-}
+func (c *Client) openPorts() int { return c.ports.Open() }
 
 // set changes the server's behaviour.
 func (s *testServer) set(change func()) {

@@ -1,49 +1,38 @@
 package dhcp
 
-import "time"
+import (
+	"time"
 
-// Phase is where a lease stands at a moment (RFC 2131 section 4.4.5).
-type Phase int
-
-const (
-	// Bound: before T1; nothing to do until RenewAt.
-	Bound Phase = iota
-	// Renewing: between T1 and T2; renew with the server that granted
-	// the lease (Renew sends its server identifier).
-	Renewing
-	// Rebinding: between T2 and the expiry; renew with any server (Renew
-	// leaves the server identifier out).
-	Rebinding
-	// Expired: the address is no longer the endpoint's; Acquire anew.
-	Expired
+	"github.com/underlay-net/underlay/internal/leasetime"
 )
 
-func (p Phase) String() string {
-	switch p {
-	case Bound:
-		return "bound"
-	case Renewing:
-		return "renewing"
-	case Rebinding:
-		return "rebinding"
-	case Expired:
-		return "expired"
-	}
-	return "unknown"
-}
+// Phase is where a lease stands at a moment (RFC 2131 section 4.4.5):
+//   - Bound: before T1; nothing to do until RenewAt.
+//   - Renewing: between T1 and T2; renew with the server that granted
+//     the lease (Renew sends its server identifier).
+//   - Rebinding: between T2 and the expiry; renew with any server (Renew
+//     leaves the server identifier out).
+//   - Expired: the address is no longer the endpoint's; Acquire anew.
+//
+// The schedule is package leasetime's, which DHCPv6 shares; the phases
+// are numbered as there.
+type Phase int
+
+// The phases, in the order a lease goes through them.
+const Bound, Renewing, Rebinding, Expired = Phase(leasetime.Bound), Phase(leasetime.Renewing), Phase(leasetime.Rebinding), Phase(leasetime.Expired)
+
+func (p Phase) String() string { return leasetime.Phase(p).String() }
 
 // MinRetry is the shortest wait between two renewal attempts in the same
-// phase, unless the phase ends sooner. RFC 2131 section 4.4.5 says 60
-// seconds; that leaves a 2-minute lease (dnsmasq's shortest: renewing
-// from 60 s, rebinding from 105 s) one attempt per phase, and an endpoint
-// that loses its lease cannot be given another address (Docker cannot be
-// told), so retries come sooner.
+// phase, unless the phase ends sooner: leasetime.MinRetry. RFC 2131
+// section 4.4.5 says 60 seconds; that leaves a 2-minute lease (dnsmasq's
+// shortest: renewing from 60 s, rebinding from 105 s) one attempt per
+// phase, and an endpoint that loses its lease cannot be given another
+// address (Docker cannot be told), so retries come sooner.
 const MinRetry = 10 * time.Second
 
 // MinRetryShort is the shortest wait between two attempts in a phase of
-// less than 2×MinRetry left: retries still come before the phase ends
-// (in a short rebinding phase, before the lease expires), at most one a
-// second.
+// less than 2×MinRetry left (leasetime.MinRetryShort).
 const MinRetryShort = time.Second
 
 // Schedule is what a lease calls for at a moment.
@@ -79,37 +68,6 @@ func Plan(l Lease, now time.Time) Schedule {
 	if l.T2 <= 0 || l.T2 >= l.LeaseTime {
 		l.T2 = l.LeaseTime / 8 * 7
 	}
-	l.T1 = min(l.T1, l.T2)
-	s := Schedule{
-		RenewAt:   l.Acquired.Add(l.T1),
-		RebindAt:  l.Acquired.Add(l.T2),
-		ExpiresAt: l.Acquired.Add(l.LeaseTime),
-	}
-	switch {
-	case !now.Before(s.ExpiresAt):
-		s.Phase, s.Next = Expired, now
-	case !now.Before(s.RebindAt):
-		s.Phase, s.Next = Rebinding, retryAt(now, s.ExpiresAt)
-	case !now.Before(s.RenewAt):
-		s.Phase, s.Next = Renewing, retryAt(now, s.RebindAt)
-	default:
-		s.Phase, s.Next = Bound, s.RenewAt
-	}
-	return s
-}
-
-// retryAt is half the time from now to end, at least MinRetry, or at
-// least MinRetryShort when MinRetry would reach end; end itself when the
-// retry would come less than MinRetryShort before it (so that attempts
-// are at least that far apart across the phases too).
-func retryAt(now, end time.Time) time.Time {
-	left := end.Sub(now)
-	wait := max(left/2, MinRetry)
-	if wait >= left {
-		wait = max(left/2, MinRetryShort)
-	}
-	if left-wait < MinRetryShort {
-		return end
-	}
-	return now.Add(wait)
+	t := leasetime.Plan(l.Acquired, min(l.T1, l.T2), l.T2, l.LeaseTime, now)
+	return Schedule{Phase: Phase(t.Phase), RenewAt: t.RenewAt, RebindAt: t.RebindAt, ExpiresAt: t.ExpiresAt, Next: t.Next}
 }

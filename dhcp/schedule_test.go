@@ -3,6 +3,8 @@ package dhcp
 import (
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/leasetime"
 )
 
 func TestPlan(t *testing.T) {
@@ -88,6 +90,19 @@ func TestPlan(t *testing.T) {
 	for p, want := range map[Phase]string{Bound: "bound", Renewing: "renewing", Rebinding: "rebinding", Expired: "expired", 9: "unknown"} {
 		if p.String() != want {
 			t.Errorf("Phase(%d) is %q, want %q", p, p, want)
+		}
+	}
+}
+
+// TestScheduleIsLeasetime: the phases and retry waits of the API are
+// leasetime's, which Plan converts.
+func TestScheduleIsLeasetime(t *testing.T) {
+	if MinRetry != leasetime.MinRetry || MinRetryShort != leasetime.MinRetryShort || Infinite != leasetime.Infinite {
+		t.Errorf("MinRetry %s, MinRetryShort %s, Infinite %d differ from leasetime's", MinRetry, MinRetryShort, Infinite)
+	}
+	for p, want := range map[Phase]leasetime.Phase{Bound: leasetime.Bound, Renewing: leasetime.Renewing, Rebinding: leasetime.Rebinding, Expired: leasetime.Expired} {
+		if leasetime.Phase(p) != want {
+			t.Errorf("Phase %s is numbered %d, leasetime's %d", p, p, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
+	"github.com/underlay-net/underlay/internal/rawlink"
 )
 
 const (
@@ -32,15 +33,7 @@ const (
 // address, starts over with a Solicit after half a second (an unusable
 // address is Declined first, once, unanswered), at most maxRounds times.
 func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
-	if err := r.check(); err != nil {
-		return Lease{}, fmt.Errorf("DHCPv6 lease: %w", err)
-	}
-	p, err := c.port(r.Parent)
-	if err != nil {
-		return Lease{}, err
-	}
-	defer c.put(p)
-	done, err := p.claim(&r)
+	p, done, err := c.take(&r, "DHCPv6 lease")
 	if err != nil {
 		return Lease{}, err
 	}
@@ -91,7 +84,7 @@ func (c *Client) Acquire(ctx context.Context, r Request) (Lease, error) {
 			return Lease{}, fmt.Errorf("%w: DHCPv6 lease for %s on parent %s: %d rounds in %s gave no usable address: %s%s: fix the DHCPv6 server's configuration",
 				kind(refused), r.who(), r.Parent, round, time.Since(start).Round(time.Millisecond), strings.Join(refused, "; "), seen)
 		}
-		if err := sleep(ctx, againWait); err != nil {
+		if err := rawlink.Pause(ctx, againWait); err != nil {
 			return Lease{}, c.acquireFailed(ctx, err, start, r, refused, seen, "the Solicit")
 		}
 	}
@@ -143,16 +136,4 @@ func (c *Client) acquireFailed(ctx context.Context, err error, start time.Time, 
 			kind(refused), r.who(), r.Parent, time.Since(start).Round(time.Millisecond), strings.Join(refused, "; "), seen, ctx.Err())
 	}
 	return failed(ctx, err, start, fmt.Sprintf("%s on parent %s for %s", what, r.Parent, r.who()), seen)
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -4,7 +4,13 @@
 // daemon, in the host's network namespace, and speaks for endpoints whose
 // links are not there: at CreateEndpoint the endpoint's macvlan/ipvlan
 // link does not exist yet, and after Join it lives in the container. It
-// imports nothing of the project.
+// keeps the DHCPv6 messages and the client's state machine; the raw link
+// under it (packet socket, BPF filter, memberships, framing and
+// checksums, the per-parent port that demultiplexes replies and answers
+// Neighbour Solicitations) is package internal/rawlink, shared with dhcp
+// and probe, and the T1/T2/retry schedule behind Plan is
+// internal/leasetime, shared with dhcp. It imports nothing else of the
+// project.
 //
 // # API
 //
@@ -42,14 +48,15 @@
 // namespace cannot do this for an endpoint (the address is not the
 // host's; after Join the endpoint's link is in the container, which
 // underlay never enters), so, as package dhcp and package probe do, a
-// call opens on the parent one AF_PACKET SOCK_RAW socket and builds every
-// frame itself: Ethernet from Request.MAC, IPv6 from the MAC's modified
-// EUI-64 link-local address (LinkLocal; Request.LinkLocal overrides), UDP
-// with its checksum; the library (github.com/insomniacslk/dhcp/dhcpv6)
-// encodes and parses the DHCPv6 messages only. Concurrent calls on a
-// parent share the socket; replies go to the call with their transaction
-// ID (random, unique on the socket) and are taken only when their
-// destination MAC is the Request's and their client identifier its DUID.
+// call takes the parent's rawlink.Port, one AF_PACKET SOCK_RAW socket, and
+// every frame is built by rawlink (UDP6): Ethernet from Request.MAC, IPv6
+// from the MAC's modified EUI-64 link-local address (LinkLocal;
+// Request.LinkLocal overrides), UDP with its checksum; the library
+// (github.com/insomniacslk/dhcp/dhcpv6) encodes and parses the DHCPv6
+// messages only. Concurrent calls on a parent share the port; its receive
+// loop hands replies to the call with their transaction ID (random,
+// unique on the socket), which takes them only when their destination
+// MAC is the Request's and their client identifier its DUID.
 //
 // The socket is an ETH_P_ALL tap: it sees what the parent receives before
 // any rx_handler, so a reply unicast to a macvlan endpoint's MAC is seen
@@ -58,11 +65,12 @@
 // filter keeps only untagged, incoming IPv6 UDP to port 546 and ICMPv6
 // Neighbour Solicitations. While a call runs, the endpoint's MAC is in
 // the parent's unicast filter (PACKET_MR_UNICAST) and its link-local
-// address's solicited-node group in its multicast filter, and the client
-// answers Neighbour Solicitations for that address with a solicited,
-// override Advertisement from the endpoint's MAC: before the endpoint's
-// link exists, or when the container has IPv6 off or another link-local
-// address, nobody else would, and the server could not send its reply.
+// address's solicited-node group in its multicast filter, and the port
+// (rawlink.Port.Claim) answers Neighbour Solicitations for that address
+// with a solicited, override Advertisement from the endpoint's MAC:
+// before the endpoint's link exists, or when the container has IPv6 off
+// or another link-local address, nobody else would, and the server could
+// not send its reply.
 // When the container's kernel answers too, both say the same MAC. The
 // kernel drops the memberships when the socket closes.
 //

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
-	"github.com/mdlayher/packet"
+	"github.com/underlay-net/underlay/internal/rawlink"
 )
 
 // verdict is what an exchange does with a reply.
@@ -44,35 +44,35 @@ type exchange struct {
 // the reply and when the message was first sent. Replies that are not
 // for r (another client identifier, another destination MAC) are
 // dropped unseen; seen collects what accept noted.
-func (c *Client) run(ctx context.Context, p *port, r *Request, x exchange) (*dhcpv6.Message, time.Time, error) {
-	xid, ch := p.register()
-	defer p.unregister(xid)
+func (c *Client) run(ctx context.Context, p *rawlink.Port[dhcpv6.TransactionID, reply], r *Request, x exchange) (*dhcpv6.Message, time.Time, error) {
+	xid, ch := p.Register(newXID)
+	defer p.Unregister(xid)
 	first := time.Now()
 	rt := jitter(c.retransmit)
 	var best *dhcpv6.Message
 	bestRank := -1
 	var collect <-chan time.Time
+	timer := time.NewTimer(rt)
+	defer timer.Stop()
 	for n := 1; ; n++ {
 		m, err := build(x.typ, xid, r, x.addr, x.server, time.Since(first), x.rapid)
 		if err != nil {
 			return nil, first, err
 		}
-		if _, err := p.conn.WriteTo(frameOf(r, m), &packet.Addr{HardwareAddr: allServersMAC}); err != nil {
-			return nil, first, fmt.Errorf("send DHCPv6 %s on parent %s: %w: check that the link is up", x.typ, p.parent, err)
+		if err := p.Send(frameOf(r, m)); err != nil {
+			return nil, first, fmt.Errorf("send DHCPv6 %s on parent %s: %w: check that the link is up", x.typ, p.Parent(), err)
 		}
-		c.log.Debug("dhcp6 sent", "type", x.typ.String(), "parent", p.parent, "xid", xid.String(), "mac", r.MAC.String())
-		timer := time.NewTimer(rt)
+		c.log.Debug("dhcp6 sent", "type", x.typ.String(), "parent", p.Parent(), "xid", xid.String(), "mac", r.MAC.String())
+		timer.Reset(rt)
 	read:
 		for {
 			select {
 			case <-ctx.Done():
-				timer.Stop()
 				if best != nil {
 					return best, first, nil
 				}
 				return nil, first, ctx.Err()
 			case <-collect:
-				timer.Stop()
 				return best, first, nil
 			case <-timer.C:
 				break read
@@ -83,8 +83,7 @@ func (c *Client) run(ctx context.Context, p *port, r *Request, x exchange) (*dhc
 				v, rank := x.accept(rep.m)
 				switch {
 				case v == take:
-					timer.Stop()
-					c.log.Debug("dhcp6 received", "type", rep.m.MessageType.String(), "parent", p.parent, "xid", xid.String(), "mac", r.MAC.String())
+					c.log.Debug("dhcp6 received", "type", rep.m.MessageType.String(), "parent", p.Parent(), "xid", xid.String(), "mac", r.MAC.String())
 					return rep.m, first, nil
 				case v == keep && rank > bestRank:
 					best, bestRank = rep.m, rank

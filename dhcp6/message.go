@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
+	"github.com/underlay-net/underlay/internal/rawlink"
 )
 
 // Messages are built with the library's types: one IA_NA with the
@@ -50,5 +51,5 @@ func build(typ dhcpv6.MessageType, xid dhcpv6.TransactionID, r *Request, addr ne
 // clients unicast only to a server that sent a Server Unicast option,
 // which this client ignores (see the package documentation).
 func frameOf(r *Request, m *dhcpv6.Message) []byte {
-	return udpFrame(r.MAC, allServersMAC, r.source(), allServers, clientPort, serverPort, m.ToBytes())
+	return rawlink.UDP6(r.MAC, allServersMAC, r.source(), allServers, clientPort, serverPort, m.ToBytes())
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
-	"github.com/mdlayher/packet"
+	"github.com/underlay-net/underlay/internal/rawlink"
 )
 
 // maxSends bounds the transmissions of a Release and a Decline (RFC 8415
@@ -35,18 +35,10 @@ func (c *Client) Rebind(ctx context.Context, l Lease, r Request) (Lease, error) 
 }
 
 func (c *Client) extend(ctx context.Context, l Lease, r Request, typ dhcpv6.MessageType, server []byte) (Lease, error) {
-	if err := r.check(); err != nil {
-		return Lease{}, fmt.Errorf("%s DHCPv6 lease: %w", typ, err)
-	}
-	if !l.Addr.Is6() || len(l.ServerID) == 0 {
+	if err := r.check(); err == nil && (!l.Addr.Is6() || len(l.ServerID) == 0) {
 		return Lease{}, fmt.Errorf("%s DHCPv6 lease for %s: the lease lacks an IPv6 address (%v) or a server DUID (%x): Acquire one", typ, r.who(), l.Addr, l.ServerID)
 	}
-	p, err := c.port(r.Parent)
-	if err != nil {
-		return Lease{}, err
-	}
-	defer c.put(p)
-	done, err := p.claim(&r)
+	p, done, err := c.take(&r, typ.String()+" DHCPv6 lease")
 	if err != nil {
 		return Lease{}, err
 	}
@@ -111,21 +103,13 @@ func (c *Client) Decline(ctx context.Context, l Lease, r Request) error {
 }
 
 func (c *Client) giveBack(ctx context.Context, l Lease, r Request, typ dhcpv6.MessageType) error {
-	if err := r.check(); err != nil {
-		return fmt.Errorf("%s DHCPv6 lease: %w", typ, err)
-	}
-	if !l.Addr.Is6() || len(l.ServerID) == 0 {
+	switch err := r.check(); {
+	case err == nil && (!l.Addr.Is6() || len(l.ServerID) == 0):
 		return fmt.Errorf("%s DHCPv6 lease for %s: the lease lacks an IPv6 address (%v) or a server DUID (%x)", typ, r.who(), l.Addr, l.ServerID)
+	case err == nil && ctx.Err() != nil:
+		return fmt.Errorf("%s %s on parent %s: %w", typ, l.Addr, r.Parent, ctx.Err())
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s %s on parent %s: %w", typ, l.Addr, r.Parent, err)
-	}
-	p, err := c.port(r.Parent)
-	if err != nil {
-		return err
-	}
-	defer c.put(p)
-	done, err := p.claim(&r)
+	p, done, err := c.take(&r, typ.String()+" DHCPv6 lease")
 	if err != nil {
 		return err
 	}
@@ -144,14 +128,14 @@ func (c *Client) giveBack(ctx context.Context, l Lease, r Request, typ dhcpv6.Me
 
 // decline sends one Decline of addr to server and waits for no Reply:
 // an Acquire that got an unusable address tells the server and moves on.
-func (c *Client) decline(p *port, r *Request, addr netip.Addr, server []byte) error {
-	xid, _ := p.register()
-	defer p.unregister(xid)
+func (c *Client) decline(p *rawlink.Port[dhcpv6.TransactionID, reply], r *Request, addr netip.Addr, server []byte) error {
+	xid, _ := p.Register(newXID)
+	defer p.Unregister(xid)
 	m, err := build(dhcpv6.MessageTypeDecline, xid, r, addr, server, 0, false)
 	if err != nil {
 		return err
 	}
-	if _, err := p.conn.WriteTo(frameOf(r, m), &packet.Addr{HardwareAddr: allServersMAC}); err != nil {
+	if err := p.Send(frameOf(r, m)); err != nil {
 		return fmt.Errorf("send DHCPv6 Decline of %s on parent %s: %w", addr, r.Parent, err)
 	}
 	c.log.Debug("dhcp6 sent", "type", "DECLINE", "parent", r.Parent, "xid", xid.String(), "mac", r.MAC.String(), "address", addr.String())

@@ -3,6 +3,8 @@ package dhcp6
 import (
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/leasetime"
 )
 
 func TestPlan(t *testing.T) {
@@ -31,7 +33,7 @@ func TestPlan(t *testing.T) {
 		{"T2 after valid: 0.8 of valid", Lease{Preferred: h, Valid: 10 * h, T1: h, T2: 20 * h, Acquired: t0}, at(8 * h), Rebinding, at(9 * h), at(h), at(10 * h)},
 		{"T1 after T2: T2", Lease{Preferred: 10 * h, Valid: 10 * h, T1: 9 * h, T2: 2 * h, Acquired: t0}, at(2 * h), Rebinding, at(6 * h), at(2 * h), at(10 * h)},
 		{"infinite", Lease{Preferred: Infinite, Valid: Infinite, T1: Infinite, T2: Infinite, Acquired: t0}, at(1000 * h), Bound, time.Time{}, time.Time{}, time.Time{}},
-		{"infinite valid, finite T1", Lease{Preferred: Infinite, Valid: Infinite, T1: h, T2: Infinite, Acquired: t0}, at(2 * h), Renewing, at(2*h + MinRetry), at(h), time.Time{}},
+		{"infinite valid, finite T1", Lease{Preferred: Infinite, Valid: Infinite, T1: h, T2: Infinite, Acquired: t0}, at(2 * h), Renewing, at(2*h + leasetime.MinRetry), at(h), time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Plan(tc.l, tc.now)
@@ -40,5 +42,18 @@ func TestPlan(t *testing.T) {
 					s.Phase, s.Next, s.RenewAt, s.ExpiresAt, tc.phase, tc.next, tc.renewAt, tc.expiresAt)
 			}
 		})
+	}
+}
+
+// TestScheduleIsLeasetime: the phases of the API are leasetime's, which
+// Plan converts.
+func TestScheduleIsLeasetime(t *testing.T) {
+	if Infinite != leasetime.Infinite {
+		t.Errorf("Infinite %d differs from leasetime's", Infinite)
+	}
+	for p, want := range map[Phase]leasetime.Phase{Bound: leasetime.Bound, Renewing: leasetime.Renewing, Rebinding: leasetime.Rebinding, Expired: leasetime.Expired} {
+		if leasetime.Phase(p) != want || p.String() != want.String() {
+			t.Errorf("Phase %s is numbered %d, leasetime's %d", p, p, want)
+		}
 	}
 }

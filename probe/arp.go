@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/underlay-net/underlay/internal/rawlink"
 	"golang.org/x/net/bpf"
 )
 
@@ -14,9 +15,9 @@ import (
 // the broadcast address.
 
 const (
-	ethHeader   = 14
+	ethHeader   = rawlink.EthHeader
 	arpLen      = 28
-	etherARP    = 0x0806
+	etherARP    = rawlink.EtherARP
 	arpRequest  = 1
 	arpReply    = 2
 	arpSpaOff   = ethHeader + 14 // sender protocol address
@@ -25,16 +26,12 @@ const (
 	arpFrameLen = ethHeader + arpLen
 )
 
-var broadcastMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-
 // arpFrame is an ARP request from mac for target with sender IP sender
 // (0.0.0.0 for a probe, target itself for an announcement), target
 // hardware address zero (RFC 5227 §2.1.1), Ethernet mac → broadcast.
 func arpFrame(mac net.HardwareAddr, sender, target netip.Addr) []byte {
 	b := make([]byte, arpFrameLen)
-	copy(b[0:6], broadcastMAC)
-	copy(b[6:12], mac)
-	binary.BigEndian.PutUint16(b[12:14], etherARP)
+	rawlink.Ethernet(b, rawlink.BroadcastMAC, mac, etherARP)
 	a := b[ethHeader:]
 	binary.BigEndian.PutUint16(a[0:2], 1)      // hardware type Ethernet
 	binary.BigEndian.PutUint16(a[2:4], 0x0800) // protocol type IPv4
@@ -136,20 +133,6 @@ func link(prog []bpf.Instruction) []bpf.Instruction {
 		}
 	}
 	return prog
-}
-
-// untagged is the guard put before every receive filter: frames with a
-// VLAN tag in the packet's metadata (those of the parent's VLAN links,
-// which an ETH_P_ALL socket on the parent sees too) are dropped. The
-// kernel runs it; the x/net/bpf VM of the unit tests cannot (it has no
-// such extension).
-func untagged(filter []bpf.Instruction) []bpf.Instruction {
-	return append([]bpf.Instruction{
-		bpf.LoadExtension{Num: bpf.ExtVLANTagPresent},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
-		bpf.Jump{Skip: 1},
-		bpf.RetConstant{Val: 0},
-	}, filter...)
 }
 
 // dropAll is the filter of a socket that only sends.

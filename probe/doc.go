@@ -4,13 +4,18 @@
 // IPv6 counterparts, duplicate address detection style probes and
 // unsolicited Neighbour Advertisements (RFC 4861 §7.2.6, RFC 4862 §5.4).
 // It works from the host's namespace on the parent link, never inside a
-// container's, so it needs CAP_NET_RAW only. It imports nothing of the
-// project.
+// container's, so it needs CAP_NET_RAW only. It keeps the probes, the
+// announcements and the conflict checks; the packet socket, its filter
+// and memberships, and the Ethernet, IPv6 and ICMPv6 framing and
+// checksums are package internal/rawlink's, which dhcp and dhcp6 share.
+// It imports nothing else of the project.
 //
 // # Sending
 //
-// Every frame is built here, Ethernet header included, and sent on an
-// AF_PACKET SOCK_RAW socket bound to the parent, so that its Ethernet
+// Every frame is built here (ARP, the Neighbour Solicitation) or by
+// rawlink (the Neighbour Advertisement, the ICMPv6 checksum), Ethernet
+// header included, and sent on an AF_PACKET SOCK_RAW socket bound to the
+// parent (rawlink.Listen), so that its Ethernet
 // source is the endpoint's MAC (a macvlan endpoint's link may not exist
 // yet; an ipvlan endpoint's MAC is the parent's, which the caller passes).
 //

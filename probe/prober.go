@@ -8,7 +8,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/rawlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,21 +93,8 @@ func (p *Prober) Probe(ctx context.Context, parent string, mac net.HardwareAddr,
 	if err := checkIPv4(addr, "probe"); err != nil {
 		return err
 	}
-	if err := check(parent, mac, "probe", addr); err != nil {
-		return err
-	}
-	if budget < 0 {
-		return fmt.Errorf("probe %s on parent %s: budget %s is negative: give a duration, or 0 for no probe", addr, parent, budget)
-	}
-	if budget == 0 {
-		return nil
-	}
-	c, err := p.listen(parent, unix.ETH_P_ALL, untagged(arpFilter(addr)), mac, nil)
-	if err != nil {
-		return fmt.Errorf("probe %s on parent %s: %w", addr, parent, err)
-	}
-	conflict := func(b []byte) *ConflictError { return arpConflict(b, mac, addr) }
-	return p.watch(ctx, c, parent, addr, arpFrame(mac, netip.IPv4Unspecified(), addr), budget, conflict)
+	return p.probe(ctx, parent, mac, addr, budget, arpFilter(addr), nil, arpFrame(mac, netip.IPv4Unspecified(), addr),
+		func(b []byte) *ConflictError { return arpConflict(b, mac, addr) })
 }
 
 // ProbeIPv6 checks that no host on parent's LAN holds the IPv6 address
@@ -123,22 +112,9 @@ func (p *Prober) ProbeIPv6(ctx context.Context, parent string, mac net.HardwareA
 	if err := checkIPv6(addr, "probe"); err != nil {
 		return err
 	}
-	if err := check(parent, mac, "probe", addr); err != nil {
-		return err
-	}
-	if budget < 0 {
-		return fmt.Errorf("probe %s on parent %s: budget %s is negative: give a duration, or 0 for no probe", addr, parent, budget)
-	}
-	if budget == 0 {
-		return nil
-	}
-	groups := []net.HardwareAddr{multicastMAC(allNodes), multicastMAC(solicitedNode(addr))}
-	c, err := p.listen(parent, unix.ETH_P_ALL, untagged(ndpFilter(addr)), mac, groups)
-	if err != nil {
-		return fmt.Errorf("probe %s on parent %s: %w", addr, parent, err)
-	}
-	conflict := func(b []byte) *ConflictError { return ndpConflict(b, mac, addr) }
-	return p.watch(ctx, c, parent, addr, dadFrame(mac, addr), budget, conflict)
+	groups := []net.HardwareAddr{rawlink.MulticastMAC(allNodes), rawlink.MulticastMAC(rawlink.SolicitedNode(addr))}
+	return p.probe(ctx, parent, mac, addr, budget, ndpFilter(addr), groups, dadFrame(mac, addr),
+		func(b []byte) *ConflictError { return ndpConflict(b, mac, addr) })
 }
 
 // Announce tells parent's LAN that mac holds the IPv4 address addr (RFC
@@ -189,10 +165,26 @@ func (p *Prober) announce(ctx context.Context, parent string, mac net.HardwareAd
 	return nil
 }
 
-// watch runs a probe on c (closing it) and puts parent into a conflict.
-func (p *Prober) watch(ctx context.Context, c conn, parent string, addr netip.Addr, frame []byte, budget time.Duration,
-	conflict func([]byte) *ConflictError) error {
-	err := run(ctx, c, frame, budget, conflict)
+// probe runs a probe of addr from mac on parent: a socket with filter
+// (behind rawlink.Untagged) and mac and groups joined, frame sent on
+// run's schedule, conflict judging what comes in; a conflict gets
+// parent put in.
+func (p *Prober) probe(ctx context.Context, parent string, mac net.HardwareAddr, addr netip.Addr, budget time.Duration,
+	filter []bpf.Instruction, groups []net.HardwareAddr, frame []byte, conflict func([]byte) *ConflictError) error {
+	if err := check(parent, mac, "probe", addr); err != nil {
+		return err
+	}
+	if budget < 0 {
+		return fmt.Errorf("probe %s on parent %s: budget %s is negative: give a duration, or 0 for no probe", addr, parent, budget)
+	}
+	if budget == 0 {
+		return nil
+	}
+	c, err := p.listen(parent, unix.ETH_P_ALL, rawlink.Untagged(filter), mac, groups)
+	if err != nil {
+		return fmt.Errorf("probe %s on parent %s: %w", addr, parent, err)
+	}
+	err = run(ctx, c, frame, budget, conflict)
 	var ce *ConflictError
 	if errors.As(err, &ce) {
 		ce.Parent = parent

@@ -1,8 +1,7 @@
 // Package netnsrun runs a function on an OS thread inside a network
 // namespace, so that the sockets it opens belong to that namespace (a
-// socket stays in the namespace it was made in). One copy for the probe,
-// the DHCPv6 client and the tests; package dhcp keeps its own, as it
-// imports nothing of the project.
+// socket stays in the namespace it was made in). One copy for
+// internal/rawlink (the sockets of dhcp, dhcp6 and probe) and the tests.
 package netnsrun
 
 import (
