@@ -165,7 +165,7 @@ func TestLeaseStateGauge(t *testing.T) {
 		return l
 	}
 	if err := db.Update(func(tx *store.Tx) error {
-		for _, n := range []store.Network{{ID: "d", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"dhcp": "true"}}, {ID: "s", Type: "macvlan", Parent: "eth1", Mode: "bridge"}} {
+		for _, n := range []store.Network{{ID: "d", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"dhcp": "true"}, Config: record.NetworkConfig{DHCP: record.DHCPConfig{On: true}}}, {ID: "s", Type: "macvlan", Parent: "eth1", Mode: "bridge"}} {
 			if err := tx.PutNetwork(n); err != nil {
 				return err
 			}
@@ -221,9 +221,12 @@ func TestLease6StateGauge(t *testing.T) {
 	}
 	if err := db.Update(func(tx *store.Tx) error {
 		for _, n := range []store.Network{
-			{ID: "v6", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"ipv6_mode": "dhcpv6"}},
-			{ID: "ds", Type: "macvlan", Parent: "eth1", Mode: "bridge", Options: map[string]string{"ipv6_mode": "dhcpv6", "dhcp": "true"}},
-			{ID: "sl", Type: "macvlan", Parent: "eth2", Mode: "bridge", Options: map[string]string{"ipv6_mode": "slaac"}},
+			{ID: "v6", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"ipv6_mode": "dhcpv6"},
+				Config: record.NetworkConfig{IPv6Mode: "dhcpv6"}},
+			{ID: "ds", Type: "macvlan", Parent: "eth1", Mode: "bridge", Options: map[string]string{"ipv6_mode": "dhcpv6", "dhcp": "true"},
+				Config: record.NetworkConfig{IPv6Mode: "dhcpv6", DHCP: record.DHCPConfig{On: true}}},
+			{ID: "sl", Type: "macvlan", Parent: "eth2", Mode: "bridge", Options: map[string]string{"ipv6_mode": "slaac"},
+				Config: record.NetworkConfig{IPv6Mode: "slaac"}},
 		} {
 			if err := tx.PutNetwork(n); err != nil {
 				return err

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,8 +68,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			return err
 		}
 		return tx.ForEachNetwork(func(nw store.Network) error {
-			v4, _ := strconv.ParseBool(nw.Options["dhcp"])
-			v6 := nw.Options["ipv6_mode"] == "dhcpv6"
+			v4, v6 := nw.Config.DHCP.On, nw.Config.IPv6Mode == "dhcpv6"
 			if !v4 && !v6 {
 				return nil
 			}
