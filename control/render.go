@@ -11,7 +11,7 @@ import (
 
 	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Listing is `underlay ls --json`: one object, fields as documented in
@@ -149,7 +149,7 @@ func listing(st State, dk dockerView) Listing {
 	for _, n := range st.Networks {
 		e := NetworkEntry{ID: n.ID, Name: dk.names[n.ID], Type: n.Type, Mode: n.Mode, Flag: n.Flag, Parent: n.Options["parent"], Link: n.Parent,
 			MTU: n.MTU, Internal: n.Internal, HostAddress: n.HostAddress, Created: n.Created, Subnets: []string{}, Endpoints: eps[n.ID]}
-		for _, p := range append(append([]store.Pool{}, n.IPv4...), n.IPv6...) {
+		for _, p := range append(append([]record.Pool{}, n.IPv4...), n.IPv6...) {
 			e.Subnets = append(e.Subnets, p.Subnet)
 		}
 		if n.Pending != nil {
@@ -217,7 +217,7 @@ func printListing(w io.Writer, l Listing) {
 		for _, e := range n.Endpoints {
 			if l6 := e.Lease6; l6 != nil {
 				lost := lostText(l6.Lost, l6.LostWhy)
-				if l6.State == store.LeaseLost && l6.Lost.IsZero() {
+				if l6.State == record.LeaseLost && l6.Lost.IsZero() {
 					lost = lostText(l6.Expiry, "it expired while the daemon was not running")
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l6.Address, dockerid.Short(e.ID), dash(l6.DUID), dash(l6.IAID), l6.State,
@@ -352,7 +352,7 @@ func lostText(at time.Time, why string) string {
 }
 
 // lease6Entry is an endpoint's DHCPv6 lease at now; nil without one.
-func lease6Entry(ep store.Endpoint, now time.Time) *Lease6Entry {
+func lease6Entry(ep record.Endpoint, now time.Time) *Lease6Entry {
 	l := ep.Lease6
 	if l == nil {
 		return nil
@@ -362,7 +362,7 @@ func lease6Entry(ep store.Endpoint, now time.Time) *Lease6Entry {
 }
 
 // leaseState is an endpoint's DHCP lease state at now; "" without one.
-func leaseState(ep store.Endpoint, now time.Time) string {
+func leaseState(ep record.Endpoint, now time.Time) string {
 	if ep.Lease == nil {
 		return ""
 	}

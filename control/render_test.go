@@ -11,7 +11,7 @@ import (
 
 	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/ipam"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -19,19 +19,19 @@ import (
 func TestListing(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	st := State{Version: "v1", Inventory: doctor.Inventory{Now: now, Boot: "b2",
-		Networks: []store.Network{
+		Networks: []record.Network{
 			{ID: "bbbbbbbbbbbb1", Type: "ipvlan", Mode: "l2", Flag: "bridge", Parent: "eth0.10", Options: map[string]string{"parent": "auto.10"},
-				IPv4: []store.Pool{{Subnet: "198.18.2.0/24"}}, Pending: &store.Reservation{Deadline: now.Add(time.Minute)}},
+				IPv4: []record.Pool{{Subnet: "198.18.2.0/24"}}, Pending: &record.Reservation{Deadline: now.Add(time.Minute)}},
 			{ID: "aaaaaaaaaaaa1", Type: "macvlan", Mode: "bridge", Parent: "eth0", Options: map[string]string{"parent": "eth0"}, MTU: 1400,
-				IPv4: []store.Pool{{Subnet: "198.18.1.0/24"}}, IPv6: []store.Pool{{Subnet: "2001:db8:1::/64"}}, Created: now},
+				IPv4: []record.Pool{{Subnet: "198.18.1.0/24"}}, IPv6: []record.Pool{{Subnet: "2001:db8:1::/64"}}, Created: now},
 		},
-		Endpoints: []store.Endpoint{
+		Endpoints: []record.Endpoint{
 			{NetworkID: "aaaaaaaaaaaa1", ID: "e1", Link: "ule1", MAC: "02:00:00:00:00:01", IPv4: "198.18.1.10/24", Sandbox: "/x", Boot: "b2"},
 			{NetworkID: "aaaaaaaaaaaa1", ID: "e2", Link: "ule2", Sandbox: "/y", Boot: "b1",
-				Lease: &store.Lease{Addr: "198.18.1.11/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute)}},
+				Lease: &record.Lease{Addr: "198.18.1.11/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute)}},
 		},
-		Owned: []store.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
-		Links: []netlinkutil.Link{{Name: "eth0"}},
+		Owned: []record.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
+		Links: []vocab.Link{{Name: "eth0"}},
 	}, Pools: []ipam.PoolState{{IPAMPool: store.IPAMPool{ID: "p1", Space: "underlay-local", Prefix: "198.18.1.0/24", Auto: true}, Addresses: []string{"198.18.1.1", "198.18.1.10"}}},
 		Names: []ipam.NameState{{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "web-1", Address: "198.18.1.10", LastUsed: now, Held: true},
 			{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "db-1", Address: "198.18.1.11", LastUsed: now, Until: now.Add(720 * time.Hour)}}}
@@ -46,7 +46,7 @@ func TestListing(t *testing.T) {
 	if len(a.Endpoints) != 2 || !a.Endpoints[0].Joined || a.Endpoints[1].Joined {
 		t.Errorf("endpoints %+v: want e1 joined (this boot), e2 not (an earlier boot)", a.Endpoints)
 	}
-	if a.Endpoints[0].Lease != "" || a.Endpoints[1].Lease != store.LeaseLost {
+	if a.Endpoints[0].Lease != "" || a.Endpoints[1].Lease != record.LeaseLost {
 		t.Errorf("lease states %q, %q: want none for e1, lost for e2", a.Endpoints[0].Lease, a.Endpoints[1].Lease)
 	}
 	if b.Parent != "auto.10" || b.Link != "eth0.10" || !b.PendingTill.Equal(now.Add(time.Minute)) || b.Endpoints == nil {
@@ -112,14 +112,14 @@ func TestListingLease6(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	acq := now.Add(-90 * time.Second)
 	st := State{Version: "v1", Inventory: doctor.Inventory{Now: now, Boot: "b1",
-		Networks: []store.Network{{ID: "aaaaaaaaaaaa1", Type: "macvlan", Mode: "bridge", Parent: "eth0", Options: map[string]string{"parent": "eth0", "ipv6_mode": "dhcpv6", "dhcp": "true"}}},
-		Endpoints: []store.Endpoint{
+		Networks: []record.Network{{ID: "aaaaaaaaaaaa1", Type: "macvlan", Mode: "bridge", Parent: "eth0", Options: map[string]string{"parent": "eth0", "ipv6_mode": "dhcpv6", "dhcp": "true"}}},
+		Endpoints: []record.Endpoint{
 			{NetworkID: "aaaaaaaaaaaa1", ID: "e1", Link: "ule1", MAC: "02:00:00:00:00:01", IPv4: "198.18.1.10/24", IPv6: "2001:db8::10/128",
-				Lease: &store.Lease{Addr: "198.18.1.10/24", T1: now.Add(time.Minute), T2: now.Add(2 * time.Minute), Expiry: now.Add(time.Hour)},
-				Lease6: &store.Lease6{Addr: "2001:db8::10", DUID: "00030001020000000001", IAID: "0a0b0c0d", ServerID: "000100aa", Acquired: acq,
+				Lease: &record.Lease{Addr: "198.18.1.10/24", T1: now.Add(time.Minute), T2: now.Add(2 * time.Minute), Expiry: now.Add(time.Hour)},
+				Lease6: &record.Lease6{Addr: "2001:db8::10", DUID: "00030001020000000001", IAID: "0a0b0c0d", ServerID: "000100aa", Acquired: acq,
 					T1: time.Minute, T2: 2 * time.Minute, Preferred: 3 * time.Minute, Valid: 4 * time.Minute}},
 			{NetworkID: "aaaaaaaaaaaa1", ID: "e2", Link: "ule2", IPv6: "2001:db8::11/128",
-				Lease6: &store.Lease6{Addr: "2001:db8::11", DUID: "0004aa", IAID: "01020304", Acquired: acq, T1: record.Infinite6, T2: record.Infinite6,
+				Lease6: &record.Lease6{Addr: "2001:db8::11", DUID: "0004aa", IAID: "01020304", Acquired: acq, T1: record.Infinite6, T2: record.Infinite6,
 					Preferred: record.Infinite6, Valid: record.Infinite6, Lost: now.Add(-time.Minute), LostWhy: "NoBinding at the renewal"}},
 			{NetworkID: "aaaaaaaaaaaa1", ID: "e3", Link: "ule3", IPv4: "198.18.1.12/24"},
 		}}}
@@ -128,12 +128,12 @@ func TestListingLease6(t *testing.T) {
 	if len(eps) != 3 {
 		t.Fatalf("endpoints %+v", eps)
 	}
-	want1 := Lease6Entry{State: store.LeaseRenewing, Address: "2001:db8::10", DUID: "00030001020000000001", IAID: "0a0b0c0d", Server: "000100aa",
+	want1 := Lease6Entry{State: record.LeaseRenewing, Address: "2001:db8::10", DUID: "00030001020000000001", IAID: "0a0b0c0d", Server: "000100aa",
 		Acquired: acq, T1: acq.Add(time.Minute), T2: acq.Add(2 * time.Minute), Preferred: acq.Add(3 * time.Minute), Expiry: acq.Add(4 * time.Minute)}
-	if eps[0].Lease != store.LeaseBound || eps[0].Lease6 == nil || *eps[0].Lease6 != want1 {
+	if eps[0].Lease != record.LeaseBound || eps[0].Lease6 == nil || *eps[0].Lease6 != want1 {
 		t.Errorf("e1: lease %q, lease6 %+v; want bound and %+v", eps[0].Lease, eps[0].Lease6, want1)
 	}
-	if l6 := eps[1].Lease6; l6 == nil || l6.State != store.LeaseLost || !l6.T1.IsZero() || !l6.Expiry.IsZero() || !l6.Lost.Equal(now.Add(-time.Minute)) || l6.LostWhy == "" || eps[1].Lease != "" {
+	if l6 := eps[1].Lease6; l6 == nil || l6.State != record.LeaseLost || !l6.T1.IsZero() || !l6.Expiry.IsZero() || !l6.Lost.Equal(now.Add(-time.Minute)) || l6.LostWhy == "" || eps[1].Lease != "" {
 		t.Errorf("e2: lease %q, lease6 %+v; want none and a lost lease6 with no T1 or expiry (infinite)", eps[1].Lease, l6)
 	}
 	if eps[2].Lease6 != nil {

@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Input is everything the doctor looks at.
@@ -31,11 +32,11 @@ type Input struct {
 	// longest a create may take from its pool to its commit.
 	PoolGrace time.Duration
 
-	Networks  []store.Network
-	Endpoints []store.Endpoint
-	Owned     []store.ParentLink
+	Networks  []record.Network
+	Endpoints []record.Endpoint
+	Owned     []record.ParentLink
 	Pools     []store.IPAMPool
-	Links     []netlinkutil.Link
+	Links     []vocab.Link
 	// HostLinks are the host links (host_address) of networks, by network
 	// ID, as the driver names them; HostLinkAddrs the addresses the kernel
 	// shows on those that exist, by link name.
@@ -256,7 +257,7 @@ func unusedPools(in Input) []Finding {
 	}
 	used := map[string]bool{}
 	for _, n := range in.Networks {
-		for _, p := range append(append([]store.Pool{}, n.IPv4...), n.IPv6...) {
+		for _, p := range append(append([]record.Pool{}, n.IPv4...), n.IPv6...) {
 			used[p.Subnet] = true
 		}
 	}
@@ -288,7 +289,7 @@ func overlapsAny(prefix string, subnets []netip.Prefix) bool {
 	return false
 }
 
-func hasLink(links []netlinkutil.Link, name string) bool {
+func hasLink(links []vocab.Link, name string) bool {
 	for _, l := range links {
 		if l.HasName(name) {
 			return true

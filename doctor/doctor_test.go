@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -27,14 +27,14 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func healthy() Input {
 	return Input{
 		Now: now, Boot: "boot-2", Mark: mark, Grace: 3 * time.Second,
-		Networks: []store.Network{
-			{ID: netA, Parent: "eth0", IPv4: []store.Pool{{Subnet: "198.18.1.0/24"}}, Created: now.Add(-time.Hour)},
-			{ID: netB, Parent: "eth0.10", HostAddress: "198.18.2.5", IPv4: []store.Pool{{Subnet: "198.18.2.0/24"}}, Created: now.Add(-time.Hour)},
+		Networks: []record.Network{
+			{ID: netA, Parent: "eth0", IPv4: []record.Pool{{Subnet: "198.18.1.0/24"}}, Created: now.Add(-time.Hour)},
+			{ID: netB, Parent: "eth0.10", HostAddress: "198.18.2.5", IPv4: []record.Pool{{Subnet: "198.18.2.0/24"}}, Created: now.Add(-time.Hour)},
 		},
-		Endpoints: []store.Endpoint{{NetworkID: netA, ID: epA, Link: "uleeaeaeaeaeaea", Sandbox: "/run/docker/netns/x", Boot: "boot-2"}},
-		Owned:     []store.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
+		Endpoints: []record.Endpoint{{NetworkID: netA, ID: epA, Link: "uleeaeaeaeaeaea", Sandbox: "/run/docker/netns/x", Boot: "boot-2"}},
+		Owned:     []record.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
 		Pools:     []store.IPAMPool{{ID: "underlay-local/198.18.1.0/24", Prefix: "198.18.1.0/24", Created: now.Add(-time.Hour)}},
-		Links: []netlinkutil.Link{
+		Links: []vocab.Link{
 			{Name: "lo", Index: 1}, {Name: "eth0", Index: 2},
 			{Name: "eth0.10", Index: 3, Kind: "vlan", Alias: mark},
 			{Name: "ulhbbbbbbbbbbbb", Index: 4, Kind: "macvlan", Alias: mark},
@@ -79,18 +79,18 @@ func TestCheck(t *testing.T) {
 		{name: "user's parent missing: a finding without repair", change: func(in *Input) { in.Links = in.Links[2:] },
 			want: []string{"parent-gone eth0 "}},
 		{name: "marked link without a record", change: func(in *Input) {
-			in.Links = append(in.Links, netlinkutil.Link{Name: "ulecccccccccccc", Index: 9, Kind: "macvlan", Alias: mark})
+			in.Links = append(in.Links, vocab.Link{Name: "ulecccccccccccc", Index: 9, Kind: "macvlan", Alias: mark})
 		}, want: []string{"orphan-link ulecccccccccccc delete-orphan-link"}},
 		{name: "host link of a removed network", change: func(in *Input) { delete(in.HostLinks, netB) },
 			want: []string{"orphan-link ulhbbbbbbbbbbbb delete-orphan-link"}},
 		{name: "expired network reservation", change: func(in *Input) {
-			in.Networks[1].Pending = &store.Reservation{Token: "t", Deadline: now.Add(-time.Second)}
+			in.Networks[1].Pending = &record.Reservation{Token: "t", Deadline: now.Add(-time.Second)}
 		}, want: []string{"expired-reservation " + netB + " rollback-reservation"}},
 		{name: "pending reservation not yet expired", change: func(in *Input) {
-			in.Networks[1].Pending = &store.Reservation{Token: "t", Deadline: now.Add(time.Second)}
+			in.Networks[1].Pending = &record.Reservation{Token: "t", Deadline: now.Add(time.Second)}
 		}},
 		{name: "expired pool reservation", change: func(in *Input) {
-			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Auto: true, Pending: &store.Reservation{Deadline: now.Add(-time.Minute)}})
+			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Auto: true, Pending: &record.Reservation{Deadline: now.Add(-time.Minute)}})
 		}, want: []string{"expired-reservation p2 release-pool"}},
 		{name: "pool no network uses", change: func(in *Input) {
 			in.Pools = append(in.Pools, store.IPAMPool{ID: "p2", Prefix: "198.18.9.0/24", Created: now.Add(-time.Hour)})
@@ -119,28 +119,28 @@ func TestCheck(t *testing.T) {
 			in.Links[2].Down = true
 		}, want: []string{"orphan-link ulhbbbbbbbbbbbb delete-orphan-link"}},
 		{name: "a lost DHCP lease", change: func(in *Input) {
-			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute), LostWhy: "DHCPNAK"}
+			in.Endpoints[0].Lease = &record.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute), LostWhy: "DHCPNAK"}
 		}, want: []string{"lost-lease " + epA + " "}},
 		{name: "a lease that expired while the daemon was down is lost", change: func(in *Input) {
-			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(-time.Minute)}
+			in.Endpoints[0].Lease = &record.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(-time.Minute)}
 		}, want: []string{"lost-lease " + epA + " "}},
 		{name: "a bound lease is no finding", change: func(in *Input) {
-			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", T1: now.Add(time.Minute), T2: now.Add(2 * time.Minute), Expiry: now.Add(time.Hour)}
+			in.Endpoints[0].Lease = &record.Lease{Addr: "198.18.1.10/24", T1: now.Add(time.Minute), T2: now.Add(2 * time.Minute), Expiry: now.Add(time.Hour)}
 		}},
 		{name: "a lost DHCPv6 lease", change: func(in *Input) {
-			in.Endpoints[0].Lease6 = &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Minute), T1: time.Hour, T2: 2 * time.Hour, Valid: 3 * time.Hour, Lost: now.Add(-time.Second), LostWhy: "NoBinding"}
+			in.Endpoints[0].Lease6 = &record.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Minute), T1: time.Hour, T2: 2 * time.Hour, Valid: 3 * time.Hour, Lost: now.Add(-time.Second), LostWhy: "NoBinding"}
 		}, want: []string{"lost-lease " + epA + " "}},
 		{name: "a DHCPv6 lease past its valid lifetime while the daemon was down is lost", change: func(in *Input) {
-			in.Endpoints[0].Lease6 = &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Hour), T1: time.Minute, T2: 2 * time.Minute, Valid: 3 * time.Minute}
+			in.Endpoints[0].Lease6 = &record.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Hour), T1: time.Minute, T2: 2 * time.Minute, Valid: 3 * time.Minute}
 		}, want: []string{"lost-lease " + epA + " "}},
 		{name: "a DHCPv6 lease rebinding, or infinite, is no finding", change: func(in *Input) {
-			in.Endpoints[0].Lease6 = &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Hour), T1: time.Minute, T2: 2 * time.Minute, Valid: 2 * time.Hour}
-			in.Endpoints = append(in.Endpoints, store.Endpoint{NetworkID: in.Endpoints[0].NetworkID, ID: "e2", Link: "ule2",
-				Lease6: &store.Lease6{Addr: "2001:db8::11", Acquired: now.Add(-time.Hour), T1: record.Infinite6, T2: record.Infinite6, Preferred: record.Infinite6, Valid: record.Infinite6}})
+			in.Endpoints[0].Lease6 = &record.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Hour), T1: time.Minute, T2: 2 * time.Minute, Valid: 2 * time.Hour}
+			in.Endpoints = append(in.Endpoints, record.Endpoint{NetworkID: in.Endpoints[0].NetworkID, ID: "e2", Link: "ule2",
+				Lease6: &record.Lease6{Addr: "2001:db8::11", Acquired: now.Add(-time.Hour), T1: record.Infinite6, T2: record.Infinite6, Preferred: record.Infinite6, Valid: record.Infinite6}})
 		}},
 		{name: "both leases of a dual-stack endpoint lost", change: func(in *Input) {
-			in.Endpoints[0].Lease = &store.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute), LostWhy: "DHCPNAK"}
-			in.Endpoints[0].Lease6 = &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Minute), T1: time.Hour, T2: 2 * time.Hour, Valid: 3 * time.Hour, Lost: now.Add(-time.Second), LostWhy: "NoBinding"}
+			in.Endpoints[0].Lease = &record.Lease{Addr: "198.18.1.10/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute), LostWhy: "DHCPNAK"}
+			in.Endpoints[0].Lease6 = &record.Lease6{Addr: "2001:db8::10", Acquired: now.Add(-time.Minute), T1: time.Hour, T2: 2 * time.Hour, Valid: 3 * time.Hour, Lost: now.Add(-time.Second), LostWhy: "NoBinding"}
 		}, want: []string{"lost-lease " + epA + " ", "lost-lease " + epA + " "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,10 +186,10 @@ func TestCheck(t *testing.T) {
 // the daemon was down.
 func TestLostLease6Message(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	ep := store.Endpoint{NetworkID: "aaaaaaaaaaaa1", ID: "eeeeeeeeeeee1", Link: "ule1",
-		Lease6: &store.Lease6{Addr: "2001:db8::10", DUID: "00030001020000000001", IAID: "0a0b0c0d", Acquired: now.Add(-time.Hour),
+	ep := record.Endpoint{NetworkID: "aaaaaaaaaaaa1", ID: "eeeeeeeeeeee1", Link: "ule1",
+		Lease6: &record.Lease6{Addr: "2001:db8::10", DUID: "00030001020000000001", IAID: "0a0b0c0d", Acquired: now.Add(-time.Hour),
 			T1: time.Minute, T2: 2 * time.Minute, Valid: 3 * time.Hour, Lost: now.Add(-time.Minute), LostWhy: "NoBinding at the renewal"}}
-	got := lostLeases(Input{Now: now, Endpoints: []store.Endpoint{ep}})
+	got := lostLeases(Input{Now: now, Endpoints: []record.Endpoint{ep}})
 	if len(got) != 1 {
 		t.Fatalf("findings %+v, want one", got)
 	}
@@ -202,7 +202,7 @@ func TestLostLease6Message(t *testing.T) {
 		t.Errorf("finding %+v: want no action, the repair naming the DHCPv6 server", got[0])
 	}
 	ep.Lease6.Lost, ep.Lease6.LostWhy, ep.Lease6.Valid = time.Time{}, "", 30*time.Minute
-	got = lostLeases(Input{Now: now, Endpoints: []store.Endpoint{ep}})
+	got = lostLeases(Input{Now: now, Endpoints: []record.Endpoint{ep}})
 	if len(got) != 1 || !strings.Contains(got[0].Message, "at 2026-11-30T11:30:00Z (it expired while the daemon was not running)") {
 		t.Errorf("unmarked past its expiry: %+v", got)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Owned links that exist but are broken (an operator set one down, flushed
@@ -98,7 +98,7 @@ func broken(in Input) []Finding {
 func lostLeases(in Input) []Finding {
 	var out []Finding
 	for _, ep := range in.Endpoints {
-		if ep.Lease == nil || ep.Lease.State(in.Now) != store.LeaseLost {
+		if ep.Lease == nil || ep.Lease.State(in.Now) != record.LeaseLost {
 			continue
 		}
 		since, why := ep.Lease.Lost, ep.Lease.LostWhy
@@ -112,7 +112,7 @@ func lostLeases(in Input) []Finding {
 	}
 	for _, ep := range in.Endpoints {
 		l := ep.Lease6
-		if l == nil || l.State(in.Now) != store.LeaseLost {
+		if l == nil || l.State(in.Now) != record.LeaseLost {
 			continue
 		}
 		since, why := l.Lost, l.LostWhy

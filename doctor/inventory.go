@@ -4,8 +4,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Inventory is the driver's state as the operator sees it: what the
@@ -18,15 +18,15 @@ type Inventory struct {
 	// Grace is how old a network must be before Docker's 404 is believed;
 	// PoolGrace how old a pool must be before it can be unused
 	// (CreateWindow). Both in nanoseconds.
-	Grace     time.Duration      `json:"grace_ns"`
-	PoolGrace time.Duration      `json:"pool_grace_ns"`
-	Networks  []store.Network    `json:"networks"`
-	Endpoints []store.Endpoint   `json:"endpoints"`
-	Owned     []store.ParentLink `json:"owned_parents"`
+	Grace     time.Duration       `json:"grace_ns"`
+	PoolGrace time.Duration       `json:"pool_grace_ns"`
+	Networks  []record.Network    `json:"networks"`
+	Endpoints []record.Endpoint   `json:"endpoints"`
+	Owned     []record.ParentLink `json:"owned_parents"`
 	// Use counts the networks on each parent link.
 	Use map[string]int `json:"parent_use"`
 	// Links are the kernel's links in the daemon's namespace.
-	Links []netlinkutil.Link `json:"links"`
+	Links []vocab.Link `json:"links"`
 	// HostLinks are the host links of networks with a host address, by
 	// network ID.
 	HostLinks map[string]string `json:"host_links"`

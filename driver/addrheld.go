@@ -8,8 +8,10 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The holders a probe cannot see. The address probe asks the LAN, but two
@@ -51,7 +53,7 @@ func (h addrHolder) held() bool { return h.host || h.endpoint != "" }
 // addrHeld names who holds addr among the holders no probe sees: the host,
 // or another endpoint (not ep) of this daemon on n's parent, whatever its
 // network (static, DHCP, DHCPv6 or SLAAC).
-func addrHeld(ctx context.Context, links netlinkutil.Links, st Store, n store.Network, ep store.Endpoint, addr netip.Addr) (addrHolder, error) {
+func addrHeld(ctx context.Context, links netlinkutil.Links, st Store, n record.Network, ep record.Endpoint, addr netip.Addr) (addrHolder, error) {
 	if n.Parent == rules.DummyName(n.ID) {
 		// An internal network's own dummy parent: no LAN, and the host's
 		// addresses on its other links are not on it.
@@ -78,7 +80,7 @@ func addrHeld(ctx context.Context, links netlinkutil.Links, st Store, n store.Ne
 // endpointHolding names another endpoint (not ep) of this daemon on n's
 // parent that holds addr: one read of the address index per network on
 // the parent.
-func endpointHolding(st Store, n store.Network, ep store.Endpoint, addr netip.Addr) (addrHolder, error) {
+func endpointHolding(st Store, n record.Network, ep record.Endpoint, addr netip.Addr) (addrHolder, error) {
 	var h addrHolder
 	err := st.View(func(tx *store.Tx) error {
 		nets, err := tx.NetworksOn(n.Parent)
@@ -107,7 +109,7 @@ func endpointHolding(st Store, n store.Network, ep store.Endpoint, addr netip.Ad
 // create in flight claims or that the host or another endpoint of this
 // daemon holds, naming the holder (an error wrapping ErrConflict). unclaim
 // ends the claims; call it once the endpoint is recorded, or not.
-func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *lan.Claims, n store.Network, ep store.Endpoint, addrs []netip.Addr) (unclaim func(), err error) {
+func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *lan.Claims, n record.Network, ep record.Endpoint, addrs []netip.Addr) (unclaim func(), err error) {
 	var taken []netip.Addr
 	unclaim = func() {
 		for _, a := range taken {
@@ -124,7 +126,7 @@ func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *
 		}
 		if !claims.Claim(n.Parent, a, ep.ID) {
 			unclaim()
-			return func() {}, fmt.Errorf("%w: endpoint %s of network %s asks for %s, which another endpoint being created on parent %s asks for or was offered at the same time: %s", ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), a, n.Parent, flag)
+			return func() {}, fmt.Errorf("%w: endpoint %s of network %s asks for %s, which another endpoint being created on parent %s asks for or was offered at the same time: %s", pluginapi.ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), a, n.Parent, flag)
 		}
 		taken = append(taken, a)
 		h, err := addrHeld(ctx, links, st, n, ep, a)
@@ -143,7 +145,7 @@ func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *
 		if a.Is6() && a.IsLinkLocalUnicast() {
 			fix = flag
 		}
-		return func() {}, fmt.Errorf("%w: endpoint %s of network %s asks for %s on parent %s, but %s, and no probe can see that holder: %s", ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), a, n.Parent, h, fix)
+		return func() {}, fmt.Errorf("%w: endpoint %s of network %s asks for %s on parent %s, but %s, and no probe can see that holder: %s", pluginapi.ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), a, n.Parent, h, fix)
 	}
 	return unclaim, nil
 }
@@ -153,7 +155,7 @@ func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *
 // refused when another holds it (claimAddrs), and a new endpoint's are
 // probed on the LAN. On a DHCP network the IPv4 address is the server's:
 // one given is refused.
-func (d *Driver) staticAddrs(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error) {
+func (d *Driver) staticAddrs(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error) {
 	if n.Config.DHCP.On && ep.IPv4 != "" {
 		return grant{}, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv4)
 	}

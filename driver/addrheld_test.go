@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/underlay-net/underlay/driver/internal/leases"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/internal/probeopt"
 )
 
 // holdersFixture is a daemon with DHCP and DHCPv6 clients on lan0, the
@@ -38,11 +39,11 @@ func (f *fixture) endpoint6(netID, epID, addr6, mac string) (*network.CreateEndp
 // subnet the host does not hold is taken.
 func TestHostAddressIsRefused(t *testing.T) {
 	f, _, _ := holdersFixture(t)
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "lan0", rules.OptAddressProbe: "0"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}, V6: []string{"2001:db8:2::/64,2001:db8:2::1/64"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "lan0", probeopt.Name: "0"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}, V6: []string{"2001:db8:2::/64,2001:db8:2::1/64"}})
 	_, err := f.endpoint(netB, epA, "198.18.2.100/24", "")
-	wantErr(t, err, ErrConflict, "198.18.2.100", "this host holds it (on its link lan0)", "another --ip", "--aux-address host=198.18.2.100")
+	wantErr(t, err, pluginapi.ErrConflict, "198.18.2.100", "this host holds it (on its link lan0)", "another --ip", "--aux-address host=198.18.2.100")
 	_, err = f.endpoint6(netB, epA, "2001:db8:2::100/64", "")
-	wantErr(t, err, ErrConflict, "2001:db8:2::100", "this host holds it (on its link lan0)", "another --ip6")
+	wantErr(t, err, pluginapi.ErrConflict, "2001:db8:2::100", "this host holds it (on its link lan0)", "another --ip6")
 	if _, ok, _ := f.endpointRecord(netB, epA); ok {
 		t.Fatal("a refused endpoint was recorded")
 	}
@@ -61,7 +62,7 @@ func TestHostAddressOffersAreDeclined(t *testing.T) {
 	f.k.AddHostAddr("lan0", netip.MustParseAddr("198.18.180.100"))   // the DHCP fake's first offer
 	f.k.AddHostAddr("lan0", netip.MustParseAddr("2001:db8:60::100")) // the DHCPv6 fake's
 	ctx := context.Background()
-	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, rules.OptAddressProbe, "0")); err != nil {
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, probeopt.Name, "0")); err != nil {
 		t.Fatal(err)
 	}
 	r, err := f.endpoint(netA, epA, "", "")
@@ -71,7 +72,7 @@ func TestHostAddressOffersAreDeclined(t *testing.T) {
 	if strings.Join(fl.declined, ",") != "198.18.180.100/24" {
 		t.Fatalf("declined %v, want the host's 198.18.180.100", fl.declined)
 	}
-	if err := f.d.CreateNetwork(ctx, lan6Net(netC, "dhcpv6", rules.OptAddressProbe, "0")); err != nil {
+	if err := f.d.CreateNetwork(ctx, lan6Net(netC, "dhcpv6", probeopt.Name, "0")); err != nil {
 		t.Fatal(err)
 	}
 	r, err = f.endpoint(netC, epB, "", "52:54:00:00:00:02")
@@ -86,14 +87,14 @@ func TestHostAddressOffersAreDeclined(t *testing.T) {
 func TestSiblingEndpointsNeverShareAnAddress(t *testing.T) {
 	f, fl, fl6 := holdersFixture(t)
 	ctx := context.Background()
-	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, rules.OptAddressProbe, "0")); err != nil {
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, probeopt.Name, "0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.d.CreateNetwork(ctx, lan6Net(netC, "dhcpv6", rules.OptAddressProbe, "0")); err != nil {
+	if err := f.d.CreateNetwork(ctx, lan6Net(netC, "dhcpv6", probeopt.Name, "0")); err != nil {
 		t.Fatal(err)
 	}
 	// The static network of the same LAN on the same parent is accepted.
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "lan0", rules.OptAddressProbe: "0"}, V4: []string{"198.18.180.0/24,198.18.180.1/24"}, V6: []string{"2001:db8:60::/64,2001:db8:60::1/64"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "lan0", probeopt.Name: "0"}, V4: []string{"198.18.180.0/24,198.18.180.1/24"}, V6: []string{"2001:db8:60::/64,2001:db8:60::1/64"}})
 	r, err := f.endpoint(netA, epA, "", "")
 	if err != nil || r.Interface.Address != "198.18.180.100/24" {
 		t.Fatalf("DHCP endpoint: %+v, %v", r, err)
@@ -103,9 +104,9 @@ func TestSiblingEndpointsNeverShareAnAddress(t *testing.T) {
 		t.Fatalf("DHCPv6 endpoint: %+v, %v", r, err)
 	}
 	_, err = f.endpoint(netB, epC, "198.18.180.100/24", "")
-	wantErr(t, err, ErrConflict, "198.18.180.100", "endpoint "+dockerid.Short(epA)+" of network "+dockerid.Short(netA)+" holds it", "another --ip")
+	wantErr(t, err, pluginapi.ErrConflict, "198.18.180.100", "endpoint "+dockerid.Short(epA)+" of network "+dockerid.Short(netA)+" holds it", "another --ip")
 	_, err = f.endpoint6(netB, epC, "2001:db8:60::100/64", "")
-	wantErr(t, err, ErrConflict, "2001:db8:60::100", "endpoint "+dockerid.Short(epB)+" of network "+dockerid.Short(netC)+" holds it", "another --ip6")
+	wantErr(t, err, pluginapi.ErrConflict, "2001:db8:60::100", "endpoint "+dockerid.Short(epB)+" of network "+dockerid.Short(netC)+" holds it", "another --ip6")
 	// The reverse: static endpoints first, then the offers of their
 	// addresses are declined.
 	if _, err := f.endpoint(netB, epC, "198.18.180.101/24", ""); err != nil {
@@ -123,8 +124,8 @@ func TestSiblingEndpointsNeverShareAnAddress(t *testing.T) {
 		t.Fatalf("DHCPv6 endpoint after a static one took ::101: %+v, %v, declined %v: want ::101 declined", r, err, fl6.declined)
 	}
 	// Another parent is another LAN: the same address is free there.
-	f.k.AddLink(netlinkutil.Link{Name: "lan1", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:ab"})
-	f.mustCreate(netReq{ID: netD4, Opts: map[string]string{"parent": "lan1", rules.OptAddressProbe: "0"}, V4: []string{"198.18.180.0/24,198.18.180.1/24"}})
+	f.k.AddLink(vocab.Link{Name: "lan1", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:ab"})
+	f.mustCreate(netReq{ID: netD4, Opts: map[string]string{"parent": "lan1", probeopt.Name: "0"}, V4: []string{"198.18.180.0/24,198.18.180.1/24"}})
 	const epG = "7777777777770000000000000000000000000000000000000000000000000007"
 	if _, err := f.endpoint(netD4, epG, "198.18.180.100/24", ""); err != nil {
 		t.Fatalf("198.18.180.100 on another parent: %v", err)
@@ -137,10 +138,10 @@ func TestSiblingEndpointsNeverShareAnAddress(t *testing.T) {
 func TestConcurrentCreatesOfOneAddress(t *testing.T) {
 	f, fl, _ := holdersFixture(t)
 	ctx := context.Background()
-	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, rules.OptAddressProbe, "0")); err != nil {
+	if err := f.d.CreateNetwork(ctx, dhcpNet(netA, probeopt.Name, "0")); err != nil {
 		t.Fatal(err)
 	}
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "lan0", rules.OptAddressProbe: "0"}, V4: []string{"198.18.180.0/24,198.18.180.1/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "lan0", probeopt.Name: "0"}, V4: []string{"198.18.180.0/24,198.18.180.1/24"}})
 	fl.mu.Lock()
 	fl.same = "198.18.180.50/24"
 	fl.mu.Unlock()
@@ -165,7 +166,7 @@ func TestConcurrentCreatesOfOneAddress(t *testing.T) {
 		if len(failed) != 1 {
 			t.Fatalf("round %d: %d of two concurrent creates of 198.18.180.50 failed (%v), want 1", round, len(failed), failed)
 		}
-		wantErr(t, failed[0], ErrConflict, "198.18.180.50")
+		wantErr(t, failed[0], pluginapi.ErrConflict, "198.18.180.50")
 		for _, n := range []string{netA, netB} {
 			for _, ep := range []string{epE, epF} {
 				_ = f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: n, EndpointID: ep})
@@ -179,11 +180,11 @@ func TestConcurrentCreatesOfOneAddress(t *testing.T) {
 func TestSLAACLinkLocalOfTheHostIsRefused(t *testing.T) {
 	f, _, _ := holdersFixture(t)
 	f.k.AddHostAddr("lan0", netip.MustParseAddr("fe80::5054:ff:fe12:3456"))
-	if err := f.d.CreateNetwork(context.Background(), lan6Net(netA, "slaac", rules.OptAddressProbe, "0")); err != nil {
+	if err := f.d.CreateNetwork(context.Background(), lan6Net(netA, "slaac", probeopt.Name, "0")); err != nil {
 		t.Fatal(err)
 	}
 	_, err := f.endpoint(netA, epA, "", "52:54:00:12:34:56")
-	wantErr(t, err, ErrConflict, "fe80::5054:ff:fe12:3456", "lan0", "--mac-address")
+	wantErr(t, err, pluginapi.ErrConflict, "fe80::5054:ff:fe12:3456", "lan0", "--mac-address")
 	if _, err := f.endpoint(netA, epA, "", "52:54:00:12:34:57"); err != nil {
 		t.Fatalf("another MAC: %v", err)
 	}
@@ -203,7 +204,7 @@ func TestInternalNetworkIgnoresTheHostsAddresses(t *testing.T) {
 // to the server, not kept bound to a client that never uses it.
 func TestDHCPOfferThatCannotBeCheckedIsReleased(t *testing.T) {
 	f, fl, _ := holdersFixture(t)
-	if err := f.d.CreateNetwork(context.Background(), dhcpNet(netA, rules.OptAddressProbe, "0")); err != nil {
+	if err := f.d.CreateNetwork(context.Background(), dhcpNet(netA, probeopt.Name, "0")); err != nil {
 		t.Fatal(err)
 	}
 	f.k.SetFault(func(op, name string) error {
@@ -225,10 +226,10 @@ func TestDHCPOfferThatCannotBeCheckedIsReleased(t *testing.T) {
 // to change its MAC, not its --ip6 (SLAAC networks take none).
 func TestSLAACLinkLocalClaimedNamesTheMAC(t *testing.T) {
 	f, _, _ := holdersFixture(t)
-	if err := f.d.CreateNetwork(context.Background(), lan6Net(netA, "slaac", rules.OptAddressProbe, "0")); err != nil {
+	if err := f.d.CreateNetwork(context.Background(), lan6Net(netA, "slaac", probeopt.Name, "0")); err != nil {
 		t.Fatal(err)
 	}
 	f.d.claims.Claim("lan0", netip.MustParseAddr("fe80::5054:ff:fe12:3456"), epB)
 	_, err := f.endpoint(netA, epA, "", "52:54:00:12:34:56")
-	wantErr(t, err, ErrConflict, "fe80::5054:ff:fe12:3456", "--mac-address")
+	wantErr(t, err, pluginapi.ErrConflict, "fe80::5054:ff:fe12:3456", "--mac-address")
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/internal/probeopt"
 	"github.com/underlay-net/underlay/probe"
 )
 
@@ -78,7 +80,7 @@ func TestDHCPDeclinesOffersThatAreNotFree(t *testing.T) {
 	fl.same, fl.declined = "198.18.180.100/24", nil
 	fl.mu.Unlock()
 	_, err = f.endpoint(netA, epC, "", "")
-	wantErr(t, err, ErrConflict, "198.18.180.100", "endpoint "+dockerid.Short(epA), "declined")
+	wantErr(t, err, pluginapi.ErrConflict, "198.18.180.100", "endpoint "+dockerid.Short(epA), "declined")
 	if len(fl.declined) != rules.MaxDeclines {
 		t.Fatalf("declined %v, want %d DECLINEs", fl.declined, rules.MaxDeclines)
 	}
@@ -107,16 +109,16 @@ func TestStaticAddressProbe(t *testing.T) {
 	f := newFixture(t)
 	pr := &fakeProber{holders: map[netip.Addr]string{netip.MustParseAddr("198.18.1.10"): "02:99:00:00:00:01"}}
 	f.d.lan.Prober = pr
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", rules.OptAddressProbe: "200ms"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", probeopt.Name: "200ms"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	_, err := f.endpoint(netA, epA, "198.18.1.10/24", "")
-	wantErr(t, err, ErrConflict, "198.18.1.10", "02:99:00:00:00:01", "another --ip", "--aux-address", "--ip-range", "address_probe=0")
+	wantErr(t, err, pluginapi.ErrConflict, "198.18.1.10", "02:99:00:00:00:01", "another --ip", "--aux-address", "--ip-range", "address_probe=0")
 	if _, err := f.endpoint(netA, epB, "198.18.1.11/24", ""); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(pr.probed[len(pr.probed)-1], " 200ms") {
 		t.Fatalf("probes %q: want the network's 200ms", pr.probed)
 	}
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1", rules.OptAddressProbe: "0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1", probeopt.Name: "0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	n := len(pr.probed)
 	if _, err := f.endpoint(netB, epC, "198.18.1.10/24", ""); err != nil || len(pr.probed) != n {
 		t.Fatalf("address_probe=0: %v, probes %q", err, pr.probed[n:])
@@ -137,7 +139,7 @@ func TestAddressProbeOption(t *testing.T) {
 		{"-1s", "", `address_probe "-1s"`},
 		{"3s", "2s", "does not fit in dhcp_timeout 2s"},
 	} {
-		o := []string{rules.OptAddressProbe, tc.v}
+		o := []string{probeopt.Name, tc.v}
 		if tc.timeout != "" {
 			o = append(o, rules.OptDHCPTimeout, tc.timeout)
 		}
@@ -212,6 +214,6 @@ func TestAnnouncementsAfterJoin(t *testing.T) {
 		{rules.OptAdvertiseMs, "99", "from 100 to 2000"}, {rules.OptAdvertiseMs, "2001", rules.OptAdvertiseMs},
 	} {
 		err := f.create(netReq{ID: "dddddddddddd0000000000000000000000000000000000000000000000000009", Opts: map[string]string{"parent": "eth0", tc.k: tc.v}, V4: []string{"198.18.9.0/24"}})
-		wantErr(t, err, rules.ErrInvalid, tc.want)
+		wantErr(t, err, pluginapi.ErrInvalid, tc.want)
 	}
 }

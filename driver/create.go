@@ -8,7 +8,9 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // creation is one CreateNetwork request on its way through its phases
@@ -16,11 +18,11 @@ import (
 // next ones need.
 type creation struct {
 	d     *Driver
-	want  store.Network
+	want  record.Network
 	refs  []rules.IPAMRef
 	asked string // the parent as the request named it
 	// same is the network recorded under the request's ID, if any.
-	same *store.Network
+	same *record.Network
 	// res is the parent link the request resolved to; resolved is set when
 	// reuseIfSame already resolved it (a network whose parent moved).
 	res      rules.Resolution
@@ -124,7 +126,7 @@ func (c *creation) lockParents(ctx context.Context) (func(), error) {
 // decide decides over the networks recorded on the parent.
 func (c *creation) decide() error {
 	d := c.d
-	var onParent []store.Network
+	var onParent []record.Network
 	if err := d.store.View(func(tx *store.Tx) (err error) {
 		onParent, err = tx.NetworksOn(c.want.Parent)
 		return err
@@ -205,7 +207,7 @@ func (c *creation) recheckParent(ctx context.Context) (err error) {
 		return err
 	}
 	if c.res.Name != c.want.Parent {
-		return fmt.Errorf("%w: parent %s became link %s while this request waited for it (someone created it meanwhile): retry", ErrConflict, c.asked, c.res.Name)
+		return fmt.Errorf("%w: parent %s became link %s while this request waited for it (someone created it meanwhile): retry", pluginapi.ErrConflict, c.asked, c.res.Name)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Addresses from the LAN's DHCP server (-o dhcp=true, with Docker's null
@@ -32,7 +33,7 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 // dhcpAddr is the address source of DHCP networks: a lease of the LAN's
 // DHCP server (driver/internal/leases), answered as the endpoint's IPv4
 // address.
-func (d *Driver) dhcpAddr(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error) {
+func (d *Driver) dhcpAddr(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error) {
 	if !n.Config.DHCP.On {
 		return grant{}, nil
 	}
@@ -45,7 +46,7 @@ func (d *Driver) dhcpAddr(ctx context.Context, n store.Network, ep *store.Endpoi
 // the driver's checks decline when not free (offerFree) and which is
 // journaled until the endpoint's commit holds it. The grant's undo gives
 // it back; start has it renewed.
-func leased[L, R any](ctx context.Context, d *Driver, ls *leases.Leaser[L, R], n store.Network, ep, existing *store.Endpoint, six bool) (grant, error) {
+func leased[L, R any](ctx context.Context, d *Driver, ls *leases.Leaser[L, R], n record.Network, ep, existing *record.Endpoint, six bool) (grant, error) {
 	f := ls.Family
 	field := &ep.IPv4
 	if six {
@@ -104,7 +105,7 @@ type offerChecks struct {
 // was offered it, the host or another endpoint of this daemon on the
 // parent holds it, or a host on the LAN answers a probe for it (within
 // budget).
-func offerFree(ctx context.Context, o offerChecks, n store.Network, ep store.Endpoint, addr netip.Addr, budget time.Duration) (why string, release func(), err error) {
+func offerFree(ctx context.Context, o offerChecks, n record.Network, ep record.Endpoint, addr netip.Addr, budget time.Duration) (why string, release func(), err error) {
 	if !o.claims.Claim(n.Parent, addr, ep.ID) {
 		return "another endpoint being created was offered it too", nil, nil
 	}

@@ -12,8 +12,10 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // fakeLeases is a DHCP server in a box: addresses .100 up in
@@ -34,29 +36,29 @@ type fakeLeases struct {
 	taken    map[string]bool
 	// same offers every client the same address (a rogue server).
 	same   string
-	routes []store.LeaseRoute
+	routes []record.LeaseRoute
 	// onRenew is called at each renewal's answer.
 	onRenew func()
 }
 
-func (f *fakeLeases) lease(addr string) store.Lease {
+func (f *fakeLeases) lease(addr string) record.Lease {
 	now := f.now()
-	return store.Lease{Addr: addr, Router: "198.18.180.1", ServerID: "198.18.180.1", Routes: f.routes, Acquired: now,
+	return record.Lease{Addr: addr, Router: "198.18.180.1", ServerID: "198.18.180.1", Routes: f.routes, Acquired: now,
 		T1: now.Add(60 * time.Second), T2: now.Add(105 * time.Second), Expiry: now.Add(120 * time.Second)}
 }
 
-func (f *fakeLeases) Acquire(ctx context.Context, r leases.Request) (store.Lease, error) {
+func (f *fakeLeases) Acquire(ctx context.Context, r leases.Request) (record.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests = append(f.requests, r)
 	if f.silent {
-		return store.Lease{}, fmt.Errorf("no offer: %w", context.DeadlineExceeded)
+		return record.Lease{}, fmt.Errorf("no offer: %w", context.DeadlineExceeded)
 	}
 	key := r.MAC.String() + "/" + string(r.ClientID)
 	if r.Only.IsValid() {
 		want := r.Only.String() + "/24"
 		if owner, ok := f.holder(want); ok && owner != key {
-			return store.Lease{}, fmt.Errorf("offered only 198.18.180.%d/24, not %s", 100+f.next, want)
+			return record.Lease{}, fmt.Errorf("offered only 198.18.180.%d/24, not %s", 100+f.next, want)
 		}
 		f.byClient[key] = want
 		return f.lease(want), nil
@@ -98,7 +100,7 @@ func (f *fakeLeases) holds(addr string) bool {
 	return false
 }
 
-func (f *fakeLeases) Renew(ctx context.Context, r leases.Request, l store.Lease) (store.Lease, error) {
+func (f *fakeLeases) Renew(ctx context.Context, r leases.Request, l record.Lease) (record.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.renewals++
@@ -106,10 +108,10 @@ func (f *fakeLeases) Renew(ctx context.Context, r leases.Request, l store.Lease)
 		f.mu.Unlock()
 		<-ctx.Done()
 		f.mu.Lock()
-		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ctx.Err())
+		return record.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, ctx.Err())
 	}
 	if f.nak {
-		return store.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, leases.ErrNAK)
+		return record.Lease{}, fmt.Errorf("renew %s: %w", l.Addr, leases.ErrNAK)
 	}
 	if f.onRenew != nil {
 		f.onRenew()
@@ -117,7 +119,7 @@ func (f *fakeLeases) Renew(ctx context.Context, r leases.Request, l store.Lease)
 	return f.lease(l.Addr), nil
 }
 
-func (f *fakeLeases) Decline(ctx context.Context, r leases.Request, l store.Lease) error {
+func (f *fakeLeases) Decline(ctx context.Context, r leases.Request, l record.Lease) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.declined = append(f.declined, l.Addr)
@@ -133,7 +135,7 @@ func (f *fakeLeases) Decline(ctx context.Context, r leases.Request, l store.Leas
 	return nil
 }
 
-func (f *fakeLeases) Release(ctx context.Context, r leases.Request, l store.Lease) error {
+func (f *fakeLeases) Release(ctx context.Context, r leases.Request, l record.Lease) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.released = append(f.released, l.Addr)
@@ -149,7 +151,7 @@ func dhcpFixture(t *testing.T) (*fixture, *fakeLeases) {
 	f := newFixture(t)
 	fl := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
 	f.d.leases.V4.Family = leases.DHCP{Client: fl}
-	f.k.AddLink(netlinkutil.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
+	f.k.AddLink(vocab.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
 	return f, fl
 }
 
@@ -193,7 +195,7 @@ func TestDHCPNetworkOptions(t *testing.T) {
 		{"host address", dhcpNet(netA, "host_address", "198.18.180.5"), "drop host_address"},
 	} {
 		err := f.d.CreateNetwork(ctx, tc.req)
-		if !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, pluginapi.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a refusal saying %q", tc.name, err, tc.want)
 		}
 	}
@@ -228,7 +230,7 @@ func TestDHCPEndpointLifecycle(t *testing.T) {
 	if again, err := f.endpoint(netA, ep1, "", r1.Interface.MacAddress); err != nil || again.Interface == nil || again.Interface.Address != r1.Interface.Address || len(fl.requests) != 2 {
 		t.Errorf("replayed CreateEndpoint = %+v, %v (%d requests)", again, err, len(fl.requests))
 	}
-	fl.routes = []store.LeaseRoute{{Dst: "198.18.190.0/24", Gateway: "198.18.180.254"}}
+	fl.routes = []record.LeaseRoute{{Dst: "198.18.190.0/24", Gateway: "198.18.180.254"}}
 	j, err := f.join(netA, ep1)
 	if err != nil || j.Gateway != "198.18.180.1" {
 		t.Fatalf("Join = %+v, %v: want the router as gateway", j, err)
@@ -240,7 +242,7 @@ func TestDHCPEndpointLifecycle(t *testing.T) {
 	f.clock.Advance(61 * time.Second)
 	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	n, _ := f.record(netA)
-	var ep store.Endpoint
+	var ep record.Endpoint
 	_ = f.db.View(func(tx *store.Tx) (err error) { ep, _, err = tx.Endpoint(n.ID, ep1); return err })
 	if fl.renewals != 1 || ep.Lease == nil || ep.Lease.Addr != "198.18.180.100/24" || !ep.Lease.Expiry.Equal(f.clock.Now().Add(120*time.Second)) {
 		t.Fatalf("after renewal: %d renewals, lease %+v", fl.renewals, ep.Lease)
@@ -324,7 +326,7 @@ func TestDHCPExpiredLeaseAndNetworkDelete(t *testing.T) {
 
 func TestNextLeaseAction(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	l := store.Lease{Acquired: t0, T1: t0.Add(60 * time.Second), T2: t0.Add(105 * time.Second), Expiry: t0.Add(120 * time.Second)}
+	l := record.Lease{Acquired: t0, T1: t0.Add(60 * time.Second), T2: t0.Add(105 * time.Second), Expiry: t0.Add(120 * time.Second)}
 	for _, tc := range []struct {
 		at, want time.Duration
 	}{

@@ -29,18 +29,10 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/stale"
-	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 )
-
-// ErrConflict is wrapped by the refusal of a network that cannot share its
-// parent with a live network.
-var ErrConflict = pluginapi.ErrConflict
-
-// ErrNotFound is wrapped when a request names a network or endpoint
-// underlay does not know.
-var ErrNotFound = pluginapi.ErrNotFound
 
 // Store is the state as the driver uses it; *store.DB implements it.
 type Store interface {
@@ -219,7 +211,7 @@ func New(c Config) (*Driver, error) {
 	announcer, _ := c.Prober.(lan.Announcer)
 	d := &Driver{
 		lan:   &lan.LAN{Links: c.Links, Routes: c.Routes, Prober: c.Prober, Announcer: announcer, Log: c.Logger},
-		store: c.Store, links: c.Links, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: netlinkutil.Mark(c.Instance), boot: c.BootID,
+		store: c.Store, links: c.Links, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: vocab.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: joins.NewTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),

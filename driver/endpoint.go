@@ -10,7 +10,10 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Endpoint requests never call Docker: dockerd makes them while starting
@@ -51,14 +54,14 @@ func (d *Driver) CreateEndpoint(ctx context.Context, req *network.CreateEndpoint
 // newEndpoint is the endpoint a create asks for, before its addresses
 // from the LAN: its MAC (generated is whether this daemon chose it), its
 // addresses from Docker, and the container's interface name.
-func (d *Driver) newEndpoint(ctx context.Context, n store.Network, req *network.CreateEndpointRequest, existing *store.Endpoint) (ep store.Endpoint, ifname string, generated bool, err error) {
+func (d *Driver) newEndpoint(ctx context.Context, n record.Network, req *network.CreateEndpointRequest, existing *record.Endpoint) (ep record.Endpoint, ifname string, generated bool, err error) {
 	iface := req.Interface
 	if iface == nil {
 		iface = &network.EndpointInterface{}
 	}
-	ep = store.Endpoint{NetworkID: n.ID, ID: req.EndpointID}
+	ep = record.Endpoint{NetworkID: n.ID, ID: req.EndpointID}
 	switch {
-	case iface.MacAddress != "" && n.Type == rules.TypeIpvlan:
+	case iface.MacAddress != "" && n.Type == vocab.KindIpvlan:
 		return ep, "", false, rules.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", dockerid.Short(req.EndpointID), iface.MacAddress, n.Parent)
 	case iface.MacAddress != "":
 		mac, err := net.ParseMAC(iface.MacAddress)
@@ -79,7 +82,7 @@ func (d *Driver) newEndpoint(ctx context.Context, n store.Network, req *network.
 	if ep.IPv6, err = rules.EndpointAddr(iface.AddressIPv6, true); err != nil {
 		return ep, "", false, err
 	}
-	if ep.MAC == "" && n.Type == rules.TypeMacvlan {
+	if ep.MAC == "" && n.Type == vocab.KindMacvlan {
 		ep.MAC, generated = d.macs.Choose(ctx, n, ep, existing), true
 	}
 	return ep, ifname, generated, nil
@@ -105,14 +108,14 @@ type grant struct {
 // addrSource gives an endpoint being created its addresses of one
 // source, in ep: static (staticAddrs), DHCP (dhcpAddr), SLAAC or DHCPv6
 // (lanIPv6). On error it leaves nothing to undo (but may leave claims).
-type addrSource func(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error)
+type addrSource func(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error)
 
 // grants are the grants of an endpoint's sources, in order.
 type grants []grant
 
 // addresses asks each address source in turn; when one fails, what the
 // earlier ones gave is given back.
-func (d *Driver) addresses(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grants, error) {
+func (d *Driver) addresses(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grants, error) {
 	var gs grants
 	for _, source := range []addrSource{d.staticAddrs, d.dhcpAddr, d.lanIPv6} {
 		g, err := source(ctx, n, ep, existing)
@@ -162,7 +165,7 @@ func (gs grants) start() {
 
 // answer is CreateEndpoint's answer: the MAC this daemon chose, and the
 // addresses the sources answer.
-func (gs grants) answer(ep store.Endpoint, generated bool) *network.CreateEndpointResponse {
+func (gs grants) answer(ep record.Endpoint, generated bool) *network.CreateEndpointResponse {
 	answer := &network.EndpointInterface{}
 	if generated {
 		answer.MacAddress = ep.MAC
@@ -181,7 +184,7 @@ func (gs grants) answer(ep store.Endpoint, generated bool) *network.CreateEndpoi
 // recordEndpoint commits the endpoint's record under its link name (the
 // alternative one when another endpoint's link holds it), with its
 // sources' part (grants.commit).
-func (d *Driver) recordEndpoint(n store.Network, ep *store.Endpoint, gs grants) error {
+func (d *Driver) recordEndpoint(n record.Network, ep *record.Endpoint, gs grants) error {
 	return d.store.Batch(func(tx *store.Tx) error {
 		ep.Link = rules.EndpointLinkName(ep.ID)
 		if other, ok, err := tx.EndpointByLink(ep.Link); err != nil {
@@ -201,11 +204,11 @@ func (d *Driver) recordEndpoint(n store.Network, ep *store.Endpoint, gs grants) 
 
 // endpointNotRecorded is the error of a create whose record could not be
 // committed.
-func endpointNotRecorded(netID string, ep store.Endpoint, err error) error {
+func endpointNotRecorded(netID string, ep record.Endpoint, err error) error {
 	switch {
 	case errors.Is(err, store.ErrNoNetwork):
 		return notFound("network", netID)
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, pluginapi.ErrConflict):
 		return err
 	}
 	return fmt.Errorf("record endpoint %s: %w", dockerid.Short(ep.ID), err)
@@ -213,7 +216,7 @@ func endpointNotRecorded(netID string, ep store.Endpoint, err error) error {
 
 // created is what follows an endpoint's record: a record written anew
 // has no join and no announcements.
-func (d *Driver) created(n store.Network, ep store.Endpoint, existing *store.Endpoint, ifname string) {
+func (d *Driver) created(n record.Network, ep record.Endpoint, existing *record.Endpoint, ifname string) {
 	if existing != nil {
 		d.joins.Drop(ep.ID) // the record was written anew, without a join
 		d.lan.StopAnnouncing(ep.ID)
@@ -226,7 +229,7 @@ func (d *Driver) created(n store.Network, ep store.Endpoint, existing *store.End
 // to the host namespace (DeleteEndpoint deletes it otherwise) and forgets
 // the sandbox.
 func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
-	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(_ store.Network, ep store.Endpoint) func(*store.Tx) error {
+	return d.unplug(ctx, "leave", req.NetworkID, req.EndpointID, func(_ record.Network, ep record.Endpoint) func(*store.Tx) error {
 		return d.joins.Leave(ep) // driver/internal/joins: a join kept in memory, or none, writes nothing
 	})
 }
@@ -234,9 +237,9 @@ func (d *Driver) Leave(ctx context.Context, req *network.LeaveRequest) error {
 // DeleteEndpoint deletes the endpoint's link and record. An unknown
 // endpoint is not an error, so Docker can always clean up.
 func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpointRequest) error {
-	var deleted *store.Endpoint
-	var of store.Network
-	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(n store.Network, ep store.Endpoint) func(*store.Tx) error {
+	var deleted *record.Endpoint
+	var of record.Network
+	if err := d.unplug(ctx, "delete-endpoint", req.NetworkID, req.EndpointID, func(n record.Network, ep record.Endpoint) func(*store.Tx) error {
 		deleted, of = &ep, n
 		journal := d.leases.Deletion(ctx, n, ep) // held leases: released below, or at the next start
 		return func(tx *store.Tx) error {
@@ -264,7 +267,7 @@ func (d *Driver) DeleteEndpoint(ctx context.Context, req *network.DeleteEndpoint
 // no known endpoint owns), then commits the change record gives for the
 // endpoint's record (given with its network, read under the same lock),
 // if there is one and it gives one.
-func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record func(store.Network, store.Endpoint) func(*store.Tx) error) error {
+func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record func(record.Network, record.Endpoint) func(*store.Tx) error) error {
 	ctx, unlock, n, ep, err := d.locks.Endpoint(ctx, d.store, netID, epID)
 	if err != nil {
 		return err

@@ -9,7 +9,8 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 func TestCreateEndpointAnswersOnlyWhatDockerLeftEmpty(t *testing.T) {
@@ -50,17 +51,17 @@ func TestCreateEndpointRefusals(t *testing.T) {
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "type": "ipvlan"}})
 	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.2.0/24"}})
 	_, err := f.endpoint(netA, epA, "198.18.1.10/24", "02:42:c6:12:01:0a")
-	wantErr(t, err, rules.ErrInvalid, "02:42:c6:12:01:0a", "ipvlan", "--mac-address")
+	wantErr(t, err, pluginapi.ErrInvalid, "02:42:c6:12:01:0a", "ipvlan", "--mac-address")
 	_, err = f.endpoint(netB, epA, "", "01:00:5e:00:00:01")
-	wantErr(t, err, rules.ErrInvalid, "multicast")
+	wantErr(t, err, pluginapi.ErrInvalid, "multicast")
 	_, err = f.endpoint(netB, epA, "", "zz")
-	wantErr(t, err, rules.ErrInvalid, `"zz"`)
+	wantErr(t, err, pluginapi.ErrInvalid, `"zz"`)
 	_, err = f.endpoint(netB, epA, "198.18.2.300/24", "")
-	wantErr(t, err, rules.ErrInvalid, "198.18.2.300/24")
+	wantErr(t, err, pluginapi.ErrInvalid, "198.18.2.300/24")
 	_, err = f.endpoint(netC, epA, "", "")
-	wantErr(t, err, ErrNotFound, "cccccccccccc")
+	wantErr(t, err, pluginapi.ErrNotFound, "cccccccccccc")
 	_, err = f.join(netB, epB)
-	wantErr(t, err, ErrNotFound, "ebebebebebeb")
+	wantErr(t, err, pluginapi.ErrNotFound, "ebebebebebeb")
 }
 
 func TestJoinCreatesLinkAndAnswersRoutes(t *testing.T) {
@@ -154,7 +155,7 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 	// A link with epB's name and underlay's mark but no record (the record
 	// was lost).
 	stray := rules.EndpointLinkName(epB)
-	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}); err != nil {
+	if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}); err != nil {
 		t.Fatal(err)
 	}
 	// A host link that merely has the name form is never touched, nor is a
@@ -162,10 +163,10 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 	// instance's.
 	f.k.AddHostLink(rules.EndpointLinkName(epA), "veth", 1500)
 	unmarked, foreign := rules.EndpointLinkName(epC), rules.EndpointLinkName(netC)
-	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: unmarked, Parent: "eth1", Type: "macvlan", Mode: "bridge"}); err != nil {
+	if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: unmarked, Parent: "eth1", Type: "macvlan", Mode: "bridge"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: foreign, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: netlinkutil.Mark("another")}); err != nil {
+	if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: foreign, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: vocab.Mark("another")}); err != nil {
 		t.Fatal(err)
 	}
 	for _, ep := range []string{epA, epB, epC, netC} {
@@ -185,7 +186,7 @@ func TestSecondJoinWhileTheLinkIsInASandboxIsRefused(t *testing.T) {
 	link := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.Remove(link) // moved into the sandbox: gone from the host namespace
 	_, err := f.join(netA, epA)
-	wantErr(t, err, ErrConflict, "already joined", "/var/run/docker/netns/x", link, "leave it first")
+	wantErr(t, err, pluginapi.ErrConflict, "already joined", "/var/run/docker/netns/x", link, "leave it first")
 	f.wantLinks()
 	// A link still in the host namespace (Docker never moved it) is
 	// replaced as before.

@@ -9,7 +9,8 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 // What current engines offer remote drivers: GwAllocCheck (no gateway
@@ -62,7 +63,7 @@ func TestEndpointInterfaceName(t *testing.T) {
 		{"", "without a name"}, {"lo", "reserved"}, {"averyverylongname", "at most 15"}, {"a/b", "not a valid"}, {"a b", "not a valid"}, {"x:1", "not a valid"},
 	} {
 		err := create(epB, map[string]any{rules.OptEndpointIfName: bad.name})
-		wantErr(t, err, rules.ErrInvalid, bad.want, rules.OptEndpointIfName)
+		wantErr(t, err, pluginapi.ErrInvalid, bad.want, rules.OptEndpointIfName)
 	}
 	if err := create(epA, map[string]any{rules.OptEndpointIfName: "lan7"}); err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func TestAnnouncementsEndAndSkip(t *testing.T) {
 	if got := an.got(); len(got) != 0 {
 		t.Fatalf("announced %v: want nothing after Leave, with nmsgs=0, or on an internal network", got)
 	}
-	f.k.AddLink(netlinkutil.Link{Name: "lan9", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:09"})
+	f.k.AddLink(vocab.Link{Name: "lan9", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:09"})
 	f.mustCreate(netReq{ID: "dddddddddddd0000000000000000000000000000000000000000000000000004", Opts: map[string]string{"parent": "lan9", "type": "ipvlan"}, V4: []string{"198.18.4.0/24,198.18.4.1/24"}})
 	f.mustEndpoint("dddddddddddd0000000000000000000000000000000000000000000000000004", epD, "198.18.4.10/24")
 	waitFor(t, "the ipvlan announcement", func() bool { return len(an.got()) == 1 })

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // eventLog is an Events counting every call by name and argument.
@@ -48,7 +49,7 @@ func TestEventsConflictAndStaleHolder(t *testing.T) {
 	f.count(ev)
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	f.docker.setLive(netA)
-	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}}), ErrConflict)
+	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}}), pluginapi.ErrConflict)
 	ev.want(t, map[string]int{"conflict": 1})
 	// Docker forgot netA: it is removed as a stale holder, nothing refused.
 	f.docker.setLive()
@@ -56,7 +57,7 @@ func TestEventsConflictAndStaleHolder(t *testing.T) {
 	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}})
 	ev.want(t, map[string]int{"conflict": 1, "stale": 1})
 	// Another create's refusal (bad input) is no conflict of holders.
-	wantErr(t, f.create(netReq{ID: netC, Opts: map[string]string{"parent": "eth0", "mtu": "1"}}), rules.ErrInvalid)
+	wantErr(t, f.create(netReq{ID: netC, Opts: map[string]string{"parent": "eth0", "mtu": "1"}}), pluginapi.ErrInvalid)
 	ev.want(t, map[string]int{"conflict": 1, "stale": 1})
 }
 
@@ -91,8 +92,8 @@ func TestEventsRestoreAndRepair(t *testing.T) {
 	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.2.0/24"}})
 	if err := f.db.Update(func(tx *store.Tx) error {
 		n := drivertest.Macvlan(netA, "eth0.20", "bridge", "198.18.1.0/24")
-		n.Pending = &store.Reservation{Token: "dead", Deadline: time.Now().Add(time.Hour)}
-		if err := tx.PutParentLink(store.ParentLink{Name: "eth0.20", Kind: "vlan", Base: "eth0", VLAN: 20}); err != nil {
+		n.Pending = &record.Reservation{Token: "dead", Deadline: time.Now().Add(time.Hour)}
+		if err := tx.PutParentLink(record.ParentLink{Name: "eth0.20", Kind: "vlan", Base: "eth0", VLAN: 20}); err != nil {
 			return err
 		}
 		return tx.PutNetwork(n)

@@ -15,6 +15,7 @@ import (
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // fakeDocker answers NetworkExists from a set of live IDs, or through
@@ -183,7 +184,7 @@ func (f *fixture) networks() []string {
 	f.t.Helper()
 	var ids []string
 	if err := f.db.View(func(tx *store.Tx) error {
-		return tx.ForEachNetwork(func(n store.Network) error { ids = append(ids, n.ID); return nil })
+		return tx.ForEachNetwork(func(n record.Network) error { ids = append(ids, n.ID); return nil })
 	}); err != nil {
 		f.t.Fatal(err)
 	}
@@ -191,9 +192,9 @@ func (f *fixture) networks() []string {
 	return ids
 }
 
-func (f *fixture) record(id string) (store.Network, bool) {
+func (f *fixture) record(id string) (record.Network, bool) {
 	f.t.Helper()
-	var n store.Network
+	var n record.Network
 	var ok bool
 	if err := f.db.View(func(tx *store.Tx) (err error) { n, ok, err = tx.Network(id); return err }); err != nil {
 		f.t.Fatal(err)

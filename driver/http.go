@@ -9,9 +9,6 @@ import (
 	"github.com/underlay-net/underlay/internal/pluginapi"
 )
 
-// MaxBody is the largest request body accepted.
-const MaxBody = pluginapi.MaxBody
-
 // Handler returns a handler of the remote driver protocol alone:
 // /Plugin.Activate (NetworkDriver) and every /NetworkDriver.* route. The
 // daemon serves the driver beside the IPAM driver on one mux (Register).

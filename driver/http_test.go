@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/underlay-net/underlay/internal/pluginapi"
 )
 
 func post(t *testing.T, h http.Handler, path, body string) (int, map[string]any) {
@@ -79,7 +81,7 @@ func TestHTTPBadRequests(t *testing.T) {
 		{"/NetworkDriver.CreateNetwork", `{}`, 400, "NetworkID"},
 		{"/NetworkDriver.Join", `{"NetworkID":"x"}`, 400, "EndpointID"},
 		{"/NetworkDriver.CreateEndpoint", `{"NetworkID":"x","EndpointID":"e","Interface":{"MacAddress":5}}`, 400, "MacAddress"},
-		{"/NetworkDriver.CreateNetwork", `{"NetworkID":"` + strings.Repeat("a", MaxBody) + `"}`, 413, "larger than"},
+		{"/NetworkDriver.CreateNetwork", `{"NetworkID":"` + strings.Repeat("a", pluginapi.MaxBody) + `"}`, 413, "larger than"},
 		{"/NetworkDriver.Nope", `{}`, 404, "NetworkDriver.Nope"},
 	} {
 		code, out := post(t, h, tc.path, tc.body)

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The repairs doctor asks for check their finding again and follow the
@@ -37,7 +39,7 @@ func TestDoctorRepairs(t *testing.T) {
 		t.Errorf("young network: %v", err)
 	}
 	f.clock.Advance(time.Minute)
-	if _, err := f.d.RemoveStaleNetwork(ctx, netB); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "Docker knows it") {
+	if _, err := f.d.RemoveStaleNetwork(ctx, netB); !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "Docker knows it") {
 		t.Errorf("network Docker knows: %v", err)
 	}
 	f.docker.setLive(netA)
@@ -60,16 +62,16 @@ func TestDoctorRepairs(t *testing.T) {
 	}
 
 	// Orphans: only marked links no record owns.
-	f.k.AddLink(netlinkutil.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: f.d.mark})
-	f.k.AddLink(netlinkutil.Link{Name: "ulh000000000000", Kind: "macvlan", Alias: "underlay:someone-else"})
+	f.k.AddLink(vocab.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: f.d.mark})
+	f.k.AddLink(vocab.Link{Name: "ulh000000000000", Kind: "macvlan", Alias: "underlay:someone-else"})
 	if res, err := f.d.DeleteOrphanLink(ctx, "uleffffffffffff"); err != nil || res != "deleted uleffffffffffff" {
 		t.Errorf("DeleteOrphanLink: %q, %v", res, err)
 	}
-	if _, err := f.d.DeleteOrphanLink(ctx, "ulh000000000000"); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "does not carry this underlay's mark") {
+	if _, err := f.d.DeleteOrphanLink(ctx, "ulh000000000000"); !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), "does not carry this underlay's mark") {
 		t.Errorf("foreign link: %v", err)
 	}
 	if _, ok := f.k.Link(link); !ok { // in the container: put one back in the host namespace
-		f.k.AddLink(netlinkutil.Link{Name: link, Kind: "macvlan", Alias: f.d.mark})
+		f.k.AddLink(vocab.Link{Name: link, Kind: "macvlan", Alias: f.d.mark})
 	}
 	if res, err := f.d.DeleteOrphanLink(ctx, link); err != nil || !strings.Contains(res, "a record owns link") {
 		t.Errorf("recorded endpoint link: %q, %v", res, err)
@@ -81,7 +83,7 @@ func TestDoctorRepairs(t *testing.T) {
 	// An expired reservation is rolled back, an unexpired one is not.
 	if err := f.db.Update(func(tx *store.Tx) error {
 		n, _, err := tx.Network(netA)
-		n.Pending = &store.Reservation{Token: "t", Deadline: f.clock.Now().Add(time.Second)}
+		n.Pending = &record.Reservation{Token: "t", Deadline: f.clock.Now().Add(time.Second)}
 		if err == nil {
 			err = tx.PutNetwork(n)
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // IPv6 from the LAN (-o ipv6_mode=slaac|dhcpv6, driver/internal/rules
@@ -27,7 +27,7 @@ import (
 
 // lanIPv6 is the address source of networks whose IPv6 comes from the
 // LAN: it sets ep.IPv6 (and ep.Lease6, through leased) and answers it.
-func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoint, existing *store.Endpoint) (grant, error) {
+func (d *Driver) lanIPv6(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error) {
 	mode := n.Config.IPv6Mode
 	if mode == rules.IPv6Static {
 		return grant{}, nil
@@ -53,7 +53,7 @@ func (d *Driver) lanIPv6(ctx context.Context, n store.Network, ep *store.Endpoin
 	// The link-local address is the container's own on the parent's
 	// LAN: the host's link-local of the parent, or another endpoint's,
 	// would be a duplicate no probe sees (addrheld.go).
-	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, rules.EndpointAddrs(store.Endpoint{IPv6: addr}))
+	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, rules.EndpointAddrs(record.Endpoint{IPv6: addr}))
 	if err != nil {
 		return grant{}, err
 	}

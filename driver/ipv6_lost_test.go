@@ -14,6 +14,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // blockedList is the fake kernel's blocks of this driver, sorted.
@@ -160,7 +161,7 @@ func TestDHCPv6JournaledLeasesReleasedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	journal := func() []string { // "e1 ADDR" ("e1 ADDR deletion" for a deletion's entry)
-		var p []store.PendingRelease
+		var p []record.PendingRelease
 		_ = f.db.View(func(tx *store.Tx) (err error) { p, err = tx.PendingReleases(); return err })
 		var out []string
 		for _, r := range p {

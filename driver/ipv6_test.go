@@ -14,8 +14,10 @@ import (
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // fakeLeases6 is a DHCPv6 server in a box: 2001:db8:60::100 up, valid
@@ -112,7 +114,7 @@ func lan6Fixture(t *testing.T) (*fixture, *fakeLeases6) {
 	f.close()
 	f.dhcp6 = fl
 	f.open()
-	f.k.AddLink(netlinkutil.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
+	f.k.AddLink(vocab.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
 	return f, fl
 }
 
@@ -158,7 +160,7 @@ func TestSLAACEndpointAnswersItsLinkLocal(t *testing.T) {
 	}
 	_, err = f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: ep1[:63] + "9",
 		Interface: &network.EndpointInterface{AddressIPv6: "2001:db8:1::5/64"}})
-	wantErr(t, err, rules.ErrInvalid, "2001:db8:1::5/64", "ipv6_mode=slaac", "--ip6")
+	wantErr(t, err, pluginapi.ErrInvalid, "2001:db8:1::5/64", "ipv6_mode=slaac", "--ip6")
 }
 
 func TestDHCPv6LeaseRenewRelease(t *testing.T) {
@@ -317,8 +319,8 @@ func mustMAC(t *testing.T, s string) net.HardwareAddr {
 }
 
 // endpointRecord reads an endpoint's record.
-func (f *fixture) endpointRecord(netID, epID string) (store.Endpoint, bool, error) {
-	var ep store.Endpoint
+func (f *fixture) endpointRecord(netID, epID string) (record.Endpoint, bool, error) {
+	var ep record.Endpoint
 	var ok bool
 	err := f.db.View(func(tx *store.Tx) (err error) {
 		ep, ok, err = tx.Endpoint(netID, epID)
@@ -394,7 +396,7 @@ func TestDHCPv6OfferHeldElsewhereIsDeclined(t *testing.T) {
 	fl.same, fl.declined = held, nil
 	fl.mu.Unlock()
 	_, err = f.endpoint(netA, ep3, "", "52:54:00:00:00:03")
-	wantErr(t, err, ErrConflict, "2001:db8:60::100", "endpoint e1e1e1e1e1e1", "declined", "DHCPv6")
+	wantErr(t, err, pluginapi.ErrConflict, "2001:db8:60::100", "endpoint e1e1e1e1e1e1", "declined", "DHCPv6")
 	if len(fl.declined) != rules.MaxDeclines {
 		t.Fatalf("declined %v, want %d Declines", fl.declined, rules.MaxDeclines)
 	}

@@ -11,8 +11,11 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,12 +39,12 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 	if cur := d.joins.Overlay(*ep); cur.Sandbox != "" && cur.Boot == d.boot {
 		if _, err := d.links.Get(ctx, ep.Link); errors.Is(err, netlinkutil.ErrNotFound) {
 			return nil, fmt.Errorf("%w: endpoint %s is already joined to sandbox %s and its link %s is in that sandbox: a second link would carry the same MAC; leave it first (docker network disconnect)",
-				ErrConflict, dockerid.Short(ep.ID), cur.Sandbox, ep.Link)
+				pluginapi.ErrConflict, dockerid.Short(ep.ID), cur.Sandbox, ep.Link)
 		} else if err != nil {
 			return nil, err
 		}
 	}
-	spec := netlinkutil.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
+	spec := vocab.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
 	d.point("join/before-link")
 	if err := d.addEndpointLink(ctx, *n, spec); err != nil {
 		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", dockerid.Short(ep.ID), dockerid.Short(n.ID), err, mtuHint(ctx, d.links, *n, err))
@@ -76,7 +79,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 // never fails for a state underlay can repair. It does fail when another
 // link holds the route to the endpoint's address (netlinkutil.ErrRouteHeld:
 // another instance's host link, an operator's route), which stays.
-func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.Endpoint) error {
+func (d *Driver) joinHostRoute(ctx context.Context, n record.Network, ep record.Endpoint) error {
 	if n.HostAddress == "" {
 		return nil
 	}
@@ -114,7 +117,7 @@ func (d *Driver) joinHostRoute(ctx context.Context, n store.Network, ep store.En
 // host link reads the joins under it), and a route through the host link,
 // if one came meanwhile, with them; the route another link holds stays.
 // What fails is logged: the refusal is the answer.
-func (d *Driver) unjoin(ctx context.Context, n store.Network, ep store.Endpoint, sandbox string) {
+func (d *Driver) unjoin(ctx context.Context, n record.Network, ep record.Endpoint, sandbox string) {
 	ctx = context.WithoutCancel(ctx)
 	log := d.log.With("network", n.ID, "endpoint", ep.ID)
 	_, unlockParent, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.ParentKey(n.Parent)))
@@ -140,7 +143,7 @@ func (d *Driver) unjoin(ctx context.Context, n store.Network, ep store.Endpoint,
 
 // addEndpointLink creates the link, replacing a leftover of an earlier
 // attempt and re-creating a parent link underlay owns if it vanished.
-func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netlinkutil.Endpoint) error {
+func (d *Driver) addEndpointLink(ctx context.Context, n record.Network, spec vocab.Endpoint) error {
 	err := d.links.AddEndpoint(ctx, spec)
 	if errors.Is(err, unix.EEXIST) {
 		// A link of this name left in the host namespace by an earlier
@@ -169,7 +172,7 @@ func (d *Driver) addEndpointLink(ctx context.Context, n store.Network, spec netl
 // mtuHint explains the kernel's EINVAL for an endpoint link whose MTU is
 // above its parent's (an operator lowered the parent's MTU after the
 // network was created): "" when that is not the cause.
-func mtuHint(ctx context.Context, links netlinkutil.Links, n store.Network, err error) string {
+func mtuHint(ctx context.Context, links netlinkutil.Links, n record.Network, err error) string {
 	if n.MTU == 0 || !errors.Is(err, unix.EINVAL) {
 		return ""
 	}

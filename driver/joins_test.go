@@ -8,7 +8,9 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/doctor"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Join and Leave of a network without a host address write nothing to the
@@ -39,7 +41,7 @@ func TestJoinAndLeaveWriteNothingWithoutAHostAddress(t *testing.T) {
 	link := resp.InterfaceName.SrcName
 	f.k.Remove(link) // libnetwork moved it into the sandbox
 	_, err = f.join(netA, epA)
-	wantErr(t, err, ErrConflict, "already joined", link)
+	wantErr(t, err, pluginapi.ErrConflict, "already joined", link)
 	if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestJoinOfAHostAddressNetworkIsCommitted(t *testing.T) {
 	f.k.Remove(link)
 	f.restart()
 	_, err := f.join(netA, epA)
-	wantErr(t, err, ErrConflict, "already joined", link)
+	wantErr(t, err, pluginapi.ErrConflict, "already joined", link)
 	if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func TestLeaveClearsAJoinAnOlderVersionCommitted(t *testing.T) {
 	f.k.Remove(link)
 	f.restart()
 	_, err := f.join(netA, epA)
-	wantErr(t, err, ErrConflict, "already joined", "/var/run/docker/netns/old")
+	wantErr(t, err, pluginapi.ErrConflict, "already joined", "/var/run/docker/netns/old")
 	if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
 		t.Fatal(err)
 	}
@@ -128,9 +130,9 @@ func (f *fixture) stateBytes() []byte {
 	return b
 }
 
-func (f *fixture) epRecord(netID, epID string) store.Endpoint {
+func (f *fixture) epRecord(netID, epID string) record.Endpoint {
 	f.t.Helper()
-	var ep store.Endpoint
+	var ep record.Endpoint
 	if err := f.db.View(func(tx *store.Tx) (err error) {
 		var ok bool
 		ep, ok, err = tx.Endpoint(netID, epID)

@@ -11,20 +11,21 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 func TestLeaseState(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	l := store.Lease{Acquired: t0, T1: t0.Add(60 * time.Second), T2: t0.Add(105 * time.Second), Expiry: t0.Add(120 * time.Second)}
+	l := record.Lease{Acquired: t0, T1: t0.Add(60 * time.Second), T2: t0.Add(105 * time.Second), Expiry: t0.Add(120 * time.Second)}
 	lost := l
 	lost.Lost = t0.Add(10 * time.Second)
 	for _, tc := range []struct {
-		l    store.Lease
+		l    record.Lease
 		at   time.Duration
 		want string
 	}{
-		{l, 0, store.LeaseBound}, {l, 60 * time.Second, store.LeaseRenewing}, {l, 105 * time.Second, store.LeaseRebinding},
-		{l, 120 * time.Second, store.LeaseLost}, {lost, 20 * time.Second, store.LeaseLost},
+		{l, 0, record.LeaseBound}, {l, 60 * time.Second, record.LeaseRenewing}, {l, 105 * time.Second, record.LeaseRebinding},
+		{l, 120 * time.Second, record.LeaseLost}, {lost, 20 * time.Second, record.LeaseLost},
 	} {
 		if got := tc.l.State(t0.Add(tc.at)); got != tc.want {
 			t.Errorf("at %s: %s, want %s", tc.at, got, tc.want)
@@ -32,8 +33,8 @@ func TestLeaseState(t *testing.T) {
 	}
 }
 
-func (f *fixture) lease(netID, epID string) *store.Lease {
-	var ep store.Endpoint
+func (f *fixture) lease(netID, epID string) *record.Lease {
+	var ep record.Endpoint
 	_ = f.db.View(func(tx *store.Tx) (err error) { ep, _, err = tx.Endpoint(netID, epID); return err })
 	return ep.Lease
 }
@@ -67,7 +68,7 @@ func TestDHCPLostLeaseIsBlockedUntilWonBack(t *testing.T) {
 	f.clock.Advance(61 * time.Second)
 	f.d.leases.V4.Renew(ctx, leases.Key{Network: netA, Endpoint: ep1})
 	l := f.lease(netA, ep1)
-	if l == nil || l.Lost.IsZero() || l.Addr != "198.18.180.100/24" || l.State(f.clock.Now()) != store.LeaseLost {
+	if l == nil || l.Lost.IsZero() || l.Addr != "198.18.180.100/24" || l.State(f.clock.Now()) != record.LeaseLost {
 		t.Fatalf("after the NAK the lease is %+v, want lost, same address", l)
 	}
 	want := []netlinkutil.Blocked{{Parent: "lan0", Addr: addr, Tag: f.d.mark}}
@@ -189,7 +190,7 @@ func TestDHCPJournaledLeasesReleasedAtStart(t *testing.T) {
 	if _, err := f.endpoint(netA, ep1, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	var pending []store.PendingRelease
+	var pending []record.PendingRelease
 	_ = f.db.View(func(tx *store.Tx) (err error) { pending, err = tx.PendingReleases(); return err })
 	if len(pending) != 0 {
 		t.Fatalf("a committed endpoint's lease is still in the journal: %+v", pending)
@@ -212,7 +213,7 @@ func TestDHCPJournaledLeasesReleasedAtStart(t *testing.T) {
 		return len(fl.released) == 1 && fl.released[0] == pending[0].Lease.Addr
 	})
 	waitFor(t, "the journal emptied", func() bool {
-		var p []store.PendingRelease
+		var p []record.PendingRelease
 		_ = f.db.View(func(tx *store.Tx) (err error) { p, err = tx.PendingReleases(); return err })
 		return len(p) == 0
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // A network that comes back (the same ID and options: a swarm node
@@ -38,7 +39,7 @@ func (c *creation) parentMoved(ctx context.Context) (rules.Resolution, bool, err
 	case gone != nil && !errors.Is(gone, netlinkutil.ErrNotFound):
 		return res, false, gone
 	}
-	var eps []store.Endpoint
+	var eps []record.Endpoint
 	if err := d.store.View(func(tx *store.Tx) (err error) {
 		eps, err = d.joins.Endpoints(tx, same.ID)
 		return err
@@ -55,7 +56,7 @@ func (c *creation) parentMoved(ctx context.Context) (rules.Resolution, bool, err
 
 // reuse makes a stored network whole again: its parent link and host link.
 // The caller holds the network's and the parent's locks.
-func (c *creation) reuse(ctx context.Context, n store.Network) error {
+func (c *creation) reuse(ctx context.Context, n record.Network) error {
 	d := c.d
 	parent, err := d.owned.Ensure(ctx, n)
 	if err != nil {

@@ -11,7 +11,9 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // CreateNetwork creates a network or, when its ID comes back, reuses or
@@ -74,7 +76,7 @@ func (c *creation) createNetwork(ctx context.Context) (err error) {
 	}
 	// A parent link must be created: claim the parent durably first, so a
 	// crash or a hung kernel call is rolled back with what it made.
-	want.Pending = &store.Reservation{Token: newToken(), Deadline: d.now().Add(d.pending)}
+	want.Pending = &record.Reservation{Token: newToken(), Deadline: d.now().Add(d.pending)}
 	want.Created = d.now()
 	token := want.Pending.Token
 	created := false // whether this request made the parent link
@@ -125,7 +127,7 @@ func (c *creation) createNetwork(ctx context.Context) (err error) {
 // commitWithShim makes the network's host link, if it asks for one, then
 // commits the network with commit; a failed commit deletes the host link
 // again (the caller's own rollback undoes the rest).
-func (c *creation) commitWithShim(ctx context.Context, want store.Network, parentCreated bool, commit func(*store.Tx) error) (err error) {
+func (c *creation) commitWithShim(ctx context.Context, want record.Network, parentCreated bool, commit func(*store.Tx) error) (err error) {
 	d := c.d
 	if err := d.shims.Ensure(ctx, want, nil); err != nil {
 		return err
@@ -179,8 +181,8 @@ func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRe
 }
 
 // network reads one network record; nil when there is none.
-func (d *Driver) network(id string) (*store.Network, error) {
-	var n store.Network
+func (d *Driver) network(id string) (*record.Network, error) {
+	var n record.Network
 	var ok bool
 	if err := d.store.View(func(tx *store.Tx) (err error) {
 		n, ok, err = tx.Network(id)
@@ -193,7 +195,7 @@ func (d *Driver) network(id string) (*store.Network, error) {
 
 // commitNetwork writes a complete network and confirms the reservations of
 // the pools of underlay's IPAM it names: Docker uses them.
-func commitNetwork(tx *store.Tx, n store.Network, refs []rules.IPAMRef) error {
+func commitNetwork(tx *store.Tx, n record.Network, refs []rules.IPAMRef) error {
 	for _, r := range refs {
 		if err := tx.ConfirmIPAMPools(r.Space, r.Pool); err != nil {
 			return err
@@ -210,5 +212,5 @@ func newToken() string {
 
 // notFound is the error for requests naming an unknown network.
 func notFound(what, id string) error {
-	return fmt.Errorf("%w: %s %s is unknown to underlay (it was not created through underlay, or underlay's state file was replaced): remove and re-create it with docker network rm/create", ErrNotFound, what, dockerid.Short(id))
+	return fmt.Errorf("%w: %s %s is unknown to underlay (it was not created through underlay, or underlay's state file was replaced): remove and re-create it with docker network rm/create", pluginapi.ErrNotFound, what, dockerid.Short(id))
 }

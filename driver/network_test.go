@@ -12,8 +12,10 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -79,7 +81,7 @@ func TestRule2StaleDuplicateReplaced(t *testing.T) {
 	if n.Parent != "eth1" || n.MTU != 9000 || n.IPv4[0].Subnet != "198.18.5.0/24" || n.Pending != nil {
 		t.Fatalf("record after replace: %+v", n)
 	}
-	var eps []store.Endpoint
+	var eps []record.Endpoint
 	_ = f.db.View(func(tx *store.Tx) (err error) { eps, err = tx.Endpoints(netA); return err })
 	if len(eps) != 0 {
 		t.Fatalf("endpoints of the stale copy survived: %+v", eps)
@@ -120,7 +122,7 @@ func TestRule3Conflicts(t *testing.T) {
 			before := f.k.Calls("endpoint")
 			err := f.create(netReq{ID: netB, Opts: tc.want, V4: tc.wantNet})
 			parent := tc.holder["parent"]
-			wantErr(t, err, ErrConflict, "aaaaaaaaaaaa", parent, tc.reason, "docker network rm aaaaaaaaaaaa")
+			wantErr(t, err, pluginapi.ErrConflict, "aaaaaaaaaaaa", parent, tc.reason, "docker network rm aaaaaaaaaaaa")
 			f.wantNetworks(netA)
 			links := []string{link}
 			if parent == "eth0.20" {
@@ -178,7 +180,7 @@ func TestRule4LiveOrUnknownHolderRefuses(t *testing.T) {
 			f := newFixture(t)
 			f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 			tc.set(f.docker)
-			wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}}), ErrConflict, "aaaaaaaaaaaa")
+			wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}}), pluginapi.ErrConflict, "aaaaaaaaaaaa")
 			f.wantNetworks(netA)
 		})
 	}
@@ -189,7 +191,7 @@ func TestRule4OnlyAllStaleHoldersAreRemoved(t *testing.T) {
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/25"}})
 	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.128/25"}})
 	f.docker.setLive(netB) // netA stale, netB live
-	wantErr(t, f.create(netReq{ID: netC, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24"}}), ErrConflict, "bbbbbbbbbbbb")
+	wantErr(t, f.create(netReq{ID: netC, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24"}}), pluginapi.ErrConflict, "bbbbbbbbbbbb")
 	f.wantNetworks(netA, netB) // a refusal changes nothing
 }
 
@@ -213,7 +215,7 @@ func TestRule5ConcurrentConflictingCreatesOneWinner(t *testing.T) {
 			switch {
 			case err == nil:
 				wins.Add(1)
-			case errors.Is(err, ErrConflict):
+			case errors.Is(err, pluginapi.ErrConflict):
 				conflicts.Add(1)
 			default:
 				errs <- err
@@ -303,7 +305,7 @@ func TestRule6FailedCreateLeavesNothing(t *testing.T) {
 			wantErr(t, f.create(r), nil, "injected")
 			f.wantNetworks()
 			f.wantLinks()
-			var parents []store.ParentLink
+			var parents []record.ParentLink
 			_ = f.db.View(func(tx *store.Tx) (err error) { parents, err = tx.ParentLinks(); return err })
 			if len(parents) != 0 {
 				t.Fatalf("parent link records left: %+v", parents)
@@ -336,7 +338,7 @@ func TestCreateValidatesAgainstKernel(t *testing.T) {
 		{map[string]string{"parent": "eth0", "mtu": "9000"}, []string{"mtu 9000", "1500", "eth0"}},
 		{map[string]string{"parent": "eth0.80", "mtu": "1501"}, []string{"mtu 1501", "1500"}},
 	} {
-		wantErr(t, f.create(netReq{ID: netA, Opts: tc.opts}), rules.ErrInvalid, tc.want...)
+		wantErr(t, f.create(netReq{ID: netA, Opts: tc.opts}), pluginapi.ErrInvalid, tc.want...)
 	}
 	f.wantNetworks(netC, "dddddddddddd")
 	f.wantLinks(ep, "ulidddddddddddd", "docker0", "br-0123456789ab", "br0")
@@ -391,7 +393,7 @@ func TestAllocateNetworkAnswersValidatedOptions(t *testing.T) {
 		t.Fatalf("AllocateNetwork answered %v", resp.Options)
 	}
 	_, err = rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parnet": "eth0"}})
-	wantErr(t, err, rules.ErrInvalid, "parnet")
+	wantErr(t, err, pluginapi.ErrInvalid, "parnet")
 	if caps := f.d.GetCapabilities(context.Background()); caps.Scope != "local" || caps.ConnectivityScope != "global" {
 		t.Fatalf("capabilities %+v", caps)
 	}
@@ -439,7 +441,7 @@ func TestOwnedVLANKeptWhileForeignLinksStandOnIt(t *testing.T) {
 // A link someone else makes under the planned name between the decision and
 // the kernel call is refused, never adopted, and the rollback leaves it.
 func TestForeignLinkUnderThePlannedNameIsNeverAdoptedOrDeleted(t *testing.T) {
-	for _, foreign := range []netlinkutil.Link{
+	for _, foreign := range []vocab.Link{
 		{Name: "eth0.10", Kind: "dummy", MTU: 1500},                          // another kind
 		{Name: "eth0.10", Kind: "vlan", VLAN: 10, ParentIndex: 2, MTU: 1500}, // a user's identical VLAN, unmarked
 	} {
@@ -457,7 +459,7 @@ func TestForeignLinkUnderThePlannedNameIsNeverAdoptedOrDeleted(t *testing.T) {
 		f.k.SetFault(nil)
 		f.wantNetworks()
 		f.wantLinks("eth0.10")
-		var parents []store.ParentLink
+		var parents []record.ParentLink
 		_ = f.db.View(func(tx *store.Tx) (err error) { parents, err = tx.ParentLinks(); return err })
 		if len(parents) != 0 {
 			t.Fatalf("the foreign %s link is recorded as underlay's: %+v", foreign.Kind, parents)

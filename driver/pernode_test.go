@@ -10,7 +10,8 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 // An internal network's endpoint reports no parent_option: it has none.
@@ -31,11 +32,11 @@ func TestEndpointInfoOfInternalNetwork(t *testing.T) {
 const netD4 = "dddddddddddd0000000000000000000000000000000000000000000000000004"
 
 // routeList is a fixed RouteLister.
-type routeList []netlinkutil.Route
+type routeList []vocab.Route
 
-func (r routeList) Routes(context.Context) ([]netlinkutil.Route, error) { return r, nil }
-func (r routeList) RoutesVia(_ context.Context, index int) ([]netlinkutil.Route, error) {
-	var out []netlinkutil.Route
+func (r routeList) Routes(context.Context) ([]vocab.Route, error) { return r, nil }
+func (r routeList) RoutesVia(_ context.Context, index int) ([]vocab.Route, error) {
+	var out []vocab.Route
 	for _, x := range r {
 		if x.LinkIndex == index {
 			out = append(out, x)
@@ -113,7 +114,7 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 	f.docker.setLive(netC)
 	f.k.Remove("eth0")
 	err = f.create(netReq{ID: netD4, Opts: map[string]string{rules.OptParent: "eth0,lanc"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
-	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), dockerid.Short(netC)) || !strings.Contains(err.Error(), "nor move to lanc") {
+	if !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), dockerid.Short(netC)) || !strings.Contains(err.Error(), "nor move to lanc") {
 		t.Fatalf("moving onto a link with an overlapping network: %v; want a conflict naming %s and the move", err, dockerid.Short(netC))
 	}
 	if n, ok := f.record(netD4); !ok || n.Parent != "eth0" {
@@ -157,7 +158,7 @@ func TestRefusedMoveKeepsTheNetwork(t *testing.T) {
 func TestAutoParentThroughTheDriver(t *testing.T) {
 	f := newFixture(t)
 	eth1, _ := f.k.Link("eth1")
-	f.d.resolver.Routes = routeList{{Dst: netip.MustParsePrefix("198.18.1.0/24"), LinkIndex: eth1.Index, Table: netlinkutil.MainTable}}
+	f.d.resolver.Routes = routeList{{Dst: netip.MustParsePrefix("198.18.1.0/24"), LinkIndex: eth1.Index, Table: vocab.MainTable}}
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "auto"}})
 	if n, _ := f.record(netA); n.Parent != "eth1" || n.Options[rules.OptParent] != "auto" {
 		t.Fatalf("record: link %s, option %q; want eth1 (its connected route holds the subnet) and auto", n.Parent, n.Options[rules.OptParent])
@@ -167,7 +168,7 @@ func TestAutoParentThroughTheDriver(t *testing.T) {
 	if _, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.7"}}); err != nil {
 		t.Errorf("AllocateNetwork(parent=auto.7): %v", err)
 	}
-	if _, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.0"}}); !errors.Is(err, rules.ErrInvalid) {
+	if _, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.0"}}); !errors.Is(err, pluginapi.ErrInvalid) {
 		t.Errorf("AllocateNetwork(parent=auto.0) = %v, want a refusal", err)
 	}
 	// Without a route view, auto is refused with the fix.

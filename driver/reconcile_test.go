@@ -10,7 +10,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -59,14 +60,14 @@ func TestRestoreRemovesStrayLinksOnly(t *testing.T) {
 	known := f.mustEndpoint(netA, epA, "")
 	ctx := context.Background()
 	mk := func(name, typ, mark string) {
-		if err := f.k.AddEndpoint(ctx, netlinkutil.Endpoint{Name: name, Parent: "eth1", Type: typ, Mode: map[string]string{"macvlan": "bridge", "ipvlan": "l2"}[typ], Flag: "bridge", Mark: mark}); err != nil {
+		if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: name, Parent: "eth1", Type: typ, Mode: map[string]string{"macvlan": "bridge", "ipvlan": "l2"}[typ], Flag: "bridge", Mark: mark}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mk("ule0123456789ab", "macvlan", f.d.mark)                  // endpoint link nobody owns, ours
-	mk("ule0123456789ac", "macvlan", "")                        // the name form, no mark: not ours to judge
-	mk("ule0123456789ad", "macvlan", netlinkutil.Mark("other")) // another instance's
-	mk("mymacvlan", "macvlan", "")                              // the administrator's
+	mk("ule0123456789ab", "macvlan", f.d.mark)            // endpoint link nobody owns, ours
+	mk("ule0123456789ac", "macvlan", "")                  // the name form, no mark: not ours to judge
+	mk("ule0123456789ad", "macvlan", vocab.Mark("other")) // another instance's
+	mk("mymacvlan", "macvlan", "")                        // the administrator's
 	f.k.AddHostLink("ule999999999999", "veth", 1500)
 	if err := f.k.AddDummy(ctx, "uli0123456789ab", 0, f.d.mark); err != nil { // our dummy, not owned any more
 		t.Fatal(err)
@@ -84,11 +85,11 @@ func TestRestoreRollsBackOrphanedReservation(t *testing.T) {
 	// A process died between reserving and committing, after creating the
 	// VLAN it owns (eth0.20) and while sharing eth0.10.
 	if err := f.db.Update(func(tx *store.Tx) error {
-		if err := tx.PutParentLink(store.ParentLink{Name: "eth0.20", Kind: "vlan", Base: "eth0", VLAN: 20}); err != nil {
+		if err := tx.PutParentLink(record.ParentLink{Name: "eth0.20", Kind: "vlan", Base: "eth0", VLAN: 20}); err != nil {
 			return err
 		}
-		for _, n := range []store.Network{drivertest.Macvlan(netA, "eth0.20", "bridge", "198.18.1.0/24"), drivertest.Macvlan(netC, "eth0.10", "bridge", "198.18.3.0/24")} {
-			n.Pending = &store.Reservation{Token: "dead", Deadline: time.Now().Add(time.Hour)}
+		for _, n := range []record.Network{drivertest.Macvlan(netA, "eth0.20", "bridge", "198.18.1.0/24"), drivertest.Macvlan(netC, "eth0.10", "bridge", "198.18.3.0/24")} {
+			n.Pending = &record.Reservation{Token: "dead", Deadline: time.Now().Add(time.Hour)}
 			if err := tx.PutNetwork(n); err != nil {
 				return err
 			}
@@ -111,7 +112,7 @@ func TestRestoreRollsBackOrphanedReservation(t *testing.T) {
 func TestRestoreDeletesOwnedParentNoNetworkUses(t *testing.T) {
 	f := newFixture(t)
 	if err := f.db.Update(func(tx *store.Tx) error {
-		return tx.PutParentLink(store.ParentLink{Name: "eth0.30", Kind: "vlan", Base: "eth0", VLAN: 30})
+		return tx.PutParentLink(record.ParentLink{Name: "eth0.30", Kind: "vlan", Base: "eth0", VLAN: 30})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestRestoreDeletesOwnedParentNoNetworkUses(t *testing.T) {
 	}
 	f.restart()
 	f.wantLinks()
-	var parents []store.ParentLink
+	var parents []record.ParentLink
 	_ = f.db.View(func(tx *store.Tx) (err error) { parents, err = tx.ParentLinks(); return err })
 	if len(parents) != 0 {
 		t.Fatalf("parent records left: %+v", parents)
@@ -169,7 +170,7 @@ func TestJanitorReleasesParentsUnderTheirLock(t *testing.T) {
 	// A reservation that expired while its request still runs.
 	if err := f.db.Update(func(tx *store.Tx) error {
 		n, _, err := tx.Network(netA)
-		n.Pending = &store.Reservation{Token: "t", Deadline: f.clock.Now().Add(-time.Second)}
+		n.Pending = &record.Reservation{Token: "t", Deadline: f.clock.Now().Add(-time.Second)}
 		if err != nil {
 			return err
 		}
@@ -206,7 +207,7 @@ func TestRestoreMovesAltnameParentsToTheKernelName(t *testing.T) {
 	}
 	f.clock.Advance(time.Hour)
 	f.docker.setLive(netA)
-	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.2.0/24"}}), ErrConflict, "aaaaaaaaaaaa", "passthru")
+	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.2.0/24"}}), pluginapi.ErrConflict, "aaaaaaaaaaaa", "passthru")
 	// The same network asked again as before is reused.
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "lan0", "macvlan_mode": "passthru"}, V4: []string{"198.18.1.0/24"}})
 	f.wantNetworks(netA)
@@ -220,7 +221,7 @@ func TestRestoreTypesTheOptionsOfOlderRecords(t *testing.T) {
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "mac_address_policy": "random", "address_probe": "1s",
 		rules.OptAdvertiseNMsgs: "1", rules.OptAdvertiseMs: "500"}})
 	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.2.0/24"}})
-	want := map[string]store.Network{}
+	want := map[string]record.Network{}
 	for _, id := range []string{netA, netB} {
 		n, _ := f.record(id)
 		if n.Config == (record.NetworkConfig{}) {

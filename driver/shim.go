@@ -5,7 +5,9 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // host_address: the host link and its routes are made by
@@ -16,12 +18,12 @@ import (
 // IPv4 address an endpoint of another such network has: the host routes
 // one address through one host link, so the second would take the first's
 // route (and its Leave delete it).
-func hostRouteFree(tx *store.Tx, n store.Network, ep store.Endpoint) error {
+func hostRouteFree(tx *store.Tx, n record.Network, ep record.Endpoint) error {
 	a, ok := rules.EndpointV4(ep)
 	if n.HostAddress == "" || !ok {
 		return nil
 	}
-	return tx.ForEachNetworkWithHostAddress(func(o store.Network) error {
+	return tx.ForEachNetworkWithHostAddress(func(o record.Network) error {
 		if o.ID == n.ID || o.HostAddress == "" {
 			return nil
 		}
@@ -32,7 +34,7 @@ func hostRouteFree(tx *store.Tx, n store.Network, ep store.Endpoint) error {
 		for _, e := range eps {
 			if b, ok := rules.EndpointV4(e); ok && b == a {
 				return fmt.Errorf("%w: address %s of endpoint %s is already the address of endpoint %s of network %s, which also has a host address (host link %s): the host routes one address through one host link; give this container another address (--ip), or use another subnet",
-					ErrConflict, a, dockerid.Short(ep.ID), dockerid.Short(e.ID), dockerid.Short(o.ID), rules.ShimName(o.ID))
+					pluginapi.ErrConflict, a, dockerid.Short(ep.ID), dockerid.Short(e.ID), dockerid.Short(o.ID), rules.ShimName(o.ID))
 			}
 		}
 		return nil

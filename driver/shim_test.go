@@ -9,8 +9,10 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 func withHost(id, parent, addr string, opts ...string) netReq {
@@ -44,7 +46,7 @@ func TestHostAddressRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			wantErr(t, f.create(tc.r), rules.ErrInvalid, tc.want...)
+			wantErr(t, f.create(tc.r), pluginapi.ErrInvalid, tc.want...)
 			f.wantNetworks()
 			f.wantLinks()
 		})
@@ -115,12 +117,12 @@ func TestHostLinkLifecycle(t *testing.T) {
 func TestStrayHostLinkRemovedAtStart(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	stray := netlinkutil.Endpoint{Name: rules.ShimName(netB), Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}
+	stray := vocab.Endpoint{Name: rules.ShimName(netB), Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}
 	if err := f.k.AddShim(ctx, stray, netip.MustParseAddr("198.18.1.9")); err != nil {
 		t.Fatal(err)
 	}
 	foreign := stray
-	foreign.Name, foreign.Mark = rules.ShimName(netC), netlinkutil.Mark("other")
+	foreign.Name, foreign.Mark = rules.ShimName(netC), vocab.Mark("other")
 	if err := f.k.AddShim(ctx, foreign, netip.MustParseAddr("198.18.1.8")); err != nil {
 		t.Fatal(err)
 	}
@@ -176,9 +178,9 @@ func TestWatcherRepairsOwnedLinks(t *testing.T) {
 	f.del(netA)
 	time.Sleep(300 * time.Millisecond)
 	f.wantLinks() // the endpoint's link went with its base
-	var nets []store.Network
+	var nets []record.Network
 	_ = f.db.View(func(tx *store.Tx) error {
-		return tx.ForEachNetwork(func(n store.Network) error { nets = append(nets, n); return nil })
+		return tx.ForEachNetwork(func(n record.Network) error { nets = append(nets, n); return nil })
 	})
 	if len(nets) != 0 {
 		t.Fatalf("networks %v", nets)
@@ -218,7 +220,7 @@ func TestJoinRefusedForAHeldHostRoute(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := f.join(netA, epA)
-		wantErr(t, err, ErrConflict, "198.18.1.10", "link eth1", "which carries no underlay mark (an operator's route)", "ip route del 198.18.1.10/32 dev eth1", shim, "--ip")
+		wantErr(t, err, pluginapi.ErrConflict, "198.18.1.10", "link eth1", "which carries no underlay mark (an operator's route)", "ip route del 198.18.1.10/32 dev eth1", shim, "--ip")
 		f.wantRoutes(held)
 		f.wantLinks(shim) // the endpoint's link went
 		if rec := f.epRecord(netA, epA); rec.Sandbox != "" {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/internal/pluginapi"
 )
 
 // libnetwork stores a network only after the driver answered: a holder
@@ -24,7 +26,7 @@ func TestStaleYoungHolderIsAskedAgainAfterTheGrace(t *testing.T) {
 		defer f.docker.mu.Unlock()
 		return f.docker.calls > 1, nil // ...by the second question it is
 	}
-	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.2.0/24"}}), ErrConflict, "aaaaaaaaaaaa", "docker network rm aaaaaaaaaaaa")
+	wantErr(t, f.create(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.2.0/24"}}), pluginapi.ErrConflict, "aaaaaaaaaaaa", "docker network rm aaaaaaaaaaaa")
 	f.wantNetworks(netA)
 	if f.docker.calls != 2 {
 		t.Fatalf("Docker asked %d times, want twice (once, then after the grace period)", f.docker.calls)
@@ -71,7 +73,7 @@ func TestStaleHoldersAreAskedConcurrently(t *testing.T) {
 		return false, errors.New("context deadline exceeded")
 	}
 	err := f.create(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "macvlan_mode": "passthru"}})
-	wantErr(t, err, ErrConflict, "10 networks", "and 5 more", "docker network rm 000000000001", "could not be asked", "DOCKER_HOST")
+	wantErr(t, err, pluginapi.ErrConflict, "10 networks", "and 5 more", "docker network rm 000000000001", "could not be asked", "DOCKER_HOST")
 	if most != holders {
 		t.Fatalf("at most %d holders were asked at once, want all %d", most, holders)
 	}

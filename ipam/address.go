@@ -9,8 +9,9 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // RequestAddress hands out an address of a pool: the gateway (the first
@@ -58,7 +59,7 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 // addrsNearPool returns the host's addresses whose subnet overlaps the
 // pool's prefix (the host's own addresses in it among them); none for a
 // pool that is unknown (allocate refuses it).
-func (m *IPAM) addrsNearPool(ctx context.Context, poolID string) ([]netlinkutil.Addr, error) {
+func (m *IPAM) addrsNearPool(ctx context.Context, poolID string) ([]vocab.Addr, error) {
 	var rec store.IPAMPool
 	var ok bool
 	if err := m.store.View(func(tx *store.Tx) (err error) {
@@ -269,7 +270,7 @@ func (m *IPAM) expired(n int) {
 type parentHolders struct {
 	tx     *store.Tx
 	parent string
-	nets   []store.Network
+	nets   []record.Network
 	err    error
 }
 

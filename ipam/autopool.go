@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Automatic pools: the lowest free prefix of the bases, free of the
@@ -73,7 +74,7 @@ func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool
 	inUse = append(inUse, m.released.stale(known, asOf)...)
 	now := m.now()
 	rec.Auto = true
-	rec.Pending = &store.Reservation{Token: rec.ID, Deadline: now.Add(m.reservation)}
+	rec.Pending = &record.Reservation{Token: rec.ID, Deadline: now.Add(m.reservation)}
 	var expired int
 	err = m.store.Batch(func(tx *store.Tx) error {
 		held, err := m.purgeExpired(tx, now, &expired)
@@ -88,8 +89,8 @@ func (m *IPAM) autoPool(ctx context.Context, req poolRequest, rec store.IPAMPool
 		}
 		// The subnets of underlay's own networks, whatever IPAM gave them
 		// (the driver would refuse a network on one of them).
-		if err := tx.ForEachNetwork(func(n store.Network) error {
-			for _, q := range append(append([]store.Pool(nil), n.IPv4...), n.IPv6...) {
+		if err := tx.ForEachNetwork(func(n record.Network) error {
+			for _, q := range append(append([]record.Pool(nil), n.IPv4...), n.IPv6...) {
 				if p, err := netip.ParsePrefix(q.Subnet); err == nil {
 					taken = append(taken, p.Masked())
 				}
@@ -172,7 +173,7 @@ func overlapping(held []store.IPAMPool, p netip.Prefix, space string, sameParent
 // its addresses, its routes other than default routes (and routes that
 // together are one, see blockingRoutes), its nameservers. It returns the
 // routes as well, for the refusal.
-func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, []netlinkutil.Route, error) {
+func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, []vocab.Route, error) {
 	addrs, err := m.host.Addrs(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -194,7 +195,7 @@ func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, []netlinkutil.
 
 // coveringRoute finds a route that blocks automatic pools and covers a
 // whole base of the family: the one thing to name when none is free.
-func coveringRoute(routes []netlinkutil.Route, bases []Base, v6 bool) (netlinkutil.Route, Base, bool) {
+func coveringRoute(routes []vocab.Route, bases []Base, v6 bool) (vocab.Route, Base, bool) {
 	blocking := map[netip.Prefix]bool{}
 	for _, p := range blockingRoutes(routes) {
 		blocking[p] = true
@@ -206,5 +207,5 @@ func coveringRoute(routes []netlinkutil.Route, bases []Base, v6 bool) (netlinkut
 			}
 		}
 	}
-	return netlinkutil.Route{}, Base{}, false
+	return vocab.Route{}, Base{}, false
 }

@@ -112,7 +112,7 @@ var PoolOptions = []PoolOption{
 	sizeOption(false),
 	sizeOption(true),
 	{
-		Name:    OptAddressProbe,
+		Name:    probeopt.Name,
 		Values:  fmt.Sprintf("a duration from `0` (off) to `%s`", probeopt.Max),
 		Default: fmt.Sprintf("`%s`", defaultProbe),
 		Doc:     "Budget of the probe of each address of a LAN pool before it is handed out: see [On the LAN](#on-the-lan).",
@@ -121,7 +121,7 @@ var PoolOptions = []PoolOption{
 				return nil
 			}
 			var err error
-			p.r.Probe, err = parseAddressProbe(map[string]string{OptAddressProbe: v})
+			p.r.Probe, err = parseAddressProbe(map[string]string{probeopt.Name: v})
 			return err
 		},
 	},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The operator's view of the IPAM state (underlay ls) and the release of
@@ -61,8 +62,8 @@ func (m *IPAM) ReleaseLeaked(_ context.Context, id string, grace time.Duration, 
 			return conflictf("pool %s (%s) was handed out %s ago: not released, run doctor again", id, p.Prefix, now.Sub(p.Created).Round(time.Millisecond))
 		default:
 			used := false
-			if err := tx.ForEachNetwork(func(n store.Network) error {
-				for _, q := range append(append([]store.Pool{}, n.IPv4...), n.IPv6...) {
+			if err := tx.ForEachNetwork(func(n record.Network) error {
+				for _, q := range append(append([]record.Pool{}, n.IPv4...), n.IPv6...) {
 					used = used || q.Subnet == p.Prefix
 				}
 				return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // ReleaseLeaked checks again, in its transaction, that nothing uses the
@@ -22,7 +23,7 @@ func TestReleaseLeaked(t *testing.T) {
 	leaked := e.pool(t, LocalSpace, "198.18.3.0/24", "", nil, false)
 	auto := e.pool(t, LocalSpace, "", "", nil, false) // reserved until Docker uses it
 	if err := e.db.Update(func(tx *store.Tx) error {
-		return tx.PutNetwork(store.Network{ID: "n1", Type: "macvlan", Parent: "eth0", Mode: "bridge", IPv4: []store.Pool{{Subnet: "198.18.1.0/24"}}})
+		return tx.PutNetwork(record.Network{ID: "n1", Type: "macvlan", Parent: "eth0", Mode: "bridge", IPv4: []record.Pool{{Subnet: "198.18.1.0/24"}}})
 	}); err != nil {
 		t.Fatal(err)
 	}

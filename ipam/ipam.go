@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -52,13 +52,13 @@ type Store interface {
 // RequestAddress reads only what does not grow with the host: a link by
 // name or index, and the addresses near its pool.
 type Host interface {
-	List(ctx context.Context) ([]netlinkutil.Link, error)
-	Get(ctx context.Context, name string) (netlinkutil.Link, error)
-	LinkByIndex(ctx context.Context, index int) (netlinkutil.Link, error)
-	Addrs(ctx context.Context) ([]netlinkutil.Addr, error)
+	List(ctx context.Context) ([]vocab.Link, error)
+	Get(ctx context.Context, name string) (vocab.Link, error)
+	LinkByIndex(ctx context.Context, index int) (vocab.Link, error)
+	Addrs(ctx context.Context) ([]vocab.Addr, error)
 	// AddrsNear returns the addresses whose subnet overlaps pool.
-	AddrsNear(ctx context.Context, pool netip.Prefix) ([]netlinkutil.Addr, error)
-	Routes(ctx context.Context) ([]netlinkutil.Route, error)
+	AddrsNear(ctx context.Context, pool netip.Prefix) ([]vocab.Addr, error)
+	Routes(ctx context.Context) ([]vocab.Route, error)
 }
 
 // Known tells of subnets in use that neither the host's kernel nor this

@@ -18,39 +18,41 @@ import (
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // fakeHost is the host as the IPAM reads it: links, addresses, routes.
 type fakeHost struct {
 	mu     sync.Mutex
-	links  []netlinkutil.Link
-	addrs  []netlinkutil.Addr
-	routes []netlinkutil.Route
+	links  []vocab.Link
+	addrs  []vocab.Addr
+	routes []vocab.Route
 }
 
 // newHost has lo (1) and eth0 (2) with the given "index addr/len" and
 // routes added by the callers.
 func newHost() *fakeHost {
-	return &fakeHost{links: []netlinkutil.Link{{Name: "lo", Index: 1, Kind: "device", Encap: "loopback"}, {Name: "eth0", Index: 2, Kind: "device"}, {Name: "eth1", Index: 3, Kind: "device"}}}
+	return &fakeHost{links: []vocab.Link{{Name: "lo", Index: 1, Kind: "device", Encap: "loopback"}, {Name: "eth0", Index: 2, Kind: "device"}, {Name: "eth1", Index: 3, Kind: "device"}}}
 }
 
-func (h *fakeHost) List(context.Context) ([]netlinkutil.Link, error) {
+func (h *fakeHost) List(context.Context) ([]vocab.Link, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]netlinkutil.Link(nil), h.links...), nil
+	return append([]vocab.Link(nil), h.links...), nil
 }
 
-func (h *fakeHost) Get(_ context.Context, name string) (netlinkutil.Link, error) {
+func (h *fakeHost) Get(_ context.Context, name string) (vocab.Link, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if l, ok := netlinkutil.FindLink(h.links, name); ok {
+	if l, ok := vocab.FindLink(h.links, name); ok {
 		return l, nil
 	}
-	return netlinkutil.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
+	return vocab.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
 }
 
-func (h *fakeHost) LinkByIndex(_ context.Context, index int) (netlinkutil.Link, error) {
+func (h *fakeHost) LinkByIndex(_ context.Context, index int) (vocab.Link, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, l := range h.links {
@@ -58,13 +60,13 @@ func (h *fakeHost) LinkByIndex(_ context.Context, index int) (netlinkutil.Link, 
 			return l, nil
 		}
 	}
-	return netlinkutil.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
+	return vocab.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
 }
 
-func (h *fakeHost) AddrsNear(_ context.Context, pool netip.Prefix) ([]netlinkutil.Addr, error) {
+func (h *fakeHost) AddrsNear(_ context.Context, pool netip.Prefix) ([]vocab.Addr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []netlinkutil.Addr
+	var out []vocab.Addr
 	for _, a := range h.addrs {
 		if a.Prefix.Masked().Overlaps(pool) {
 			out = append(out, a)
@@ -97,22 +99,22 @@ func (h *fakeHost) rename(index int, name string) *fakeHost {
 	return h
 }
 
-func (h *fakeHost) Addrs(context.Context) ([]netlinkutil.Addr, error) {
+func (h *fakeHost) Addrs(context.Context) ([]vocab.Addr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]netlinkutil.Addr(nil), h.addrs...), nil
+	return append([]vocab.Addr(nil), h.addrs...), nil
 }
 
-func (h *fakeHost) Routes(context.Context) ([]netlinkutil.Route, error) {
+func (h *fakeHost) Routes(context.Context) ([]vocab.Route, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]netlinkutil.Route(nil), h.routes...), nil
+	return append([]vocab.Route(nil), h.routes...), nil
 }
 
 func (h *fakeHost) addr(link int, prefix string) *fakeHost {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.addrs = append(h.addrs, netlinkutil.Addr{Prefix: pfx(prefix), LinkIndex: link})
+	h.addrs = append(h.addrs, vocab.Addr{Prefix: pfx(prefix), LinkIndex: link})
 	return h
 }
 
@@ -120,7 +122,7 @@ func (h *fakeHost) addr(link int, prefix string) *fakeHost {
 func (h *fakeHost) route(link, table int, dst, gw string) *fakeHost {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	r := netlinkutil.Route{Dst: pfx(dst), LinkIndex: link, Table: table}
+	r := vocab.Route{Dst: pfx(dst), LinkIndex: link, Table: table}
 	if table == 0 {
 		r.Table = 254
 	}
@@ -1013,10 +1015,10 @@ func TestExplicitPoolOfTheParentLANLearnsItsGateway(t *testing.T) {
 func TestAddressHeldByAnEndpointOnTheParent(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	if err := e.db.Update(func(tx *store.Tx) error {
-		if err := tx.PutNetwork(store.Network{ID: "dhcpnet", Type: "macvlan", Parent: "eth0"}); err != nil {
+		if err := tx.PutNetwork(record.Network{ID: "dhcpnet", Type: "macvlan", Parent: "eth0"}); err != nil {
 			return err
 		}
-		return tx.PutEndpoint(store.Endpoint{NetworkID: "dhcpnet", ID: "leased", Link: "l1", IPv4: "198.18.2.2/24", Lease: &store.Lease{Addr: "198.18.2.2/24"}})
+		return tx.PutEndpoint(record.Endpoint{NetworkID: "dhcpnet", ID: "leased", Link: "l1", IPv4: "198.18.2.2/24", Lease: &record.Lease{Addr: "198.18.2.2/24"}})
 	}); err != nil {
 		t.Fatal(err)
 	}

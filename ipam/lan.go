@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/probeopt"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -24,11 +24,6 @@ import (
 // told to the probe memo, so the driver's CreateEndpoint does not probe it
 // again. A request for a given address (--ip) is probed by the driver at
 // CreateEndpoint, which refuses it on a conflict.
-
-// OptAddressProbe (--ipam-opt address_probe=DURATION, 0 for off) is the
-// budget of the probe of each address of the pool; the default is
-// defaultProbe on LAN pools.
-const OptAddressProbe = probeopt.Name
 
 const (
 	// defaultProbe is the driver's default address_probe budget too.
@@ -63,7 +58,7 @@ type ProbeEvents interface {
 // parseAddressProbe validates --ipam-opt address_probe and returns it in
 // canonical form ("" when not given).
 func parseAddressProbe(opts map[string]string) (string, error) {
-	v, ok := opts[OptAddressProbe]
+	v, ok := opts[probeopt.Name]
 	if !ok {
 		return "", nil
 	}
@@ -91,13 +86,13 @@ func probeBudget(rec store.IPAMPool) time.Duration {
 // --ipam-opt parent= pool), or else the link of a host address in the
 // pool's subnet (the host is on that LAN); none for other pools, the
 // loopback and links without an Ethernet MAC.
-func lanLink(rec store.IPAMPool, pool netip.Prefix, links []netlinkutil.Link, addrs []netlinkutil.Addr) (netlinkutil.Link, bool) {
-	ok := func(l netlinkutil.Link) bool {
+func lanLink(rec store.IPAMPool, pool netip.Prefix, links []vocab.Link, addrs []vocab.Addr) (vocab.Link, bool) {
+	ok := func(l vocab.Link) bool {
 		mac, err := net.ParseMAC(l.MAC)
 		return l.Ethernet() && !loopback(l) && err == nil && len(mac) == 6
 	}
 	if rec.Parent != "" {
-		l, found := netlinkutil.FindLink(links, rec.Parent)
+		l, found := vocab.FindLink(links, rec.Parent)
 		return l, found && ok(l)
 	}
 	for _, a := range addrs {
@@ -110,12 +105,12 @@ func lanLink(rec store.IPAMPool, pool netip.Prefix, links []netlinkutil.Link, ad
 			}
 		}
 	}
-	return netlinkutil.Link{}, false
+	return vocab.Link{}, false
 }
 
 // nearHost reports whether a host address's prefix overlaps pool (what
 // lanLink looks for without a parent).
-func nearHost(pool netip.Prefix, addrs []netlinkutil.Addr) bool {
+func nearHost(pool netip.Prefix, addrs []vocab.Addr) bool {
 	for _, a := range addrs {
 		if a.Prefix.Bits() != a.Prefix.Addr().BitLen() && a.Prefix.Masked().Overlaps(pool) && !a.Prefix.Addr().IsLinkLocalUnicast() {
 			return true

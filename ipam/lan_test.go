@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/internal/probeopt"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store"
 )
@@ -78,9 +79,9 @@ func lanEnv(t *testing.T, p *fakeProber) (*env, *memoLog, *lanEvents) {
 }
 
 func TestLANLink(t *testing.T) {
-	links := []netlinkutil.Link{{Name: "lo", Index: 1, Encap: "loopback", MAC: "00:00:00:00:00:00"},
+	links := []vocab.Link{{Name: "lo", Index: 1, Encap: "loopback", MAC: "00:00:00:00:00:00"},
 		{Name: "eth0", Index: 2, MAC: "02:00:00:00:00:01", AltNames: []string{"enp1s0"}}, {Name: "wg0", Index: 3, Encap: "none"}}
-	addrs := []netlinkutil.Addr{{Prefix: pfx("127.0.0.1/8"), LinkIndex: 1}, {Prefix: pfx("198.18.9.2/24"), LinkIndex: 2},
+	addrs := []vocab.Addr{{Prefix: pfx("127.0.0.1/8"), LinkIndex: 1}, {Prefix: pfx("198.18.9.2/24"), LinkIndex: 2},
 		{Prefix: pfx("198.18.10.1/32"), LinkIndex: 2}, {Prefix: pfx("198.18.11.1/24"), LinkIndex: 3}, {Prefix: pfx("fe80::1/64"), LinkIndex: 2}}
 	for _, c := range []struct {
 		name   string
@@ -137,7 +138,7 @@ func TestLANSkipsExpire(t *testing.T) {
 
 func TestParseAddressProbe(t *testing.T) {
 	for v, want := range map[string]string{"0": "0s", "300ms": "300ms", "5s": "5s", "1m": "!", "-1s": "!", "x": "!"} {
-		got, err := parseAddressProbe(map[string]string{OptAddressProbe: v})
+		got, err := parseAddressProbe(map[string]string{probeopt.Name: v})
 		if want == "!" {
 			if err == nil || !strings.Contains(err.Error(), v) || !strings.Contains(err.Error(), "address_probe=300ms") {
 				t.Errorf("%q: %q %v, want a refusal naming it and an example", v, got, err)
@@ -156,7 +157,7 @@ func TestParseAddressProbe(t *testing.T) {
 func TestRequestAddressSkipsWhatTheLANHolds(t *testing.T) {
 	p := &fakeProber{held: map[netip.Addr]net.HardwareAddr{netip.MustParseAddr("198.18.9.1"): lanMAC}}
 	e, memo, ev := lanEnv(t, p)
-	pool := e.pool(t, "", "198.18.9.0/24", "", map[string]string{OptAddressProbe: "200ms"}, false)
+	pool := e.pool(t, "", "198.18.9.0/24", "", map[string]string{probeopt.Name: "200ms"}, false)
 	if got := e.address(t, pool.ID, "", nil); got.String() != "198.18.9.3/24" {
 		t.Fatalf("got %s, want 198.18.9.3 (.1 answered, .2 is the host's)", got)
 	}
@@ -228,7 +229,7 @@ func TestRequestAddressSkipsWhatTheLANHolds(t *testing.T) {
 func TestRequestAddressProbeOffOrFailing(t *testing.T) {
 	p := &fakeProber{}
 	e, memo, _ := lanEnv(t, p)
-	off := e.pool(t, "", "198.18.9.0/25", "", map[string]string{OptAddressProbe: "0"}, false)
+	off := e.pool(t, "", "198.18.9.0/25", "", map[string]string{probeopt.Name: "0"}, false)
 	other := e.pool(t, "", "198.18.70.0/24", "", nil, false)
 	e.address(t, off.ID, "", nil)
 	e.address(t, other.ID, "", nil)

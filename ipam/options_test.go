@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/underlay-net/underlay/internal/mdtable"
+	"github.com/underlay-net/underlay/internal/probeopt"
 )
 
 var update = flag.Bool("update", false, "write the README's IPAM option table from the option table")
@@ -36,7 +37,7 @@ func TestPoolOptionTable(t *testing.T) {
 		t.Fatalf("unknown option: %v; want it named with %v", err, PoolOptionNames())
 	}
 	// Each row's value reaches the request.
-	r, err := parsePoolRequest("", "", "", map[string]string{OptSize: "/26", OptSize6: "64", OptAddressProbe: "1s"}, false, DefaultBases())
+	r, err := parsePoolRequest("", "", "", map[string]string{OptSize: "/26", OptSize6: "64", probeopt.Name: "1s"}, false, DefaultBases())
 	if err != nil || r.Size != 26 || r.Probe != "1s" {
 		t.Fatalf("size=/26 address_probe=1s: %+v, %v", r, err)
 	}

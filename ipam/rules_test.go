@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Issue 21, section 4: the IPAM defects found by adversarial use.
@@ -40,9 +41,9 @@ func TestBlockingRoutes(t *testing.T) {
 		{name: "IPv4 halves do not cover IPv6", routes: []rt{{"0.0.0.0/1", 254}, {"128.0.0.0/1", 254}, {"::/1", 254}}, want: []string{"::/1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var routes []netlinkutil.Route
+			var routes []vocab.Route
 			for _, r := range tc.routes {
-				routes = append(routes, netlinkutil.Route{Dst: pfx(r.dst), Table: r.table, LinkIndex: 2})
+				routes = append(routes, vocab.Route{Dst: pfx(r.dst), Table: r.table, LinkIndex: 2})
 			}
 			var got []string
 			for _, p := range blockingRoutes(routes) {
@@ -168,12 +169,12 @@ func TestParentMustExist(t *testing.T) {
 // from another IPAM (Docker's default: underlay's IPAM holds nothing).
 func putNetwork(t *testing.T, e *env, id string, subnets ...string) {
 	t.Helper()
-	n := store.Network{ID: id, Type: "macvlan", Parent: "eth0", Mode: "bridge"}
+	n := record.Network{ID: id, Type: "macvlan", Parent: "eth0", Mode: "bridge"}
 	for _, s := range subnets {
 		if strings.Contains(s, ":") {
-			n.IPv6 = append(n.IPv6, store.Pool{Subnet: s})
+			n.IPv6 = append(n.IPv6, record.Pool{Subnet: s})
 		} else {
-			n.IPv4 = append(n.IPv4, store.Pool{Subnet: s})
+			n.IPv4 = append(n.IPv4, record.Pool{Subnet: s})
 		}
 	}
 	if err := e.db.Batch(func(tx *store.Tx) error { return tx.PutNetwork(n) }); err != nil {

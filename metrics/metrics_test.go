@@ -107,19 +107,19 @@ func TestStateGauges(t *testing.T) {
 	}
 	defer db.Close()
 	if err := db.Update(func(tx *store.Tx) error {
-		a := store.Network{ID: "a", Type: "macvlan", Parent: "eth0.10", Mode: "bridge", HostAddress: "198.18.1.2"}
-		b := store.Network{ID: "b", Type: "macvlan", Parent: "eth1", Mode: "bridge"}
-		for _, n := range []store.Network{a, b} {
+		a := record.Network{ID: "a", Type: "macvlan", Parent: "eth0.10", Mode: "bridge", HostAddress: "198.18.1.2"}
+		b := record.Network{ID: "b", Type: "macvlan", Parent: "eth1", Mode: "bridge"}
+		for _, n := range []record.Network{a, b} {
 			if err := tx.PutNetwork(n); err != nil {
 				return err
 			}
 		}
-		for _, ep := range []store.Endpoint{{NetworkID: "a", ID: "e1", Link: "ule1"}, {NetworkID: "b", ID: "e2", Link: "ule2"}, {NetworkID: "b", ID: "e3", Link: "ule3"}} {
+		for _, ep := range []record.Endpoint{{NetworkID: "a", ID: "e1", Link: "ule1"}, {NetworkID: "b", ID: "e2", Link: "ule2"}, {NetworkID: "b", ID: "e3", Link: "ule3"}} {
 			if err := tx.PutEndpoint(ep); err != nil {
 				return err
 			}
 		}
-		return tx.PutParentLink(store.ParentLink{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10})
+		return tx.PutParentLink(record.ParentLink{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -157,27 +157,27 @@ func TestLeaseStateGauge(t *testing.T) {
 	}
 	defer db.Close()
 	now := time.Now()
-	lease := func(t1, t2, exp time.Duration, lost bool) *store.Lease {
-		l := &store.Lease{Addr: "198.18.180.10/24", T1: now.Add(t1), T2: now.Add(t2), Expiry: now.Add(exp)}
+	lease := func(t1, t2, exp time.Duration, lost bool) *record.Lease {
+		l := &record.Lease{Addr: "198.18.180.10/24", T1: now.Add(t1), T2: now.Add(t2), Expiry: now.Add(exp)}
 		if lost {
 			l.Lost = now.Add(-time.Minute)
 		}
 		return l
 	}
 	if err := db.Update(func(tx *store.Tx) error {
-		for _, n := range []store.Network{{ID: "d", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"dhcp": "true"}, Config: record.NetworkConfig{DHCP: record.DHCPConfig{On: true}}}, {ID: "s", Type: "macvlan", Parent: "eth1", Mode: "bridge"}} {
+		for _, n := range []record.Network{{ID: "d", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"dhcp": "true"}, Config: record.NetworkConfig{DHCP: record.DHCPConfig{On: true}}}, {ID: "s", Type: "macvlan", Parent: "eth1", Mode: "bridge"}} {
 			if err := tx.PutNetwork(n); err != nil {
 				return err
 			}
 		}
-		for i, l := range []*store.Lease{lease(time.Hour, 2*time.Hour, 3*time.Hour, false), lease(time.Hour, 2*time.Hour, 3*time.Hour, false),
+		for i, l := range []*record.Lease{lease(time.Hour, 2*time.Hour, 3*time.Hour, false), lease(time.Hour, 2*time.Hour, 3*time.Hour, false),
 			lease(-time.Hour, time.Hour, 2*time.Hour, false), lease(-2*time.Hour, -time.Hour, time.Hour, false),
 			lease(time.Hour, 2*time.Hour, 3*time.Hour, true), lease(-3*time.Hour, -2*time.Hour, -time.Hour, false)} {
-			if err := tx.PutEndpoint(store.Endpoint{NetworkID: "d", ID: fmt.Sprintf("e%d", i), Link: fmt.Sprintf("ule%d", i), Lease: l}); err != nil {
+			if err := tx.PutEndpoint(record.Endpoint{NetworkID: "d", ID: fmt.Sprintf("e%d", i), Link: fmt.Sprintf("ule%d", i), Lease: l}); err != nil {
 				return err
 			}
 		}
-		return tx.PutEndpoint(store.Endpoint{NetworkID: "s", ID: "x", Link: "ulex"})
+		return tx.PutEndpoint(record.Endpoint{NetworkID: "s", ID: "x", Link: "ulex"})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -209,8 +209,8 @@ func TestLease6StateGauge(t *testing.T) {
 	}
 	defer db.Close()
 	now := time.Now()
-	lease6 := func(acquired, valid time.Duration, lost bool) *store.Lease6 {
-		l := &store.Lease6{Addr: "2001:db8::10", Acquired: now.Add(acquired), T1: time.Hour, T2: 2 * time.Hour, Preferred: valid, Valid: valid}
+	lease6 := func(acquired, valid time.Duration, lost bool) *record.Lease6 {
+		l := &record.Lease6{Addr: "2001:db8::10", Acquired: now.Add(acquired), T1: time.Hour, T2: 2 * time.Hour, Preferred: valid, Valid: valid}
 		if lost {
 			l.Lost = now.Add(-time.Minute)
 		}
@@ -220,7 +220,7 @@ func TestLease6StateGauge(t *testing.T) {
 		return l
 	}
 	if err := db.Update(func(tx *store.Tx) error {
-		for _, n := range []store.Network{
+		for _, n := range []record.Network{
 			{ID: "v6", Type: "macvlan", Parent: "eth0", Mode: "bridge", Options: map[string]string{"ipv6_mode": "dhcpv6"},
 				Config: record.NetworkConfig{IPv6Mode: "dhcpv6"}},
 			{ID: "ds", Type: "macvlan", Parent: "eth1", Mode: "bridge", Options: map[string]string{"ipv6_mode": "dhcpv6", "dhcp": "true"},
@@ -232,20 +232,20 @@ func TestLease6StateGauge(t *testing.T) {
 				return err
 			}
 		}
-		for i, l := range []*store.Lease6{lease6(0, 3*time.Hour, false), lease6(-90*time.Minute, 3*time.Hour, false),
+		for i, l := range []*record.Lease6{lease6(0, 3*time.Hour, false), lease6(-90*time.Minute, 3*time.Hour, false),
 			lease6(-150*time.Minute, 3*time.Hour, false), lease6(0, 3*time.Hour, true), lease6(-4*time.Hour, 3*time.Hour, false),
 			lease6(-100*365*24*time.Hour, record.Infinite6, false)} {
-			if err := tx.PutEndpoint(store.Endpoint{NetworkID: "v6", ID: fmt.Sprintf("e%d", i), Link: fmt.Sprintf("ule%d", i), Lease6: l}); err != nil {
+			if err := tx.PutEndpoint(record.Endpoint{NetworkID: "v6", ID: fmt.Sprintf("e%d", i), Link: fmt.Sprintf("ule%d", i), Lease6: l}); err != nil {
 				return err
 			}
 		}
 		// Dual stack: one of each family.
-		if err := tx.PutEndpoint(store.Endpoint{NetworkID: "ds", ID: "d", Link: "uled", Lease6: lease6(0, 3*time.Hour, false),
-			Lease: &store.Lease{Addr: "198.18.180.10/24", T1: now.Add(time.Hour), T2: now.Add(2 * time.Hour), Expiry: now.Add(3 * time.Hour)}}); err != nil {
+		if err := tx.PutEndpoint(record.Endpoint{NetworkID: "ds", ID: "d", Link: "uled", Lease6: lease6(0, 3*time.Hour, false),
+			Lease: &record.Lease{Addr: "198.18.180.10/24", T1: now.Add(time.Hour), T2: now.Add(2 * time.Hour), Expiry: now.Add(3 * time.Hour)}}); err != nil {
 			return err
 		}
 		// A record on a slaac network holds no lease of the network's.
-		return tx.PutEndpoint(store.Endpoint{NetworkID: "sl", ID: "x", Link: "ulex", Lease6: lease6(0, 3*time.Hour, false)})
+		return tx.PutEndpoint(record.Endpoint{NetworkID: "sl", ID: "x", Link: "ulex", Lease6: lease6(0, 3*time.Hour, false)})
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // State is the state file as the gauges read it; *store.DB implements it.
@@ -67,7 +68,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if n, err = tx.Counts(); err != nil {
 			return err
 		}
-		return tx.ForEachNetwork(func(nw store.Network) error {
+		return tx.ForEachNetwork(func(nw record.Network) error {
 			v4, v6 := nw.Config.DHCP.On, nw.Config.IPv6Mode == "dhcpv6"
 			if !v4 && !v6 {
 				return nil
@@ -90,7 +91,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.networks, prometheus.GaugeValue, float64(n.Networks))
 	ch <- prometheus.MustNewConstMetric(c.endpoints, prometheus.GaugeValue, float64(n.Endpoints))
 	ch <- prometheus.MustNewConstMetric(c.links, prometheus.GaugeValue, float64(n.ParentLinks+n.EndpointLinks+n.HostLinks))
-	for _, st := range store.LeaseStates {
+	for _, st := range record.LeaseStates {
 		ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(leases[st]), st)
 		ch <- prometheus.MustNewConstMetric(c.leases6, prometheus.GaugeValue, float64(leases6[st]), st)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,7 +58,7 @@ func lostTable(tag string) *nftables.Table {
 			return r
 		}
 		return -1
-	}, strings.TrimPrefix(tag, MarkPrefix))
+	}, strings.TrimPrefix(tag, vocab.MarkPrefix))
 	return &nftables.Table{Family: nftables.TableFamilyNetdev, Name: lostTablePrefix + name}
 }
 

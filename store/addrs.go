@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -28,7 +29,7 @@ func addrIndexKey(seq []byte, addr netip.Addr, endpointKey []byte) []byte {
 }
 
 // endpointAddrs are the addresses an endpoint record holds.
-func endpointAddrs(ep Endpoint) []netip.Addr {
+func endpointAddrs(ep record.Endpoint) []netip.Addr {
 	var out []netip.Addr
 	for _, a := range []string{ep.IPv4, ep.IPv6} {
 		if p, err := netip.ParsePrefix(a); err == nil {
@@ -40,7 +41,7 @@ func endpointAddrs(ep Endpoint) []netip.Addr {
 
 // indexAddrs adds (add) or removes the address index entries of the
 // endpoint with key.
-func (t *Tx) indexAddrs(ep Endpoint, key []byte, add bool) error {
+func (t *Tx) indexAddrs(ep record.Endpoint, key []byte, add bool) error {
 	seq, _, err := splitSeq(key)
 	if err != nil {
 		return err

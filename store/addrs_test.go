@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -28,15 +29,15 @@ func TestAddressIndex(t *testing.T) {
 	db := open(t, filepath.Join(t.TempDir(), "state.db"))
 	defer db.Close()
 	mustUpdate(t, db, func(tx *Tx) error {
-		for _, n := range []Network{{ID: "n1", Type: "macvlan", Parent: "eth0"}, {ID: "n2", Type: "macvlan", Parent: "eth0"}} {
+		for _, n := range []record.Network{{ID: "n1", Type: "macvlan", Parent: "eth0"}, {ID: "n2", Type: "macvlan", Parent: "eth0"}} {
 			if err := tx.PutNetwork(n); err != nil {
 				return err
 			}
 		}
-		for _, ep := range []Endpoint{
+		for _, ep := range []record.Endpoint{
 			{NetworkID: "n1", ID: "e1", Link: "l1", IPv4: "198.18.2.100/24", IPv6: "2001:db8:2::100/64"},
-			{NetworkID: "n1", ID: "e2", Link: "l2", IPv4: "198.18.2.101/24", Lease: &Lease{Addr: "198.18.2.101/24"}},
-			{NetworkID: "n2", ID: "e3", Link: "l3", IPv6: "2001:db8:2::100/128", Lease6: &Lease6{Addr: "2001:db8:2::100"}},
+			{NetworkID: "n1", ID: "e2", Link: "l2", IPv4: "198.18.2.101/24", Lease: &record.Lease{Addr: "198.18.2.101/24"}},
+			{NetworkID: "n2", ID: "e3", Link: "l3", IPv6: "2001:db8:2::100/128", Lease6: &record.Lease6{Addr: "2001:db8:2::100"}},
 			{NetworkID: "n2", ID: "e4", Link: "l4"},
 		} {
 			if err := tx.PutEndpoint(ep); err != nil {
@@ -63,7 +64,7 @@ func TestAddressIndex(t *testing.T) {
 		}
 	}
 	mustUpdate(t, db, func(tx *Tx) error {
-		return tx.PutEndpoint(Endpoint{NetworkID: "n1", ID: "e1", Link: "l1", IPv4: "198.18.2.110/24"})
+		return tx.PutEndpoint(record.Endpoint{NetworkID: "n1", ID: "e1", Link: "l1", IPv4: "198.18.2.110/24"})
 	})
 	if got := withAddr(t, db, "n1", "198.18.2.100"); got != nil {
 		t.Errorf("the old address of e1 is still indexed: %v", got)
@@ -100,7 +101,7 @@ func TestMigrateFromSchema4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps := []Endpoint{
+	eps := []record.Endpoint{
 		{NetworkID: "n1", ID: "e1", Link: "l1", IPv4: "198.18.2.100/24", IPv6: "2001:db8:2::100/64"},
 		{NetworkID: "n2", ID: "e2", Link: "l2", IPv4: "198.18.2.100/24"},
 		{NetworkID: "n2", ID: "e3", Link: "l3"},
@@ -112,7 +113,7 @@ func TestMigrateFromSchema4(t *testing.T) {
 			}
 		}
 		t := &Tx{tx: tx}
-		for _, n := range []Network{{ID: "n1", Type: "macvlan", Parent: "eth0"}, {ID: "n2", Type: "macvlan", Parent: "eth0"}} {
+		for _, n := range []record.Network{{ID: "n1", Type: "macvlan", Parent: "eth0"}, {ID: "n2", Type: "macvlan", Parent: "eth0"}} {
 			if err := t.PutNetwork(n); err != nil {
 				return err
 			}

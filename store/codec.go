@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The values of network and endpoint records (schema 4).
@@ -42,7 +44,7 @@ const (
 // three-letter prefix and 12 characters of the ID).
 const minLinkIDChars = 8
 
-func encodeEndpoint(ep Endpoint) ([]byte, error) {
+func encodeEndpoint(ep record.Endpoint) ([]byte, error) {
 	out := make([]byte, 0, 32)
 	str := func(tag byte, s string) {
 		out = append(out, tag)
@@ -168,8 +170,8 @@ func (f *fields) prefix(size int) string {
 
 // decodeEndpoint reads a value encodeEndpoint wrote; the IDs come from the
 // key.
-func decodeEndpoint(networkID, id string, v []byte) (Endpoint, error) {
-	ep := Endpoint{NetworkID: networkID, ID: id}
+func decodeEndpoint(networkID, id string, v []byte) (record.Endpoint, error) {
+	ep := record.Endpoint{NetworkID: networkID, ID: id}
 	f := fields{v: v}
 	for len(f.v) > 0 && f.err == nil {
 		tag := f.v[0]
@@ -210,14 +212,14 @@ func decodeEndpoint(networkID, id string, v []byte) (Endpoint, error) {
 			}
 		case fieldLeaseJSON:
 			if s := f.str(); f.err == nil {
-				ep.Lease = new(Lease)
+				ep.Lease = new(record.Lease)
 				if err := json.Unmarshal([]byte(s), ep.Lease); err != nil {
 					f.err = fmt.Errorf("lease: %w", err)
 				}
 			}
 		case fieldLease6:
 			if s := f.str(); f.err == nil {
-				ep.Lease6 = new(Lease6)
+				ep.Lease6 = new(record.Lease6)
 				if err := json.Unmarshal([]byte(s), ep.Lease6); err != nil {
 					f.err = fmt.Errorf("DHCPv6 lease: %w", err)
 				}
@@ -239,9 +241,9 @@ func decodeEndpoint(networkID, id string, v []byte) (Endpoint, error) {
 // records written before it was kept, is filled from their options by the
 // driver's Restore, which can parse them: driver/internal/reconcile
 // MigrateConfig).
-func networkValue(seq []byte, n Network) ([]byte, error) {
+func networkValue(seq []byte, n record.Network) ([]byte, error) {
 	raw, err := json.Marshal(struct {
-		*Network
+		*record.Network
 		ID string `json:"id,omitempty"` // shadows Network.ID, left empty
 	}{Network: &n})
 	if err != nil {
@@ -260,14 +262,14 @@ func splitNetworkValue(id string, v []byte) (seq, raw []byte, err error) {
 	return seq, raw, nil
 }
 
-func decodeNetwork(id string, v []byte) (Network, []byte, error) {
+func decodeNetwork(id string, v []byte) (record.Network, []byte, error) {
 	seq, raw, err := splitNetworkValue(id, v)
 	if err != nil {
-		return Network{}, nil, err
+		return record.Network{}, nil, err
 	}
-	var n Network
+	var n record.Network
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return Network{}, nil, fmt.Errorf("%w: network record %s: %w", ErrCorrupt, id, err)
+		return record.Network{}, nil, fmt.Errorf("%w: network record %s: %w", ErrCorrupt, id, err)
 	}
 	n.ID = id
 	return n, seq, nil

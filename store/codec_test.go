@@ -77,12 +77,12 @@ func TestSeqEncodingIsOrderedAndPrefixFree(t *testing.T) {
 func TestEndpointCodecRoundTrips(t *testing.T) {
 	hexE := hexID('e')
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	for _, ep := range []Endpoint{
+	for _, ep := range []record.Endpoint{
 		{ID: "e1"},
 		{ID: "e1", Link: "ule1"},
 		{ID: hexE, Link: "ule" + hexE[:12], MAC: "02:42:c6:12:00:01", IPv4: "198.18.1.50/24", IPv6: "2001:db8::50/64",
 			Sandbox: "/var/run/docker/netns/0123456789ab", Boot: "6f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
-			Lease: &Lease{Addr: "198.18.1.50/24", Routes: []LeaseRoute{{Dst: "10.0.0.0/8", Gateway: "198.18.1.254"}}, Acquired: at, T1: at, T2: at, Expiry: at}},
+			Lease: &record.Lease{Addr: "198.18.1.50/24", Routes: []record.LeaseRoute{{Dst: "10.0.0.0/8", Gateway: "198.18.1.254"}}, Acquired: at, T1: at, T2: at, Expiry: at}},
 		// Forms the compact encodings do not give back are kept as strings.
 		{ID: hexE, Link: "ule9f8e7d6c5b4a", MAC: "02:42:C6:12:00:02", IPv4: "198.18.1.051/24", IPv6: "2001:DB8::51/64"},
 		{ID: hexE, MAC: "02-42-c6-12-00-02", IPv4: "::ffff:10.0.0.1/120", IPv6: "10.0.0.1/24"},
@@ -110,13 +110,13 @@ func TestEndpointCodecRoundTrips(t *testing.T) {
 	}
 	// test/bench's endpoints: a link named after the ID and a MAC.
 	id := "t00e0000000a" + strings.Repeat("0", 52)
-	if v, _ := encodeEndpoint(Endpoint{ID: id, Link: "ule" + id[:12], MAC: "02:42:00:00:00:01"}); len(v) > 13 {
+	if v, _ := encodeEndpoint(record.Endpoint{ID: id, Link: "ule" + id[:12], MAC: "02:42:00:00:00:01"}); len(v) > 13 {
 		t.Errorf("a plain endpoint takes %d bytes: %x", len(v), v)
 	}
 }
 
 func TestEndpointCodecRefusesDamage(t *testing.T) {
-	v, err := encodeEndpoint(Endpoint{ID: "e1", Link: "ule1", MAC: "02:42:c6:12:00:01", IPv6: "2001:db8::50/64", Lease: &Lease{Addr: "a"}})
+	v, err := encodeEndpoint(record.Endpoint{ID: "e1", Link: "ule1", MAC: "02:42:c6:12:00:01", IPv6: "2001:db8::50/64", Lease: &record.Lease{Addr: "a"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestEndpointCodecRefusesDamage(t *testing.T) {
 // without a place in the binary value fails here rather than vanishing
 // from the file.
 func TestEndpointCodecKeepsEveryField(t *testing.T) {
-	var ep Endpoint
+	var ep record.Endpoint
 	fill(t, reflect.ValueOf(&ep).Elem(), "f")
 	v, err := encodeEndpoint(ep)
 	if err != nil {
@@ -156,7 +156,7 @@ func TestEndpointCodecKeepsEveryField(t *testing.T) {
 // it was kept (no "config") reads back with a zero one, which the
 // driver's Restore fills from the options.
 func TestNetworkCodecKeepsEveryField(t *testing.T) {
-	var n Network
+	var n record.Network
 	fill(t, reflect.ValueOf(&n).Elem(), "f")
 	seq := encodeSeq(7)
 	v, err := networkValue(seq, n)
@@ -223,9 +223,9 @@ func FuzzEndpointCodec(f *testing.F) {
 	f.Add(hexE, "ule"+hexE[:12], "02:42:c6:12:00:01", "198.18.1.50/24", "2001:db8::50/64", "/var/run/docker/netns/x", "6f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "198.18.1.50/24")
 	f.Add("e1", "ule1", "02:42:C6:12:00:01", "::ffff:10.0.0.1/120", "10.0.0.1/24", "", "", "")
 	f.Fuzz(func(t *testing.T, id, link, mac, v4, v6, sandbox, boot, lease string) {
-		ep := Endpoint{NetworkID: "n", ID: id, Link: link, MAC: mac, IPv4: v4, IPv6: v6, Sandbox: sandbox, Boot: boot}
+		ep := record.Endpoint{NetworkID: "n", ID: id, Link: link, MAC: mac, IPv4: v4, IPv6: v6, Sandbox: sandbox, Boot: boot}
 		if utf8.ValidString(lease) && lease != "" { // JSON replaces invalid UTF-8
-			ep.Lease = &Lease{Addr: lease}
+			ep.Lease = &record.Lease{Addr: lease}
 		}
 		v, err := encodeEndpoint(ep)
 		if err != nil {

@@ -10,21 +10,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
 // v3File writes a schema 3 file of 300 networks of 10 endpoints at path:
 // big enough that its compaction halves it.
-func v3File(t *testing.T, path string) ([]Network, []Endpoint) {
+func v3File(t *testing.T, path string) ([]record.Network, []record.Endpoint) {
 	t.Helper()
-	var nets []Network
-	var eps []Endpoint
+	var nets []record.Network
+	var eps []record.Endpoint
 	for i := 0; i < 300; i++ {
 		n := network(fmt.Sprintf("%064x", i), fmt.Sprintf("p%d", i/10))
 		nets = append(nets, n)
 		for e := 0; e < 10; e++ {
 			id := fmt.Sprintf("%04x%08x%052x", e, i, 0)
-			eps = append(eps, Endpoint{NetworkID: n.ID, ID: id, Link: "ule" + id[:12], MAC: "02:42:c6:12:00:01"})
+			eps = append(eps, record.Endpoint{NetworkID: n.ID, ID: id, Link: "ule" + id[:12], MAC: "02:42:c6:12:00:01"})
 		}
 	}
 	writeV3(t, path, nets, eps, func(*bolt.Tx) error { return nil })

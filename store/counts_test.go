@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/store/record"
 )
 
 func TestCountsAndCommitObserver(t *testing.T) {
@@ -39,19 +41,19 @@ func TestCountsAndCommitObserver(t *testing.T) {
 	shim.HostAddress = "198.18.1.2"
 	pendingShim := network("n3", "eth1.5")
 	pendingShim.HostAddress = "198.18.1.3"
-	pendingShim.Pending = &Reservation{Token: "t", Deadline: time.Now().Add(time.Minute)}
+	pendingShim.Pending = &record.Reservation{Token: "t", Deadline: time.Now().Add(time.Minute)}
 	mustUpdate(t, db, func(tx *Tx) error {
-		for _, n := range []Network{network("n1", "eth0"), shim, pendingShim} {
+		for _, n := range []record.Network{network("n1", "eth0"), shim, pendingShim} {
 			if err := tx.PutNetwork(n); err != nil {
 				return err
 			}
 		}
-		for _, ep := range []Endpoint{{NetworkID: "n1", ID: "e1", Link: "ule1"}, {NetworkID: "n1", ID: "e2", Link: "ule2"}, {NetworkID: "n2", ID: "e3", Link: "ule3"}} {
+		for _, ep := range []record.Endpoint{{NetworkID: "n1", ID: "e1", Link: "ule1"}, {NetworkID: "n1", ID: "e2", Link: "ule2"}, {NetworkID: "n2", ID: "e3", Link: "ule3"}} {
 			if err := tx.PutEndpoint(ep); err != nil {
 				return err
 			}
 		}
-		return tx.PutParentLink(ParentLink{Name: "eth1.5", Kind: "vlan", Base: "eth1", VLAN: 5})
+		return tx.PutParentLink(record.ParentLink{Name: "eth1.5", Kind: "vlan", Base: "eth1", VLAN: 5})
 	})
 	if err := db.Batch(func(tx *Tx) error { return tx.DeleteEndpoint("n1", "e2") }); err != nil {
 		t.Fatal(err)

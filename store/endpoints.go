@@ -3,17 +3,19 @@ package store
 import (
 	"bytes"
 	"fmt"
+
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Endpoint returns one endpoint of a network.
-func (t *Tx) Endpoint(networkID, id string) (Endpoint, bool, error) {
+func (t *Tx) Endpoint(networkID, id string) (record.Endpoint, bool, error) {
 	seq, err := t.networkSeq(networkID)
 	if err != nil || seq == nil {
-		return Endpoint{}, false, err
+		return record.Endpoint{}, false, err
 	}
 	v := t.b(bucketEndpoints).Get(endpointKey(seq, id))
 	if v == nil {
-		return Endpoint{}, false, nil
+		return record.Endpoint{}, false, nil
 	}
 	ep, err := decodeEndpoint(networkID, id, v)
 	return ep, err == nil, err
@@ -21,12 +23,12 @@ func (t *Tx) Endpoint(networkID, id string) (Endpoint, bool, error) {
 
 // Endpoints returns the endpoints of a network in key order (as
 // ForEachNetwork): the keys that start with its sequence number.
-func (t *Tx) Endpoints(networkID string) ([]Endpoint, error) {
+func (t *Tx) Endpoints(networkID string) ([]record.Endpoint, error) {
 	seq, err := t.networkSeq(networkID)
 	if err != nil || seq == nil {
 		return nil, err
 	}
-	var out []Endpoint
+	var out []record.Endpoint
 	c := t.b(bucketEndpoints).Cursor()
 	for k, v := c.Seek(seq); k != nil && bytes.HasPrefix(k, seq); k, v = c.Next() {
 		id, err := decodeID(k[len(seq):])
@@ -43,13 +45,13 @@ func (t *Tx) Endpoints(networkID string) ([]Endpoint, error) {
 }
 
 // EndpointByLink returns the endpoint whose host link has the given name.
-func (t *Tx) EndpointByLink(link string) (Endpoint, bool, error) {
+func (t *Tx) EndpointByLink(link string) (record.Endpoint, bool, error) {
 	ep, seq, key, err := t.linkTarget(link)
 	if err != nil || key == nil {
-		return Endpoint{}, false, err
+		return record.Endpoint{}, false, err
 	}
 	if ep.NetworkID, err = t.networkIDOf(seq); err != nil {
-		return Endpoint{}, false, fmt.Errorf("endpoint %s of link %s: %w", ep.ID, link, err)
+		return record.Endpoint{}, false, fmt.Errorf("endpoint %s of link %s: %w", ep.ID, link, err)
 	}
 	return ep, true, nil
 }
@@ -59,33 +61,33 @@ func (t *Tx) EndpointByLink(link string) (Endpoint, bool, error) {
 // its key; a nil key when there is none. The index holds the start of the
 // endpoint's key (keys.go, linkRef), so this reads the few records that
 // share it, normally one.
-func (t *Tx) linkTarget(link string) (ep Endpoint, seq, key []byte, err error) {
+func (t *Tx) linkTarget(link string) (ep record.Endpoint, seq, key []byte, err error) {
 	ref := t.b(bucketLinks).Get([]byte(link))
 	if ref == nil {
-		return Endpoint{}, nil, nil, nil
+		return record.Endpoint{}, nil, nil, nil
 	}
 	if seq, _, err = splitSeq(ref); err != nil {
-		return Endpoint{}, nil, nil, fmt.Errorf("link index entry %s: %w", link, err)
+		return record.Endpoint{}, nil, nil, fmt.Errorf("link index entry %s: %w", link, err)
 	}
 	c := t.b(bucketEndpoints).Cursor()
 	for k, v := c.Seek(ref); k != nil && bytes.HasPrefix(k, ref); k, v = c.Next() {
 		id, err := decodeID(k[len(seq):])
 		if err != nil {
-			return Endpoint{}, nil, nil, fmt.Errorf("endpoint of link %s: %w", link, err)
+			return record.Endpoint{}, nil, nil, fmt.Errorf("endpoint of link %s: %w", link, err)
 		}
 		if ep, err = decodeEndpoint("", id, v); err != nil {
-			return Endpoint{}, nil, nil, err
+			return record.Endpoint{}, nil, nil, err
 		}
 		if ep.Link == link {
 			return ep, seq, k, nil
 		}
 	}
-	return Endpoint{}, nil, nil, nil
+	return record.Endpoint{}, nil, nil, nil
 }
 
 // PutEndpoint writes the endpoint record; its network must exist. The link
 // name must not belong to another endpoint.
-func (t *Tx) PutEndpoint(ep Endpoint) error {
+func (t *Tx) PutEndpoint(ep record.Endpoint) error {
 	seq, err := t.networkSeq(ep.NetworkID)
 	if err != nil {
 		return err

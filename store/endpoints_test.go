@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // TestEndpointByLinkAmongAlikeIDs: the link index keeps only the start of
@@ -21,11 +23,11 @@ func TestEndpointByLinkAmongAlikeIDs(t *testing.T) {
 			}
 		}
 		for i, link := range []string{"la", "lb", "lc"} {
-			if err := tx.PutEndpoint(Endpoint{NetworkID: "n1", ID: fmt.Sprint("endpoint-long-", i), Link: link}); err != nil {
+			if err := tx.PutEndpoint(record.Endpoint{NetworkID: "n1", ID: fmt.Sprint("endpoint-long-", i), Link: link}); err != nil {
 				return err
 			}
 		}
-		return tx.PutEndpoint(Endpoint{NetworkID: "n2", ID: "endpoint-long-0", Link: "ld"})
+		return tx.PutEndpoint(record.Endpoint{NetworkID: "n2", ID: "endpoint-long-0", Link: "ld"})
 	})
 	want := map[string]string{"la": "n1/endpoint-long-0", "lb": "n1/endpoint-long-1", "lc": "n1/endpoint-long-2", "ld": "n2/endpoint-long-0"}
 	check := func() {
@@ -52,15 +54,15 @@ func TestEndpointByLinkAmongAlikeIDs(t *testing.T) {
 
 	// A new link for an endpoint frees its old one.
 	mustUpdate(t, db, func(tx *Tx) error {
-		return tx.PutEndpoint(Endpoint{NetworkID: "n1", ID: "endpoint-long-1", Link: "lb2"})
+		return tx.PutEndpoint(record.Endpoint{NetworkID: "n1", ID: "endpoint-long-1", Link: "lb2"})
 	})
 	want["lb"], want["lb2"] = "", "n1/endpoint-long-1"
 	check()
-	mustUpdate(t, db, func(tx *Tx) error { return tx.PutEndpoint(Endpoint{NetworkID: "n2", ID: "other", Link: "lb"}) })
+	mustUpdate(t, db, func(tx *Tx) error { return tx.PutEndpoint(record.Endpoint{NetworkID: "n2", ID: "other", Link: "lb"}) })
 	want["lb"] = "n2/other"
 	check()
 
-	err := db.Update(func(tx *Tx) error { return tx.PutEndpoint(Endpoint{NetworkID: "n2", ID: "x", Link: "lc"}) })
+	err := db.Update(func(tx *Tx) error { return tx.PutEndpoint(record.Endpoint{NetworkID: "n2", ID: "x", Link: "lc"}) })
 	if err == nil || !strings.Contains(err.Error(), "endpoint-long-2") {
 		t.Fatalf("a link of another network's endpoint was taken: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -37,7 +38,7 @@ type IPAMPool struct {
 	Auto bool `json:"auto,omitempty"`
 	// Pending is set on an auto pool until Docker confirms it (its first
 	// address, or a CreateNetwork naming it); expired, it is free again.
-	Pending *Reservation `json:"pending,omitempty"`
+	Pending *record.Reservation `json:"pending,omitempty"`
 	// Created is when the pool was handed out.
 	Created time.Time `json:"created,omitzero"`
 	// Probe is --ipam-opt address_probe as a Go duration ("0s": off; ""

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -30,11 +31,11 @@ func TestMigrateFromSchema2(t *testing.T) {
 		if err := putV3Network(tx, network("n1", "eth0.10")); err != nil {
 			return err
 		}
-		if err := putV3Endpoint(tx, Endpoint{NetworkID: "n1", ID: "e1", Link: "ule1"}); err != nil {
+		if err := putV3Endpoint(tx, record.Endpoint{NetworkID: "n1", ID: "e1", Link: "ule1"}); err != nil {
 			return err
 		}
 		stx := &Tx{tx: tx}
-		if err := stx.PutParentLink(ParentLink{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}); err != nil {
+		if err := stx.PutParentLink(record.ParentLink{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bucketMeta).Put(keyInstance, []byte("inst2")); err != nil {
@@ -100,8 +101,8 @@ func TestIPAMRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	db := open(t, path)
 	deadline := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	pending := IPAMPool{ID: "p1", Space: "local", Prefix: "10.0.0.0/24", Auto: true, Pending: &Reservation{Token: "p1", Deadline: deadline}}
-	other := IPAMPool{ID: "p2", Space: "local", Prefix: "10.0.1.0/24", Auto: true, Pending: &Reservation{Token: "p2", Deadline: deadline}}
+	pending := IPAMPool{ID: "p1", Space: "local", Prefix: "10.0.0.0/24", Auto: true, Pending: &record.Reservation{Token: "p1", Deadline: deadline}}
+	other := IPAMPool{ID: "p2", Space: "local", Prefix: "10.0.1.0/24", Auto: true, Pending: &record.Reservation{Token: "p2", Deadline: deadline}}
 	explicit := IPAMPool{ID: "p3", Space: "global", Prefix: "10.0.0.0/24", Parent: "eth0", Gateway: "10.0.0.254", Range: "10.0.0.128/25"}
 	mustUpdate(t, db, func(tx *Tx) error {
 		for _, p := range []IPAMPool{pending, other, explicit} {

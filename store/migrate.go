@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -46,7 +47,7 @@ var migrations = map[int]func(*bolt.Tx) error{
 			return err
 		}
 		return tx.Bucket(bucketParentLinks).ForEach(func(k, v []byte) error {
-			var p ParentLink
+			var p record.ParentLink
 			if err := json.Unmarshal(v, &p); err != nil {
 				return fmt.Errorf("%w: parent link record %q: %w", ErrCorrupt, k, err)
 			}
@@ -133,7 +134,7 @@ func migrateCompact(tx *bolt.Tx) error {
 	}
 	t := &Tx{tx: tx}
 	err := tx.Bucket(v3Networks).ForEach(func(k, v []byte) error {
-		var n Network
+		var n record.Network
 		if err := json.Unmarshal(v, &n); err != nil {
 			return fmt.Errorf("%w: schema 3 network record %q: %w", ErrCorrupt, k, err)
 		}
@@ -160,7 +161,7 @@ func migrateCompact(tx *bolt.Tx) error {
 			return err
 		}
 		return old.Bucket(netID).ForEach(func(k, v []byte) error {
-			var ep Endpoint
+			var ep record.Endpoint
 			if err := json.Unmarshal(v, &ep); err != nil {
 				return fmt.Errorf("%w: schema 3 endpoint record %q of network %s: %w", ErrCorrupt, k, netID, err)
 			}

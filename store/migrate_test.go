@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -26,7 +27,7 @@ func TestMigrateFromSchema1(t *testing.T) {
 		if err := migrations[0](tx); err != nil {
 			return err
 		}
-		for _, p := range []ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}, {Name: "eth0.10.20", Kind: "vlan", Base: "eth0.10", VLAN: 20}, {Name: "uli1", Kind: "dummy"}} {
+		for _, p := range []record.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}, {Name: "eth0.10.20", Kind: "vlan", Base: "eth0.10", VLAN: 20}, {Name: "uli1", Kind: "dummy"}} {
 			b, _ := json.Marshal(p)
 			if err := tx.Bucket(bucketParentLinks).Put([]byte(p.Name), b); err != nil {
 				return err
@@ -68,7 +69,7 @@ func TestMigrateFromSchema3(t *testing.T) {
 	nets, eps := v3State()
 	writeV3(t, path, nets, eps, func(tx *bolt.Tx) error {
 		stx := &Tx{tx: tx}
-		if err := stx.PutParentLink(ParentLink{Name: "uli1", Kind: "dummy"}); err != nil {
+		if err := stx.PutParentLink(record.ParentLink{Name: "uli1", Kind: "dummy"}); err != nil {
 			return err
 		}
 		if err := stx.PutIPAMPool(IPAMPool{ID: "p1", Space: "s", Prefix: "10.0.0.0/8"}); err != nil {
@@ -112,7 +113,7 @@ func TestMigrateFromSchema3(t *testing.T) {
 		if err := tx.PutNetwork(network("n4", "eth0")); err != nil {
 			return err
 		}
-		return tx.PutEndpoint(Endpoint{NetworkID: "n4", ID: "e4", Link: eps[0].Link})
+		return tx.PutEndpoint(record.Endpoint{NetworkID: "n4", ID: "e4", Link: eps[0].Link})
 	})
 	mustView(t, db, func(tx *Tx) error {
 		if got, err := tx.Endpoints(nets[0].ID); err != nil || len(got) != 0 {
@@ -130,13 +131,13 @@ func TestMigrateFromSchema3(t *testing.T) {
 }
 
 // checkState compares everything the Tx reads with the records written.
-func checkState(tx *Tx, nets []Network, eps []Endpoint) error {
+func checkState(tx *Tx, nets []record.Network, eps []record.Endpoint) error {
 	for _, n := range nets {
 		got, ok, err := tx.Network(n.ID)
 		if err != nil || !ok || !reflect.DeepEqual(got, n) {
 			return fmt.Errorf("network %s: got %+v %v %v, want %+v", n.ID, got, ok, err, n)
 		}
-		var want []Endpoint
+		var want []record.Endpoint
 		for _, ep := range eps {
 			if ep.NetworkID == n.ID {
 				want = append(want, ep)
@@ -161,11 +162,11 @@ func checkState(tx *Tx, nets []Network, eps []Endpoint) error {
 		}
 	}
 	var all []string
-	if err := tx.ForEachNetwork(func(n Network) error { all = append(all, n.ID); return nil }); err != nil || len(all) != len(nets) {
+	if err := tx.ForEachNetwork(func(n record.Network) error { all = append(all, n.ID); return nil }); err != nil || len(all) != len(nets) {
 		return fmt.Errorf("ForEachNetwork: %v %v", all, err)
 	}
 	var shims []string
-	if err := tx.ForEachNetworkWithHostAddress(func(n Network) error { shims = append(shims, n.ID); return nil }); err != nil || len(shims) != 1 || shims[0] != nets[0].ID {
+	if err := tx.ForEachNetworkWithHostAddress(func(n record.Network) error { shims = append(shims, n.ID); return nil }); err != nil || len(shims) != 1 || shims[0] != nets[0].ID {
 		return fmt.Errorf("ForEachNetworkWithHostAddress: %v %v", shims, err)
 	}
 	if on, err := tx.NetworksOn("eth0"); err != nil || len(on) != 2 || on[0].ID != nets[0].ID || on[1].ID != nets[1].ID {
@@ -195,7 +196,7 @@ func TestFailedMigrationChangesNothing(t *testing.T) {
 			return tx.Bucket(v3Endpoints).Bucket([]byte("net-text")).Put([]byte("broken"), []byte("{not json"))
 		}, `"broken"`},
 		"link twice": {func(tx *bolt.Tx) error {
-			return putV3Endpoint(tx, Endpoint{NetworkID: "net-text", ID: "e2", Link: "ule1"})
+			return putV3Endpoint(tx, record.Endpoint{NetworkID: "net-text", ID: "e2", Link: "ule1"})
 		}, "e1 of network net-text and e2 of network net-text have the same link ule1"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -260,7 +261,7 @@ func TestMigratedFileIsCompacted(t *testing.T) {
 }
 
 // checkMany reads every network and endpoint back.
-func checkMany(tx *Tx, nets []Network, eps []Endpoint) error {
+func checkMany(tx *Tx, nets []record.Network, eps []record.Endpoint) error {
 	for _, n := range nets {
 		if got, ok, err := tx.Network(n.ID); err != nil || !ok || !reflect.DeepEqual(got, n) {
 			return fmt.Errorf("network %s: %+v %v %v", n.ID, got, ok, err)

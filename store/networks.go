@@ -6,14 +6,15 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
 // Network returns the network with the given ID.
-func (t *Tx) Network(id string) (Network, bool, error) {
+func (t *Tx) Network(id string) (record.Network, bool, error) {
 	v := t.b(bucketNetworks).Get(encodeID(id))
 	if v == nil {
-		return Network{}, false, nil
+		return record.Network{}, false, nil
 	}
 	n, _, err := decodeNetwork(id, v)
 	return n, err == nil, err
@@ -41,8 +42,8 @@ func (t *Tx) networkIDOf(seq []byte) (string, error) {
 
 // NetworksOn returns the networks (complete and pending) whose parent is
 // the named link, in ID order.
-func (t *Tx) NetworksOn(parent string) ([]Network, error) {
-	var out []Network
+func (t *Tx) NetworksOn(parent string) ([]record.Network, error) {
+	var out []record.Network
 	for _, seq := range indexMembers(t.b(bucketByParent), parent) {
 		id, err := t.networkIDOf([]byte(seq))
 		if err != nil {
@@ -58,7 +59,7 @@ func (t *Tx) NetworksOn(parent string) ([]Network, error) {
 		out = append(out, n)
 	}
 	// The index holds sequence numbers, in creation order.
-	slices.SortFunc(out, func(a, b Network) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b record.Network) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -80,7 +81,7 @@ func (t *Tx) ParentUse() map[string]int {
 
 // PutNetwork writes the network record and its index entries. A new
 // network gets the next sequence number.
-func (t *Tx) PutNetwork(n Network) error {
+func (t *Tx) PutNetwork(n record.Network) error {
 	key := encodeID(n.ID)
 	var seq []byte
 	if v := t.b(bucketNetworks).Get(key); v != nil {
@@ -154,8 +155,8 @@ func (t *Tx) DeleteNetwork(id string) error {
 }
 
 // Pending returns the networks whose creation has not finished.
-func (t *Tx) Pending() ([]Network, error) {
-	var out []Network
+func (t *Tx) Pending() ([]record.Network, error) {
+	var out []record.Network
 	err := t.b(bucketPending).ForEach(func(k, _ []byte) error {
 		id, err := decodeID(k)
 		if err != nil {
@@ -175,18 +176,18 @@ func (t *Tx) Pending() ([]Network, error) {
 
 // ForEachNetwork calls fn for every network in key order: ID order among
 // Docker's (hexadecimal) IDs and among other IDs, Docker's first.
-func (t *Tx) ForEachNetwork(fn func(Network) error) error {
+func (t *Tx) ForEachNetwork(fn func(record.Network) error) error {
 	return t.forEachNetwork(func([]byte) bool { return true }, fn)
 }
 
 // ForEachNetworkWithHostAddress calls fn for every network whose record
 // has a host address, in key order, decoding only those.
-func (t *Tx) ForEachNetworkWithHostAddress(fn func(Network) error) error {
+func (t *Tx) ForEachNetworkWithHostAddress(fn func(record.Network) error) error {
 	return t.forEachNetwork(func(raw []byte) bool { return bytes.Contains(raw, []byte(`"host_address":`)) }, fn)
 }
 
 // forEachNetwork decodes the networks whose JSON passes want.
-func (t *Tx) forEachNetwork(want func(raw []byte) bool, fn func(Network) error) error {
+func (t *Tx) forEachNetwork(want func(raw []byte) bool, fn func(record.Network) error) error {
 	return t.b(bucketNetworks).ForEach(func(k, v []byte) error {
 		id, err := decodeID(k)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -25,8 +26,8 @@ func TestPackedFillFollowsTheWrites(t *testing.T) {
 		})
 		return eps, links
 	}
-	ep := func(net string, i int) Endpoint {
-		return Endpoint{NetworkID: net, ID: fmt.Sprintf("e%04d", i), Link: fmt.Sprintf("l%04d", (i*7919)%10000)}
+	ep := func(net string, i int) record.Endpoint {
+		return record.Endpoint{NetworkID: net, ID: fmt.Sprintf("e%04d", i), Link: fmt.Sprintf("l%04d", (i*7919)%10000)}
 	}
 	bulk := func(net string, from int) func(*Tx) error {
 		return func(tx *Tx) error {

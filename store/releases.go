@@ -15,16 +15,12 @@ import (
 
 var bucketReleases = []byte("lease-releases")
 
-// PendingRelease is a lease the daemon must give back unless an
-// endpoint's record holds it (package record).
-type PendingRelease = record.PendingRelease
-
 func releaseKey(networkID, endpointID, addr string) []byte {
 	return []byte(networkID + "/" + endpointID + "/" + addr)
 }
 
 // PutPendingRelease records a lease to give back.
-func (t *Tx) PutPendingRelease(r PendingRelease) error {
+func (t *Tx) PutPendingRelease(r record.PendingRelease) error {
 	b, err := t.tx.CreateBucketIfNotExists(bucketReleases)
 	if err != nil {
 		return err
@@ -47,14 +43,14 @@ func (t *Tx) DeletePendingRelease(networkID, endpointID, addr string) error {
 }
 
 // PendingReleases lists the leases to give back.
-func (t *Tx) PendingReleases() ([]PendingRelease, error) {
+func (t *Tx) PendingReleases() ([]record.PendingRelease, error) {
 	b := t.b(bucketReleases)
 	if b == nil {
 		return nil, nil
 	}
-	var out []PendingRelease
+	var out []record.PendingRelease
 	err := b.ForEach(func(k, v []byte) error {
-		var r PendingRelease
+		var r record.PendingRelease
 		if err := json.Unmarshal(v, &r); err != nil {
 			return fmt.Errorf("%w: pending lease release %q: %w", ErrCorrupt, k, err)
 		}

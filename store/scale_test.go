@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -47,14 +48,14 @@ func fillScaleIDs(tb testing.TB, db *DB, nets, epsPer, perParent int, id func(st
 					parent = "vp0"
 				}
 				a := i * 16
-				n := Network{ID: id("s", 0, i), Type: "macvlan", Parent: parent, Mode: "bridge",
-					IPv4: []Pool{{Subnet: fmt.Sprintf("10.%d.%d.%d/28", a>>16&255, a>>8&255, a&255)}}}
+				n := record.Network{ID: id("s", 0, i), Type: "macvlan", Parent: parent, Mode: "bridge",
+					IPv4: []record.Pool{{Subnet: fmt.Sprintf("10.%d.%d.%d/28", a>>16&255, a>>8&255, a&255)}}}
 				if err := tx.PutNetwork(n); err != nil {
 					return err
 				}
 				for e := 0; e < epsPer; e++ {
 					epID := id("t", e, i)
-					if err := tx.PutEndpoint(Endpoint{NetworkID: n.ID, ID: epID, Link: "ule" + epID[:12], MAC: "02:42:00:00:00:01"}); err != nil {
+					if err := tx.PutEndpoint(record.Endpoint{NetworkID: n.ID, ID: epID, Link: "ule" + epID[:12], MAC: "02:42:00:00:00:01"}); err != nil {
 						return err
 					}
 				}
@@ -71,7 +72,7 @@ func fillScaleIDs(tb testing.TB, db *DB, nets, epsPer, perParent int, id func(st
 // every network with its endpoints, the parent use, the parent links and
 // the pending networks.
 func readAll(tx *Tx) (nets, eps int, err error) {
-	err = tx.ForEachNetwork(func(n Network) error {
+	err = tx.ForEachNetwork(func(n record.Network) error {
 		nets++
 		e, err := tx.Endpoints(n.ID)
 		eps += len(e)
@@ -234,7 +235,7 @@ var errRollback = fmt.Errorf("roll back")
 
 // benchEndpoint is the i-th endpoint the write benchmarks add and delete,
 // on one of the big state's networks.
-func benchEndpoint(i int) Endpoint {
+func benchEndpoint(i int) record.Endpoint {
 	epID := scaleID("u", 0, i)
-	return Endpoint{NetworkID: scaleID("s", 0, i*7919%scaleNets), ID: epID, Link: "ulx" + epID[4:16], MAC: "02:42:00:00:00:02", IPv4: "10.0.0.2/28"}
+	return record.Endpoint{NetworkID: scaleID("s", 0, i*7919%scaleNets), ID: epID, Link: "ulx" + epID[4:16], MAC: "02:42:00:00:00:02", IPv4: "10.0.0.2/28"}
 }

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
 // putV3Network and putV3Endpoint write records as schemas 1 to 3 did (the
 // code of those versions' PutNetwork and PutEndpoint, on their buckets).
-func putV3Network(tx *bolt.Tx, n Network) error {
+func putV3Network(tx *bolt.Tx, n record.Network) error {
 	raw, err := json.Marshal(n)
 	if err != nil {
 		return err
@@ -27,7 +28,7 @@ func putV3Network(tx *bolt.Tx, n Network) error {
 	return tx.Bucket(v3Networks).Put([]byte(n.ID), raw)
 }
 
-func putV3Endpoint(tx *bolt.Tx, ep Endpoint) error {
+func putV3Endpoint(tx *bolt.Tx, ep record.Endpoint) error {
 	b, err := tx.Bucket(v3Endpoints).CreateBucketIfNotExists([]byte(ep.NetworkID))
 	if err != nil {
 		return err
@@ -45,7 +46,7 @@ func putV3Endpoint(tx *bolt.Tx, ep Endpoint) error {
 
 // writeV3 makes a schema 3 file at path holding the networks and
 // endpoints, and runs more on the same transaction.
-func writeV3(t *testing.T, path string, nets []Network, eps []Endpoint, more func(*bolt.Tx) error) {
+func writeV3(t *testing.T, path string, nets []record.Network, eps []record.Endpoint, more func(*bolt.Tx) error) {
 	t.Helper()
 	raw, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
@@ -89,22 +90,22 @@ func hexID(c byte) string { return strings.Repeat(string(c), 60) + "0123" }
 // and other IDs, a pending network, pools of both families, options, a
 // host address; endpoints with leases, sandboxes, IPv6, MACs and
 // addresses in non-canonical forms, and an alternative link name.
-func v3State() ([]Network, []Endpoint) {
+func v3State() ([]record.Network, []record.Endpoint) {
 	created := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	hexA, hexB, hexE := hexID('a'), hexID('b'), hexID('e')
-	nets := []Network{
+	nets := []record.Network{
 		{ID: hexA, Type: "macvlan", Parent: "eth0", Mode: "bridge", MTU: 1400,
-			IPv4:        []Pool{{Subnet: "198.18.1.0/24", Gateway: "198.18.1.1"}},
-			IPv6:        []Pool{{Subnet: "2001:db8::/64", Gateway: "2001:db8::1"}},
+			IPv4:        []record.Pool{{Subnet: "198.18.1.0/24", Gateway: "198.18.1.1"}},
+			IPv6:        []record.Pool{{Subnet: "2001:db8::/64", Gateway: "2001:db8::1"}},
 			HostAddress: "198.18.1.2", Options: map[string]string{"parent": "eth0", "dhcp": "true"}, Created: created},
 		{ID: hexB, Type: "ipvlan", Parent: "eth0", Mode: "l2", Flag: "bridge",
-			Pending: &Reservation{Token: "tok", Deadline: created.Add(time.Minute)}},
+			Pending: &record.Reservation{Token: "tok", Deadline: created.Add(time.Minute)}},
 		{ID: "net-text", Type: "macvlan", Parent: "uli1", Mode: "bridge", Internal: true},
 	}
-	lease := &Lease{Addr: "198.18.1.50/24", Router: "198.18.1.1", ServerID: "198.18.1.1", ClientID: "01aa",
-		Routes:   []LeaseRoute{{Dst: "10.0.0.0/8", Gateway: "198.18.1.254"}},
+	lease := &record.Lease{Addr: "198.18.1.50/24", Router: "198.18.1.1", ServerID: "198.18.1.1", ClientID: "01aa",
+		Routes:   []record.LeaseRoute{{Dst: "10.0.0.0/8", Gateway: "198.18.1.254"}},
 		Acquired: created, T1: created.Add(time.Hour), T2: created.Add(2 * time.Hour), Expiry: created.Add(3 * time.Hour)}
-	eps := []Endpoint{
+	eps := []record.Endpoint{
 		{NetworkID: hexA, ID: hexE, Link: "ule" + hexE[:12], MAC: "02:42:c6:12:00:01", IPv4: "198.18.1.50/24", IPv6: "2001:db8::50/64",
 			Sandbox: "/var/run/docker/netns/0123456789ab", Boot: "6f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", Lease: lease},
 		{NetworkID: hexA, ID: hexID('f'), Link: "ule9f8e7d6c5b4a", MAC: "02:42:C6:12:00:02", IPv4: "198.18.1.51/24", IPv6: "2001:DB8::51/64"},

@@ -44,6 +44,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -316,7 +317,7 @@ func (t *Tx) Counts() (Counts, error) {
 		ParentLinks:   keys(t.b(bucketParentLinks)),
 		EndpointLinks: keys(t.b(bucketLinks)),
 	}
-	err := t.ForEachNetworkWithHostAddress(func(n Network) error {
+	err := t.ForEachNetworkWithHostAddress(func(n record.Network) error {
 		if n.HostAddress != "" && n.Pending == nil {
 			c.HostLinks++
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -24,25 +25,25 @@ func open(t *testing.T, path string) *DB {
 	return db
 }
 
-func network(id, parent string) Network {
-	return Network{ID: id, Type: "macvlan", Parent: parent, Mode: "bridge", IPv4: []Pool{{Subnet: "198.18.1.0/24", Gateway: "198.18.1.1"}}}
+func network(id, parent string) record.Network {
+	return record.Network{ID: id, Type: "macvlan", Parent: parent, Mode: "bridge", IPv4: []record.Pool{{Subnet: "198.18.1.0/24", Gateway: "198.18.1.1"}}}
 }
 
 func TestReopenKeepsRecordsAndIndexes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "dir", "state.db")
 	db := open(t, path)
 	pending := network("n2", "eth0")
-	pending.Pending = &Reservation{Token: "t", Deadline: time.Unix(100, 0).UTC()}
+	pending.Pending = &record.Reservation{Token: "t", Deadline: time.Unix(100, 0).UTC()}
 	err := db.Update(func(tx *Tx) error {
-		for _, n := range []Network{network("n1", "eth0"), pending, network("n3", "eth1")} {
+		for _, n := range []record.Network{network("n1", "eth0"), pending, network("n3", "eth1")} {
 			if err := tx.PutNetwork(n); err != nil {
 				return err
 			}
 		}
-		if err := tx.PutEndpoint(Endpoint{NetworkID: "n1", ID: "e1", Link: "ule1", MAC: "02:00:00:00:00:01"}); err != nil {
+		if err := tx.PutEndpoint(record.Endpoint{NetworkID: "n1", ID: "e1", Link: "ule1", MAC: "02:00:00:00:00:01"}); err != nil {
 			return err
 		}
-		return tx.PutParentLink(ParentLink{Name: "eth1", Kind: "vlan", Base: "eth9", VLAN: 9})
+		return tx.PutParentLink(record.ParentLink{Name: "eth1", Kind: "vlan", Base: "eth9", VLAN: 9})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ func TestPutNetworkMovesIndexesAndCommitClearsPending(t *testing.T) {
 	db := open(t, filepath.Join(t.TempDir(), "s.db"))
 	defer db.Close()
 	n := network("n1", "eth0")
-	n.Pending = &Reservation{Token: "t"}
+	n.Pending = &record.Reservation{Token: "t"}
 	mustUpdate(t, db, func(tx *Tx) error { return tx.PutNetwork(n) })
 	n.Parent, n.Pending = "eth1", nil
 	mustUpdate(t, db, func(tx *Tx) error { return tx.PutNetwork(n) })
@@ -107,7 +108,7 @@ func TestDeleteNetworkRemovesEndpointsAndIndexes(t *testing.T) {
 			return err
 		}
 		for i := 0; i < 3; i++ {
-			if err := tx.PutEndpoint(Endpoint{NetworkID: "n1", ID: fmt.Sprint("e", i), Link: fmt.Sprint("ule", i)}); err != nil {
+			if err := tx.PutEndpoint(record.Endpoint{NetworkID: "n1", ID: fmt.Sprint("e", i), Link: fmt.Sprint("ule", i)}); err != nil {
 				return err
 			}
 		}
@@ -133,7 +134,7 @@ func TestDeleteNetworkRemovesEndpointsAndIndexes(t *testing.T) {
 func TestPutEndpointChecks(t *testing.T) {
 	db := open(t, filepath.Join(t.TempDir(), "s.db"))
 	defer db.Close()
-	err := db.Update(func(tx *Tx) error { return tx.PutEndpoint(Endpoint{NetworkID: "nope", ID: "e", Link: "l"}) })
+	err := db.Update(func(tx *Tx) error { return tx.PutEndpoint(record.Endpoint{NetworkID: "nope", ID: "e", Link: "l"}) })
 	if !errors.Is(err, ErrNoNetwork) {
 		t.Fatalf("endpoint of a missing network: %v", err)
 	}
@@ -141,9 +142,9 @@ func TestPutEndpointChecks(t *testing.T) {
 		if err := tx.PutNetwork(network("n1", "eth0")); err != nil {
 			return err
 		}
-		return tx.PutEndpoint(Endpoint{NetworkID: "n1", ID: "e1", Link: "ule1"})
+		return tx.PutEndpoint(record.Endpoint{NetworkID: "n1", ID: "e1", Link: "ule1"})
 	})
-	err = db.Update(func(tx *Tx) error { return tx.PutEndpoint(Endpoint{NetworkID: "n1", ID: "e2", Link: "ule1"}) })
+	err = db.Update(func(tx *Tx) error { return tx.PutEndpoint(record.Endpoint{NetworkID: "n1", ID: "e2", Link: "ule1"}) })
 	if err == nil {
 		t.Fatal("two endpoints got the same link name")
 	}
@@ -262,7 +263,7 @@ func TestBatchSharesCommitsAndIsolatesFailures(t *testing.T) {
 				netID = "missing" // fails alone
 			}
 			errs[i] = db.Batch(func(tx *Tx) error {
-				return tx.PutEndpoint(Endpoint{NetworkID: netID, ID: fmt.Sprint("e", i), Link: fmt.Sprint("l", i)})
+				return tx.PutEndpoint(record.Endpoint{NetworkID: netID, ID: fmt.Sprint("e", i), Link: fmt.Sprint("l", i)})
 			})
 		}(i)
 	}
@@ -315,7 +316,7 @@ func TestCrashBetweenReserveAndCommit(t *testing.T) {
 		}
 		_ = db.Update(func(tx *Tx) error { return tx.PutNetwork(network("done", "eth0")) })
 		n := network("half", "eth1")
-		n.Pending = &Reservation{Token: "tok", Deadline: time.Now().Add(time.Minute)}
+		n.Pending = &record.Reservation{Token: "tok", Deadline: time.Now().Add(time.Minute)}
 		_ = db.Update(func(tx *Tx) error { return tx.PutNetwork(n) })
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/underlay-net/underlay/store/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -87,15 +88,15 @@ func indexHas(index *bolt.Bucket, key string) bool {
 }
 
 // ParentLink returns the record of a parent link underlay created.
-func (t *Tx) ParentLink(name string) (ParentLink, bool, error) {
-	return get[ParentLink](t.b(bucketParentLinks), name)
+func (t *Tx) ParentLink(name string) (record.ParentLink, bool, error) {
+	return get[record.ParentLink](t.b(bucketParentLinks), name)
 }
 
 // ParentLinks returns every parent link underlay created, in name order.
-func (t *Tx) ParentLinks() ([]ParentLink, error) {
-	var out []ParentLink
+func (t *Tx) ParentLinks() ([]record.ParentLink, error) {
+	var out []record.ParentLink
 	err := t.b(bucketParentLinks).ForEach(func(k, v []byte) error {
-		var p ParentLink
+		var p record.ParentLink
 		if err := json.Unmarshal(v, &p); err != nil {
 			return fmt.Errorf("%w: parent link record %q: %w", ErrCorrupt, k, err)
 		}
@@ -107,7 +108,7 @@ func (t *Tx) ParentLinks() ([]ParentLink, error) {
 
 // PutParentLink records that underlay created (or is about to create) a
 // parent link.
-func (t *Tx) PutParentLink(p ParentLink) error {
+func (t *Tx) PutParentLink(p record.ParentLink) error {
 	if err := t.DeleteParentLink(p.Name); err != nil {
 		return err
 	}

@@ -7,14 +7,15 @@ import (
 	"testing"
 
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 	"github.com/vishvananda/netlink"
 )
 
 // State is what a stopped daemon left in its state file.
 type State struct {
-	Networks  map[string]store.Network
-	Endpoints map[string]store.Endpoint // by link name
-	Parents   map[string]store.ParentLink
+	Networks  map[string]record.Network
+	Endpoints map[string]record.Endpoint // by link name
+	Parents   map[string]record.ParentLink
 	Pending   []string
 }
 
@@ -36,9 +37,9 @@ func (d *Daemon) ReadState() State {
 		d.t.Fatalf("open state file: %v", err)
 	}
 	defer db.Close()
-	s := State{Networks: map[string]store.Network{}, Endpoints: map[string]store.Endpoint{}, Parents: map[string]store.ParentLink{}}
+	s := State{Networks: map[string]record.Network{}, Endpoints: map[string]record.Endpoint{}, Parents: map[string]record.ParentLink{}}
 	err = db.View(func(tx *store.Tx) error {
-		if err := tx.ForEachNetwork(func(n store.Network) error {
+		if err := tx.ForEachNetwork(func(n record.Network) error {
 			s.Networks[n.ID] = n
 			if n.Pending != nil {
 				s.Pending = append(s.Pending, n.ID)

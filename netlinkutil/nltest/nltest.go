@@ -16,13 +16,14 @@ import (
 	"sync"
 
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"golang.org/x/sys/unix"
 )
 
 // Kernel is a fake kernel. The zero value is not usable; call New.
 type Kernel struct {
 	mu    sync.Mutex
-	links map[string]*netlinkutil.Link
+	links map[string]*vocab.Link
 	next  int
 	fault func(op, name string) error
 	calls map[string]int
@@ -38,13 +39,13 @@ type Kernel struct {
 
 // New returns a kernel holding only lo.
 func New() *Kernel {
-	k := &Kernel{links: map[string]*netlinkutil.Link{}, next: 1, calls: map[string]int{},
+	k := &Kernel{links: map[string]*vocab.Link{}, next: 1, calls: map[string]int{},
 		addrs: map[string][]netip.Addr{}, routes: map[netip.Addr]string{}}
-	k.put(netlinkutil.Link{Name: "lo", Kind: "device", MTU: 65536})
+	k.put(vocab.Link{Name: "lo", Kind: "device", MTU: 65536})
 	return k
 }
 
-func (k *Kernel) put(l netlinkutil.Link) {
+func (k *Kernel) put(l vocab.Link) {
 	l.Index = k.next
 	k.next++
 	k.links[l.Name] = &l
@@ -67,7 +68,7 @@ func (k *Kernel) emit(ev netlinkutil.LinkEvent) {
 func (k *Kernel) AddHostLink(name, kind string, mtu int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.put(netlinkutil.Link{Name: name, Kind: kind, MTU: mtu})
+	k.put(vocab.Link{Name: name, Kind: kind, MTU: mtu})
 }
 
 // AddAltName gives a link an alternative name, as `ip link property add`.
@@ -81,14 +82,14 @@ func (k *Kernel) AddAltName(name, alt string) {
 
 // AddLink adds a link as given (Index is assigned), as if someone else had
 // created it: a user's VLAN, a link another underlay instance marked.
-func (k *Kernel) AddLink(l netlinkutil.Link) {
+func (k *Kernel) AddLink(l vocab.Link) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.put(l)
 }
 
 // lookup finds a link by name or altname.
-func (k *Kernel) lookup(name string) *netlinkutil.Link {
+func (k *Kernel) lookup(name string) *vocab.Link {
 	if l, ok := k.links[name]; ok {
 		return l
 	}
@@ -147,7 +148,7 @@ func (k *Kernel) begin(op, name string) error {
 	return nil
 }
 
-func (k *Kernel) byIndex(i int) *netlinkutil.Link {
+func (k *Kernel) byIndex(i int) *vocab.Link {
 	for _, l := range k.links {
 		if l.Index == i {
 			return l
@@ -156,8 +157,8 @@ func (k *Kernel) byIndex(i int) *netlinkutil.Link {
 	return nil
 }
 
-func (k *Kernel) children(parent *netlinkutil.Link) []*netlinkutil.Link {
-	var out []*netlinkutil.Link
+func (k *Kernel) children(parent *vocab.Link) []*vocab.Link {
+	var out []*vocab.Link
 	for _, l := range k.links {
 		if l.ParentIndex == parent.Index && l.ParentIndex != 0 {
 			out = append(out, l)
@@ -185,7 +186,7 @@ func (k *Kernel) remove(name string) {
 }
 
 func (k *Kernel) checkNew(name string) error {
-	if len(name) > netlinkutil.MaxNameLen || name == "" {
+	if len(name) > vocab.MaxNameLen || name == "" {
 		return fmt.Errorf("name %q: %w", name, unix.EINVAL)
 	}
 	if k.lookup(name) != nil {
@@ -195,27 +196,27 @@ func (k *Kernel) checkNew(name string) error {
 }
 
 // Get implements netlinkutil.Links.
-func (k *Kernel) Get(_ context.Context, name string) (netlinkutil.Link, error) {
+func (k *Kernel) Get(_ context.Context, name string) (vocab.Link, error) {
 	if err := k.begin("get", name); err != nil {
-		return netlinkutil.Link{}, err
+		return vocab.Link{}, err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l := k.lookup(name)
 	if l == nil {
-		return netlinkutil.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
+		return vocab.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
 	}
 	return *l, nil
 }
 
 // List implements netlinkutil.Links.
-func (k *Kernel) List(_ context.Context) ([]netlinkutil.Link, error) {
+func (k *Kernel) List(_ context.Context) ([]vocab.Link, error) {
 	if err := k.begin("list", ""); err != nil {
 		return nil, err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]netlinkutil.Link, 0, len(k.links))
+	out := make([]vocab.Link, 0, len(k.links))
 	for _, l := range k.links {
 		out = append(out, *l)
 	}
@@ -224,28 +225,28 @@ func (k *Kernel) List(_ context.Context) ([]netlinkutil.Link, error) {
 }
 
 // LinkByIndex implements netlinkutil.Links.
-func (k *Kernel) LinkByIndex(_ context.Context, index int) (netlinkutil.Link, error) {
+func (k *Kernel) LinkByIndex(_ context.Context, index int) (vocab.Link, error) {
 	if err := k.begin("get", ""); err != nil {
-		return netlinkutil.Link{}, err
+		return vocab.Link{}, err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l := k.byIndex(index)
 	if l == nil {
-		return netlinkutil.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
+		return vocab.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
 	}
 	return netlinkutil.Unannounced(*l), nil
 }
 
 // LinksOn implements netlinkutil.Links.
-func (k *Kernel) LinksOn(_ context.Context, parent int) ([]netlinkutil.Link, error) {
+func (k *Kernel) LinksOn(_ context.Context, parent int) ([]vocab.Link, error) {
 	if err := k.begin("list", ""); err != nil {
 		return nil, err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []netlinkutil.Link
-	for _, l := range k.children(&netlinkutil.Link{Index: parent}) {
+	var out []vocab.Link
+	for _, l := range k.children(&vocab.Link{Index: parent}) {
 		if l.Index != parent {
 			out = append(out, netlinkutil.Unannounced(*l))
 		}
@@ -279,7 +280,7 @@ func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int, mark
 	if mtu == 0 {
 		mtu = b.MTU
 	}
-	k.put(netlinkutil.Link{Name: name, Kind: netlinkutil.KindVLAN, ParentIndex: b.Index, VLAN: id, MTU: mtu, Alias: mark})
+	k.put(vocab.Link{Name: name, Kind: vocab.KindVLAN, ParentIndex: b.Index, VLAN: id, MTU: mtu, Alias: mark})
 	return nil
 }
 
@@ -296,12 +297,12 @@ func (k *Kernel) AddDummy(_ context.Context, name string, mtu int, mark string) 
 	if mtu == 0 {
 		mtu = 1500
 	}
-	k.put(netlinkutil.Link{Name: name, Kind: netlinkutil.KindDummy, MTU: mtu, Alias: mark})
+	k.put(vocab.Link{Name: name, Kind: vocab.KindDummy, MTU: mtu, Alias: mark})
 	return nil
 }
 
 // AddEndpoint implements netlinkutil.Links.
-func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
+func (k *Kernel) AddEndpoint(_ context.Context, ep vocab.Endpoint) error {
 	if err := k.begin("endpoint", ep.Name); err != nil {
 		return err
 	}
@@ -314,7 +315,7 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
 	if p == nil {
 		return fmt.Errorf("create %s link %s: parent: %w: %s", ep.Type, ep.Name, netlinkutil.ErrNotFound, ep.Parent)
 	}
-	if p.Kind == netlinkutil.KindMacvlan && p.ParentIndex != 0 {
+	if p.Kind == vocab.KindMacvlan && p.ParentIndex != 0 {
 		if lower := k.byIndex(p.ParentIndex); lower != nil {
 			p = lower // the kernel puts links made on a macvlan on its lower link
 		}
@@ -324,11 +325,11 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
 	}
 	for _, c := range k.children(p) {
 		switch {
-		case netlinkutil.IsEndpointKind(c.Kind) && c.Kind != ep.Type:
+		case vocab.IsEndpointKind(c.Kind) && c.Kind != ep.Type:
 			return fmt.Errorf("%s on %s holding %s: %w", ep.Type, ep.Parent, c.Kind, unix.EBUSY)
 		case ep.MAC != "" && c.MAC == ep.MAC:
 			return fmt.Errorf("MAC %s on %s: %w", ep.MAC, ep.Parent, unix.EADDRINUSE)
-		case ep.Type == netlinkutil.KindMacvlan && c.Kind == netlinkutil.KindMacvlan && (c.Mode == netlinkutil.MacvlanPassthru || ep.Mode == netlinkutil.MacvlanPassthru):
+		case ep.Type == vocab.KindMacvlan && c.Kind == vocab.KindMacvlan && (c.Mode == vocab.MacvlanPassthru || ep.Mode == vocab.MacvlanPassthru):
 			return fmt.Errorf("passthru on %s: %w", ep.Parent, unix.EBUSY)
 		}
 	}
@@ -336,12 +337,12 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep netlinkutil.Endpoint) error {
 	if mtu == 0 {
 		mtu = p.MTU
 	}
-	l := netlinkutil.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC, Alias: ep.Mark, Down: true}
-	if ep.Type == netlinkutil.KindIpvlan {
+	l := vocab.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC, Alias: ep.Mark, Down: true}
+	if ep.Type == vocab.KindIpvlan {
 		// The port mode and flags belong to the parent: the newest link's
 		// settings silently apply to all of them.
 		for _, c := range k.children(p) {
-			if c.Kind == netlinkutil.KindIpvlan {
+			if c.Kind == vocab.KindIpvlan {
 				c.Mode, c.Flag = ep.Mode, ep.Flag
 			}
 		}
@@ -363,7 +364,7 @@ func (k *Kernel) Delete(_ context.Context, name string) error {
 
 // DeleteLink implements netlinkutil.Links: the link of that name, if it is
 // still the one with that index.
-func (k *Kernel) DeleteLink(_ context.Context, l netlinkutil.Link) error {
+func (k *Kernel) DeleteLink(_ context.Context, l vocab.Link) error {
 	if err := k.begin("delete", l.Name); err != nil {
 		return err
 	}
@@ -376,12 +377,12 @@ func (k *Kernel) DeleteLink(_ context.Context, l netlinkutil.Link) error {
 }
 
 // Link returns the named link, or false.
-func (k *Kernel) Link(name string) (netlinkutil.Link, bool) {
+func (k *Kernel) Link(name string) (vocab.Link, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l, ok := k.links[name]
 	if !ok {
-		return netlinkutil.Link{}, false
+		return vocab.Link{}, false
 	}
 	return *l, true
 }
@@ -401,7 +402,7 @@ func (k *Kernel) Parent(name string) string {
 }
 
 // AddShim implements netlinkutil.Links.
-func (k *Kernel) AddShim(ctx context.Context, ep netlinkutil.Endpoint, addr netip.Addr) error {
+func (k *Kernel) AddShim(ctx context.Context, ep vocab.Endpoint, addr netip.Addr) error {
 	if err := k.AddEndpoint(ctx, ep); err != nil {
 		return err
 	}

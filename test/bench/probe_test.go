@@ -14,6 +14,7 @@ import (
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // benchProbe measures what address_probe adds to a container's start:
@@ -127,12 +128,12 @@ func benchHolders(t *testing.T, tb *table) {
 		t.Cleanup(func() { db.Close() })
 		if err := db.Update(func(tx *store.Tx) error {
 			for _, nw := range []string{"n-static", "n-dhcp"} {
-				if err := tx.PutNetwork(store.Network{ID: nw, Type: "macvlan", Parent: "hq0"}); err != nil {
+				if err := tx.PutNetwork(record.Network{ID: nw, Type: "macvlan", Parent: "hq0"}); err != nil {
 					return err
 				}
 			}
 			for i := 0; i < n; i++ {
-				ep := store.Endpoint{NetworkID: "n-dhcp", ID: id("h", 0, i), Link: fmt.Sprintf("hl%d", i),
+				ep := record.Endpoint{NetworkID: "n-dhcp", ID: id("h", 0, i), Link: fmt.Sprintf("hl%d", i),
 					IPv4: fmt.Sprintf("198.19.%d.%d/16", i/250, 1+i%250), IPv6: fmt.Sprintf("2001:db8:199::%x/64", i+1)}
 				if err := tx.PutEndpoint(ep); err != nil {
 					return err

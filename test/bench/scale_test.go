@@ -14,6 +14,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // fillState writes nets networks with epsPer endpoints each. perParent
@@ -34,14 +35,14 @@ func fillState(t *testing.T, path string, nets, epsPer, perParent int) {
 					parent = "vp0"
 				}
 				a := i * 16 // a /28 per network in 10.0.0.0/8 (records only, never on a wire)
-				n := store.Network{ID: id("s", 0, i), Type: "macvlan", Parent: parent, Mode: "bridge",
-					IPv4: []store.Pool{{Subnet: fmt.Sprintf("10.%d.%d.%d/28", a>>16&255, a>>8&255, a&255)}}}
+				n := record.Network{ID: id("s", 0, i), Type: "macvlan", Parent: parent, Mode: "bridge",
+					IPv4: []record.Pool{{Subnet: fmt.Sprintf("10.%d.%d.%d/28", a>>16&255, a>>8&255, a&255)}}}
 				if err := tx.PutNetwork(n); err != nil {
 					return err
 				}
 				for e := 0; e < epsPer; e++ {
 					epID := id("t", e, i)
-					if err := tx.PutEndpoint(store.Endpoint{NetworkID: n.ID, ID: epID, Link: "ule" + epID[:12], MAC: "02:42:00:00:00:01"}); err != nil {
+					if err := tx.PutEndpoint(record.Endpoint{NetworkID: n.ID, ID: epID, Link: "ule" + epID[:12], MAC: "02:42:00:00:00:01"}); err != nil {
 						return err
 					}
 				}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // records stops the daemon with SIGTERM, reads its state file and starts
@@ -23,7 +24,7 @@ func records(t *testing.T, d *itest.Daemon) (nets []string, endpoints int) {
 		t.Fatal(err)
 	}
 	err = db.View(func(tx *store.Tx) error {
-		return tx.ForEachNetwork(func(n store.Network) error {
+		return tx.ForEachNetwork(func(n record.Network) error {
 			if n.Pending != nil {
 				return fmt.Errorf("network %s still pending", n.ID)
 			}

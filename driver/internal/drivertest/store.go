@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Store opens a state file of its own in t's temporary directory, closed
@@ -22,7 +23,7 @@ func Store(t testing.TB) *store.DB {
 
 // Put commits records to db: networks before endpoints, as the store
 // requires.
-func Put(t testing.TB, db *store.DB, networks []store.Network, endpoints ...store.Endpoint) {
+func Put(t testing.TB, db *store.DB, networks []record.Network, endpoints ...record.Endpoint) {
 	t.Helper()
 	if err := db.Update(func(tx *store.Tx) error {
 		for _, n := range networks {

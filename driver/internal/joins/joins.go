@@ -15,6 +15,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // A join lasts until its container stops or the host boots. For most
@@ -64,7 +65,7 @@ func (j *Table) Drop(epID string) {
 
 // Overlay returns ep with its join filled in from memory when its record
 // has none.
-func (j *Table) Overlay(ep store.Endpoint) store.Endpoint {
+func (j *Table) Overlay(ep record.Endpoint) record.Endpoint {
 	if ep.Sandbox != "" {
 		return ep
 	}
@@ -79,7 +80,7 @@ func (j *Table) Overlay(ep store.Endpoint) store.Endpoint {
 
 // Endpoints reads a network's endpoints with their joins, wherever each
 // is kept.
-func (j *Table) Endpoints(tx *store.Tx, networkID string) ([]store.Endpoint, error) {
+func (j *Table) Endpoints(tx *store.Tx, networkID string) ([]record.Endpoint, error) {
 	eps, err := tx.Endpoints(networkID)
 	for i := range eps {
 		eps[i] = j.Overlay(eps[i])
@@ -107,7 +108,7 @@ func (j *Table) JoinedV4(tx *store.Tx, networkID, boot string) ([]netip.Addr, er
 // joins are not durable (nothing to commit: nil), else the commit of its
 // record (nil when the record already says so). A record written by an
 // older version with a join keeps it there.
-func (j *Table) Join(n store.Network, ep store.Endpoint, sandbox, boot string) func(*store.Tx) error {
+func (j *Table) Join(n record.Network, ep record.Endpoint, sandbox, boot string) func(*store.Tx) error {
 	if !Durable(n) && ep.Sandbox == "" {
 		j.set(ep.ID, sandbox, boot)
 		return nil
@@ -121,7 +122,7 @@ func (j *Table) Join(n store.Network, ep store.Endpoint, sandbox, boot string) f
 
 // Leave forgets ep's join: from memory, and the commit clearing its record
 // when the record holds it (nil otherwise: no write).
-func (j *Table) Leave(ep store.Endpoint) func(*store.Tx) error {
+func (j *Table) Leave(ep record.Endpoint) func(*store.Tx) error {
 	j.Drop(ep.ID)
 	if ep.Sandbox == "" {
 		return nil
@@ -133,4 +134,4 @@ func (j *Table) Leave(ep store.Endpoint) func(*store.Tx) error {
 // Durable reports whether a network's joins are committed (networks with
 // a host address: the host's routes to joined endpoints come back after a
 // restart).
-func Durable(n store.Network) bool { return n.HostAddress != "" }
+func Durable(n record.Network) bool { return n.HostAddress != "" }

@@ -8,27 +8,28 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // plain has no host address: its joins are kept in memory; shimmed has
 // one: its joins are committed in the endpoint's record.
 var (
 	plain   = drivertest.Macvlan(drivertest.NetA, "eth0", "bridge", "192.0.2.0/24")
-	shimmed = func() store.Network {
+	shimmed = func() record.Network {
 		n := drivertest.Macvlan(drivertest.NetB, "eth1", "bridge", "198.51.100.0/24")
 		n.HostAddress = "198.51.100.254"
 		return n
 	}()
 )
 
-func endpoint(n store.Network, id, ipv4 string) store.Endpoint {
-	return store.Endpoint{NetworkID: n.ID, ID: id, Link: rules.EndpointLinkName(id), MAC: "02:00:00:00:00:01", IPv4: ipv4}
+func endpoint(n record.Network, id, ipv4 string) record.Endpoint {
+	return record.Endpoint{NetworkID: n.ID, ID: id, Link: rules.EndpointLinkName(id), MAC: "02:00:00:00:00:01", IPv4: ipv4}
 }
 
-// record reads an endpoint's record as committed.
-func record(t *testing.T, db *store.DB, n store.Network, id string) store.Endpoint {
+// recorded reads an endpoint's record as committed.
+func recorded(t *testing.T, db *store.DB, n record.Network, id string) record.Endpoint {
 	t.Helper()
-	var ep store.Endpoint
+	var ep record.Endpoint
 	if err := db.View(func(tx *store.Tx) error {
 		var ok bool
 		var err error
@@ -51,9 +52,9 @@ func commit(t *testing.T, db *store.DB, c func(*store.Tx) error) {
 }
 
 // endpoints reads a network's endpoints with their joins, by ID.
-func endpoints(t *testing.T, db *store.DB, j *Table, n store.Network) map[string]store.Endpoint {
+func endpoints(t *testing.T, db *store.DB, j *Table, n record.Network) map[string]record.Endpoint {
 	t.Helper()
-	out := map[string]store.Endpoint{}
+	out := map[string]record.Endpoint{}
 	if err := db.View(func(tx *store.Tx) error {
 		eps, err := j.Endpoints(tx, n.ID)
 		for _, ep := range eps {
@@ -81,13 +82,13 @@ func TestJoinInMemory(t *testing.T) {
 	db := drivertest.Store(t)
 	ep := endpoint(plain, drivertest.EpA, "192.0.2.10/24")
 	other := endpoint(plain, drivertest.EpB, "192.0.2.11/24")
-	drivertest.Put(t, db, []store.Network{plain}, ep, other)
+	drivertest.Put(t, db, []record.Network{plain}, ep, other)
 	j := NewTable()
 
 	if c := j.Join(plain, ep, "sandbox-1", "boot-1"); c != nil {
 		t.Fatal("Join of a network without a host address returned a commit")
 	}
-	if got := record(t, db, plain, ep.ID); got.Sandbox != "" || got.Boot != "" {
+	if got := recorded(t, db, plain, ep.ID); got.Sandbox != "" || got.Boot != "" {
 		t.Fatalf("the record holds the join %q/%q; it is kept in memory", got.Sandbox, got.Boot)
 	}
 	if got := j.Overlay(ep); got.Sandbox != "sandbox-1" || got.Boot != "boot-1" {
@@ -120,18 +121,18 @@ func TestJoinInMemory(t *testing.T) {
 func TestJoinDurable(t *testing.T) {
 	db := drivertest.Store(t)
 	ep := endpoint(shimmed, drivertest.EpA, "198.51.100.10/24")
-	drivertest.Put(t, db, []store.Network{shimmed}, ep)
+	drivertest.Put(t, db, []record.Network{shimmed}, ep)
 	j := NewTable()
 
 	c := j.Join(shimmed, ep, "sandbox-1", "boot-1")
 	if c == nil {
 		t.Fatal("Join of a network with a host address returned no commit")
 	}
-	if got := record(t, db, shimmed, ep.ID); got.Sandbox != "" {
+	if got := recorded(t, db, shimmed, ep.ID); got.Sandbox != "" {
 		t.Fatalf("Join committed %q itself; the caller's batch does", got.Sandbox)
 	}
 	commit(t, db, c)
-	rec := record(t, db, shimmed, ep.ID)
+	rec := recorded(t, db, shimmed, ep.ID)
 	if rec.Sandbox != "sandbox-1" || rec.Boot != "boot-1" {
 		t.Fatalf("record = %q/%q after the commit, want sandbox-1/boot-1", rec.Sandbox, rec.Boot)
 	}
@@ -139,7 +140,7 @@ func TestJoinDurable(t *testing.T) {
 	if got := endpoints(t, db, NewTable(), shimmed)[ep.ID]; got.Sandbox != "sandbox-1" {
 		t.Fatalf("a new table reads the sandbox %q, want sandbox-1", got.Sandbox)
 	}
-	if got := j.Overlay(store.Endpoint{ID: ep.ID}); got.Sandbox != "" {
+	if got := j.Overlay(record.Endpoint{ID: ep.ID}); got.Sandbox != "" {
 		t.Fatalf("the durable join is also in memory (%q)", got.Sandbox)
 	}
 
@@ -152,7 +153,7 @@ func TestJoinDurable(t *testing.T) {
 		t.Fatal("Leave of a join in the record returned no commit")
 	}
 	commit(t, db, c)
-	if got := record(t, db, shimmed, ep.ID); got.Sandbox != "" || got.Boot != "" {
+	if got := recorded(t, db, shimmed, ep.ID); got.Sandbox != "" || got.Boot != "" {
 		t.Fatalf("after Leave's commit the record holds %q/%q", got.Sandbox, got.Boot)
 	}
 }
@@ -163,7 +164,7 @@ func TestJoinOlderRecord(t *testing.T) {
 	db := drivertest.Store(t)
 	ep := endpoint(plain, drivertest.EpA, "192.0.2.10/24")
 	ep.Sandbox, ep.Boot = "old-sandbox", "boot-0"
-	drivertest.Put(t, db, []store.Network{plain}, ep)
+	drivertest.Put(t, db, []record.Network{plain}, ep)
 	j := NewTable()
 
 	c := j.Join(plain, ep, "sandbox-1", "boot-1")
@@ -171,12 +172,12 @@ func TestJoinOlderRecord(t *testing.T) {
 		t.Fatal("Join of an endpoint whose record holds a join returned no commit")
 	}
 	commit(t, db, c)
-	if got := record(t, db, plain, ep.ID); got.Sandbox != "sandbox-1" || got.Boot != "boot-1" {
+	if got := recorded(t, db, plain, ep.ID); got.Sandbox != "sandbox-1" || got.Boot != "boot-1" {
 		t.Fatalf("record = %q/%q, want sandbox-1/boot-1", got.Sandbox, got.Boot)
 	}
 
 	// The record's join is what readers see, not one in memory.
-	rec := record(t, db, plain, ep.ID)
+	rec := recorded(t, db, plain, ep.ID)
 	j.set(ep.ID, "memory", "boot-9")
 	if got := j.Overlay(rec); got.Sandbox != "sandbox-1" {
 		t.Fatalf("Overlay = %q, want the record's sandbox-1", got.Sandbox)
@@ -200,9 +201,9 @@ func TestJoinedV4(t *testing.T) {
 	d := endpoint(shimmed, drivertest.EpD, "")
 	d.IPv6 = "2001:db8::d/64"
 	c.Sandbox, c.Boot = "sandbox-c", "boot-0" // joined before a reboot
-	drivertest.Put(t, db, []store.Network{shimmed, plain}, a, b, c, d)
+	drivertest.Put(t, db, []record.Network{shimmed, plain}, a, b, c, d)
 	j := NewTable()
-	for _, ep := range []store.Endpoint{a, d} {
+	for _, ep := range []record.Endpoint{a, d} {
 		commit(t, db, j.Join(shimmed, ep, "sandbox-"+ep.ID[:2], "boot-1"))
 	}
 	// b not joined; c joined in another boot; d has no IPv4 address.

@@ -19,7 +19,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
@@ -62,7 +61,7 @@ type LAN struct {
 // its own (macvlan), the parent's (ipvlan endpoints share it).
 func (l *LAN) MAC(ctx context.Context, n record.Network, ep record.Endpoint) (net.HardwareAddr, error) {
 	mac := ep.MAC
-	if n.Type == rules.TypeIpvlan {
+	if n.Type == vocab.KindIpvlan {
 		p, err := l.Links.Get(ctx, n.Parent)
 		if err != nil {
 			return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/internal/probeopt"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/probe"
@@ -169,15 +170,15 @@ func TestBudget(t *testing.T) {
 		routes RouteLister
 		want   time.Duration
 	}{
-		{"given", macvlan(map[string]string{rules.OptAddressProbe: "1s"}, "10.0.0.0/24"), lanRoutes, time.Second},
-		{"given off on the host's LAN", macvlan(map[string]string{rules.OptAddressProbe: "0"}, "192.0.2.0/24"), lanRoutes, 0},
-		{"given off for DHCP", macvlan(map[string]string{rules.OptAddressProbe: "0", rules.OptDHCP: "true"}), lanRoutes, 0},
-		{"given, not valid: the default rule", macvlan(map[string]string{rules.OptAddressProbe: "1m"}, "192.0.2.0/24"), lanRoutes, rules.DefaultProbe},
-		{"DHCP", macvlan(map[string]string{rules.OptDHCP: "true"}), nil, rules.DefaultProbe},
-		{"DHCPv6", macvlan(map[string]string{rules.OptIPv6Mode: rules.IPv6DHCPv6}, "10.0.0.0/24"), nil, rules.DefaultProbe},
-		{"the host's LAN (IPv4)", macvlan(nil, "192.0.2.0/24"), lanRoutes, rules.DefaultProbe},
-		{"the host's LAN, a part of it", macvlan(nil, "192.0.2.128/25"), lanRoutes, rules.DefaultProbe},
-		{"the host's LAN (IPv6)", macvlan(nil, "10.0.0.0/24", "2001:db8::/64"), lanRoutes, rules.DefaultProbe},
+		{"given", macvlan(map[string]string{probeopt.Name: "1s"}, "10.0.0.0/24"), lanRoutes, time.Second},
+		{"given off on the host's LAN", macvlan(map[string]string{probeopt.Name: "0"}, "192.0.2.0/24"), lanRoutes, 0},
+		{"given off for DHCP", macvlan(map[string]string{probeopt.Name: "0", rules.OptDHCP: "true"}), lanRoutes, 0},
+		{"given, not valid: the default rule", macvlan(map[string]string{probeopt.Name: "1m"}, "192.0.2.0/24"), lanRoutes, probeopt.Default},
+		{"DHCP", macvlan(map[string]string{rules.OptDHCP: "true"}), nil, probeopt.Default},
+		{"DHCPv6", macvlan(map[string]string{rules.OptIPv6Mode: rules.IPv6DHCPv6}, "10.0.0.0/24"), nil, probeopt.Default},
+		{"the host's LAN (IPv4)", macvlan(nil, "192.0.2.0/24"), lanRoutes, probeopt.Default},
+		{"the host's LAN, a part of it", macvlan(nil, "192.0.2.128/25"), lanRoutes, probeopt.Default},
+		{"the host's LAN (IPv6)", macvlan(nil, "10.0.0.0/24", "2001:db8::/64"), lanRoutes, probeopt.Default},
 		{"another link's LAN", macvlan(nil, "198.51.100.0/24"), lanRoutes, 0},
 		{"a subnet behind a gateway", macvlan(nil, "203.0.113.0/24"), lanRoutes, 0},
 		{"a route of another table", macvlan(nil, "10.9.1.0/24"), lanRoutes, 0},
@@ -273,8 +274,8 @@ func TestProbe(t *testing.T) {
 			want: []call{{op: "probe", parent: "eth0", mac: epMAC, addr: v4, budget: time.Second}}},
 		{name: "IPv6", n: macvlan(nil), addr: v6, budget: time.Second,
 			want: []call{{op: "probe6", parent: "eth0", mac: epMAC, addr: v6, budget: time.Second}}},
-		{name: "ipvlan from the parent's MAC", n: ipvlan("l2"), addr: v4, budget: rules.DefaultProbe,
-			want: []call{{op: "probe", parent: "eth0", mac: parentMAC, addr: v4, budget: rules.DefaultProbe}}},
+		{name: "ipvlan from the parent's MAC", n: ipvlan("l2"), addr: v4, budget: probeopt.Default,
+			want: []call{{op: "probe", parent: "eth0", mac: parentMAC, addr: v4, budget: probeopt.Default}}},
 		{name: "a conflict is returned", n: macvlan(nil), addr: v4, budget: time.Second, answer: conflict, err: probe.ErrConflict,
 			want: []call{{op: "probe", parent: "eth0", mac: epMAC, addr: v4, budget: time.Second}}},
 		{name: "another failure takes the address", n: macvlan(nil), addr: v4, budget: time.Second, answer: noSocket,
@@ -310,7 +311,7 @@ func TestProbe(t *testing.T) {
 }
 
 func TestProbeStatic(t *testing.T) {
-	on := map[string]string{rules.OptAddressProbe: "1s"}
+	on := map[string]string{probeopt.Name: "1s"}
 	for _, tc := range []struct {
 		name     string
 		n        record.Network

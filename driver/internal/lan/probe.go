@@ -10,6 +10,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/internal/probeopt"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -23,7 +24,7 @@ import (
 // refused naming the MAC that answered.
 
 // Budget is a network's probe budget: address_probe when given; else on
-// (rules.DefaultProbe) for DHCP and DHCPv6 networks and for networks whose subnet is
+// (probeopt.Default) for DHCP and DHCPv6 networks and for networks whose subnet is
 // the LAN the host itself is on (a connected route of the parent holds
 // it), where a host that is not Docker's may hold an address; off
 // otherwise.
@@ -32,7 +33,7 @@ func (l *LAN) Budget(ctx context.Context, n record.Network) time.Duration {
 		return p.Budget
 	}
 	if n.Config.DHCP.On || n.Config.IPv6Mode == rules.IPv6DHCPv6 {
-		return rules.DefaultProbe
+		return probeopt.Default
 	}
 	if l.Routes == nil || len(n.IPv4)+len(n.IPv6) == 0 || n.Internal {
 		return 0
@@ -51,7 +52,7 @@ func (l *LAN) Budget(ctx context.Context, n record.Network) time.Duration {
 		}
 		for _, pool := range append(append([]record.Pool{}, n.IPv4...), n.IPv6...) {
 			if sub, err := netip.ParsePrefix(pool.Subnet); err == nil && sub.Overlaps(r.Dst) {
-				return rules.DefaultProbe
+				return probeopt.Default
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Free says why an offered address is not free for the endpoint ("" when
@@ -23,7 +23,7 @@ type Free func(ctx context.Context, addr netip.Addr) (why string, release func()
 // asked for, up to rules.MaxDeclines times, then refused as a conflict
 // naming each; an offer free cannot check is given back. release ends
 // the claim free made; call it once the endpoint is recorded (or not).
-func (ls *Leaser[L, R]) Acquire(ctx context.Context, n store.Network, ep store.Endpoint, free Free) (l L, release func(), err error) {
+func (ls *Leaser[L, R]) Acquire(ctx context.Context, n record.Network, ep record.Endpoint, free Free) (l L, release func(), err error) {
 	var none L
 	f, w := ls.Family, ls.Family.Words()
 	release = func() {}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // OverDHCP is the Client over the dhcp package's: it turns the package's
@@ -20,27 +20,27 @@ type OverDHCP struct{ c *dhcp.Client }
 // NewOverDHCP is the Client over c.
 func NewOverDHCP(c *dhcp.Client) OverDHCP { return OverDHCP{c: c} }
 
-func (a OverDHCP) Acquire(ctx context.Context, r Request) (store.Lease, error) {
+func (a OverDHCP) Acquire(ctx context.Context, r Request) (record.Lease, error) {
 	l, err := a.c.Acquire(ctx, request(r))
 	if err != nil {
-		return store.Lease{}, nakOr(err)
+		return record.Lease{}, nakOr(err)
 	}
 	return toRecord(l, r), nil
 }
 
-func (a OverDHCP) Renew(ctx context.Context, r Request, s store.Lease) (store.Lease, error) {
+func (a OverDHCP) Renew(ctx context.Context, r Request, s record.Lease) (record.Lease, error) {
 	l, err := fromRecord(s)
 	if err != nil {
-		return store.Lease{}, err
+		return record.Lease{}, err
 	}
 	n, err := a.c.Renew(ctx, l, request(r))
 	if err != nil {
-		return store.Lease{}, nakOr(err)
+		return record.Lease{}, nakOr(err)
 	}
 	return toRecord(n, r), nil
 }
 
-func (a OverDHCP) Release(ctx context.Context, r Request, s store.Lease) error {
+func (a OverDHCP) Release(ctx context.Context, r Request, s record.Lease) error {
 	l, err := fromRecord(s)
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func (a OverDHCP) Release(ctx context.Context, r Request, s store.Lease) error {
 	return a.c.Release(ctx, l, request(r))
 }
 
-func (a OverDHCP) Decline(ctx context.Context, r Request, s store.Lease) error {
+func (a OverDHCP) Decline(ctx context.Context, r Request, s record.Lease) error {
 	l, err := fromRecord(s)
 	if err != nil {
 		return err
@@ -70,22 +70,22 @@ func nakOr(err error) error {
 // forever stands for a lease granted forever in the record.
 const forever = 100 * 365 * 24 * time.Hour
 
-func toRecord(l dhcp.Lease, r Request) store.Lease {
+func toRecord(l dhcp.Lease, r Request) record.Lease {
 	at := func(d time.Duration) time.Time {
 		if d == dhcp.Infinite || d > forever {
 			d = forever
 		}
 		return l.Acquired.Add(d)
 	}
-	s := store.Lease{Addr: l.Addr.String(), ServerID: addrString(l.ServerID), Router: addrString(l.Router),
+	s := record.Lease{Addr: l.Addr.String(), ServerID: addrString(l.ServerID), Router: addrString(l.Router),
 		ClientID: hex.EncodeToString(r.ClientID), Acquired: l.Acquired, T1: at(l.T1), T2: at(l.T2), Expiry: at(l.LeaseTime)}
 	for _, rt := range l.Routes {
-		s.Routes = append(s.Routes, store.LeaseRoute{Dst: rt.Dst.String(), Gateway: addrString(rt.Gateway)})
+		s.Routes = append(s.Routes, record.LeaseRoute{Dst: rt.Dst.String(), Gateway: addrString(rt.Gateway)})
 	}
 	return s
 }
 
-func fromRecord(s store.Lease) (dhcp.Lease, error) {
+func fromRecord(s record.Lease) (dhcp.Lease, error) {
 	addr, err := netip.ParsePrefix(s.Addr)
 	if err != nil {
 		return dhcp.Lease{}, fmt.Errorf("the recorded lease's address %q does not parse: %w", s.Addr, err)

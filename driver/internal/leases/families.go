@@ -14,11 +14,12 @@ import (
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The two families' adapters: DHCP over the dhcp package's client and
-// store.Lease, then DHCP6 over dhcp6's client and store.Lease6.
+// record.Lease, then DHCP6 over dhcp6's client and record.Lease6.
 
 // Request says for whom a DHCP lease is.
 type Request struct {
@@ -41,54 +42,54 @@ type Request struct {
 // Client talks DHCP for endpoints.
 type Client interface {
 	// Acquire runs DISCOVER/OFFER/REQUEST/ACK.
-	Acquire(ctx context.Context, r Request) (store.Lease, error)
+	Acquire(ctx context.Context, r Request) (record.Lease, error)
 	// Renew extends a lease; an error wrapping ErrNAK means the server
 	// refused it.
-	Renew(ctx context.Context, r Request, l store.Lease) (store.Lease, error)
+	Renew(ctx context.Context, r Request, l record.Lease) (record.Lease, error)
 	// Release gives a lease back.
-	Release(ctx context.Context, r Request, l store.Lease) error
+	Release(ctx context.Context, r Request, l record.Lease) error
 	// Decline tells the server an offered address is in use (DHCPDECLINE).
-	Decline(ctx context.Context, r Request, l store.Lease) error
+	Decline(ctx context.Context, r Request, l record.Lease) error
 }
 
 // ErrNAK is wrapped by Client errors for a server's DHCPNAK.
 var ErrNAK = errors.New("the DHCP server refused the lease (DHCPNAK)")
 
-// DHCP is the family of DHCP leases (-o dhcp=true): store.Lease in the
+// DHCP is the family of DHCP leases (-o dhcp=true): record.Lease in the
 // endpoint's record, Client's exchanges.
 type DHCP struct {
 	Client Client // nil: this daemon has no DHCP client
 }
 
-func (DHCP) Words() Words                                { return dhcpWords }
-func (f DHCP) HasClient() bool                           { return f.Client != nil }
-func (DHCP) On(n store.Network) bool                     { return n.Config.DHCP.On }
-func (DHCP) Of(ep store.Endpoint) *store.Lease           { return ep.Lease }
-func (DHCP) Answer(l store.Lease) string                 { return l.Addr }
-func (DHCP) Expired(l store.Lease, now time.Time) bool   { return !now.Before(l.Expiry) }
-func (DHCP) Next(l store.Lease, now time.Time) time.Time { return NextAction(l, now) }
+func (DHCP) Words() Words                                 { return dhcpWords }
+func (f DHCP) HasClient() bool                            { return f.Client != nil }
+func (DHCP) On(n record.Network) bool                     { return n.Config.DHCP.On }
+func (DHCP) Of(ep record.Endpoint) *record.Lease          { return ep.Lease }
+func (DHCP) Answer(l record.Lease) string                 { return l.Addr }
+func (DHCP) Expired(l record.Lease, now time.Time) bool   { return !now.Before(l.Expiry) }
+func (DHCP) Next(l record.Lease, now time.Time) time.Time { return NextAction(l, now) }
 
-func (DHCP) Facts(l store.Lease) Facts {
+func (DHCP) Facts(l record.Lease) Facts {
 	return Facts{Addr: Addr(l), Text: l.Addr, Acquired: l.Acquired, Lost: l.Lost, LostWhy: l.LostWhy, Expiry: l.Expiry}
 }
 
-func (DHCP) With(ep store.Endpoint, l *store.Lease) store.Endpoint {
+func (DHCP) With(ep record.Endpoint, l *record.Lease) record.Endpoint {
 	ep.Lease = l
 	return ep
 }
 
-func (DHCP) MarkLost(l store.Lease, now time.Time, why string) store.Lease {
+func (DHCP) MarkLost(l record.Lease, now time.Time, why string) record.Lease {
 	return rules.MarkLost(l, now, why)
 }
 
 // Due: a held lease is renewed from T1 on.
-func (DHCP) Due(l store.Lease, now time.Time) (time.Time, bool) {
+func (DHCP) Due(l record.Lease, now time.Time) (time.Time, bool) {
 	return l.T1, !l.Lost.IsZero() || !now.Before(l.T1)
 }
 
 // Exchange: a renewal waits no longer than dhcp_timeout, nor past the
 // lease's expiry (then it is lost, and that is acted on at once).
-func (DHCP) Exchange(ctx context.Context, n store.Network, l store.Lease, now time.Time) (context.Context, context.CancelFunc) {
+func (DHCP) Exchange(ctx context.Context, n record.Network, l record.Lease, now time.Time) (context.Context, context.CancelFunc) {
 	deadline := now.Add(n.Config.DHCP.Timeout)
 	if l.Lost.IsZero() && l.Expiry.After(now) && l.Expiry.Before(deadline) {
 		deadline = l.Expiry
@@ -97,9 +98,9 @@ func (DHCP) Exchange(ctx context.Context, n store.Network, l store.Lease, now ti
 }
 
 // Request: on ipvlan the parent's MAC and a client ID of the endpoint's.
-func (DHCP) Request(ctx context.Context, links LinkGetter, n store.Network, ep store.Endpoint) (Request, error) {
+func (DHCP) Request(ctx context.Context, links LinkGetter, n record.Network, ep record.Endpoint) (Request, error) {
 	r := Request{Parent: n.Parent}
-	if n.Type == rules.TypeIpvlan {
+	if n.Type == vocab.KindIpvlan {
 		l, err := links.Get(ctx, n.Parent)
 		if err != nil {
 			return r, fmt.Errorf("parent %s of DHCP network %s: %w", n.Parent, dockerid.Short(n.ID), err)
@@ -124,12 +125,12 @@ func (DHCP) Request(ctx context.Context, links LinkGetter, n store.Network, ep s
 	return r, nil
 }
 
-func (f DHCP) Acquire(ctx context.Context, r Request, only netip.Addr) (store.Lease, error) {
+func (f DHCP) Acquire(ctx context.Context, r Request, only netip.Addr) (record.Lease, error) {
 	r.Only = only
 	return f.Client.Acquire(ctx, r)
 }
 
-func (f DHCP) Renew(ctx context.Context, r Request, l store.Lease, _ time.Time) (store.Lease, error) {
+func (f DHCP) Renew(ctx context.Context, r Request, l record.Lease, _ time.Time) (record.Lease, error) {
 	return f.Client.Renew(ctx, r, l)
 }
 
@@ -140,36 +141,36 @@ func (DHCP) Refused(err error) (string, bool) {
 	return "the server refused to renew it (DHCPNAK): " + err.Error(), true
 }
 
-func (f DHCP) Release(ctx context.Context, r Request, l store.Lease) error {
+func (f DHCP) Release(ctx context.Context, r Request, l record.Lease) error {
 	return f.Client.Release(ctx, r, l)
 }
 
-func (f DHCP) Decline(ctx context.Context, r Request, l store.Lease) error {
+func (f DHCP) Decline(ctx context.Context, r Request, l record.Lease) error {
 	return f.Client.Decline(context.WithoutCancel(ctx), r, l)
 }
 
-func (DHCP) Entry(n store.Network, ep store.Endpoint, r Request, l store.Lease) store.PendingRelease {
-	return store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: r.Parent, MAC: r.MAC.String(),
+func (DHCP) Entry(n record.Network, ep record.Endpoint, r Request, l record.Lease) record.PendingRelease {
+	return record.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: r.Parent, MAC: r.MAC.String(),
 		ClientID: hex.EncodeToString(r.ClientID), Lease: l}
 }
 
-func (DHCP) FromEntry(p store.PendingRelease) (Request, store.Lease, bool) {
+func (DHCP) FromEntry(p record.PendingRelease) (Request, record.Lease, bool) {
 	mac, _ := net.ParseMAC(p.MAC)
 	id, _ := hex.DecodeString(p.ClientID)
 	return Request{Parent: p.Parent, MAC: mac, ClientID: id}, p.Lease, p.Lease6 == nil
 }
 
-func (DHCP) NoLease(n store.Network, ep store.Endpoint, timeout time.Duration, err error) error {
+func (DHCP) NoLease(n record.Network, ep record.Endpoint, timeout time.Duration, err error) error {
 	return fmt.Errorf("endpoint %s of network %s: no lease from a DHCP server on %s within dhcp_timeout %s: %w", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, timeout, err)
 }
 
-func (DHCP) Leased(l store.Lease) []any {
+func (DHCP) Leased(l record.Lease) []any {
 	return []any{"address", l.Addr, "router", l.Router, "server", l.ServerID, "expiry", l.Expiry}
 }
 
-func (DHCP) Renewed(l store.Lease) []any { return []any{"expiry", l.Expiry, "t1", l.T1} }
+func (DHCP) Renewed(l record.Lease) []any { return []any{"expiry", l.Expiry, "t1", l.T1} }
 
-func (DHCP) RenewFailed(log *slog.Logger, l store.Lease, next time.Time, err error) {
+func (DHCP) RenewFailed(log *slog.Logger, l record.Lease, next time.Time, err error) {
 	log.Warn("could not renew DHCP lease; retrying", "t2", l.T2, "expiry", l.Expiry, "next", next, "error", err)
 }
 
@@ -177,7 +178,7 @@ func (DHCP) RenewFailed(log *slog.Logger, l store.Lease, next time.Time, err err
 // (T1, then retries at half the time left to T2 and to the expiry, at
 // least dhcp.MinRetry apart), and every lostLeaseRetry once it is lost
 // (the same address is asked for again).
-func NextAction(l store.Lease, now time.Time) time.Time {
+func NextAction(l record.Lease, now time.Time) time.Time {
 	if !l.Lost.IsZero() {
 		return now.Add(lostLeaseRetry)
 	}
@@ -194,7 +195,7 @@ func NextAction(l store.Lease, now time.Time) time.Time {
 const lostLeaseRetry = 30 * time.Second
 
 // Addr is a lease's address without its prefix length.
-func Addr(l store.Lease) netip.Addr {
+func Addr(l record.Lease) netip.Addr {
 	p, _ := netip.ParsePrefix(l.Addr)
 	return p.Addr()
 }
@@ -211,7 +212,7 @@ type Client6 interface {
 }
 
 // DHCP6 is the family of DHCPv6 leases (-o ipv6_mode=dhcpv6): an address
-// (IA_NA) in store.Lease6 in the endpoint's record, Client6's exchanges,
+// (IA_NA) in record.Lease6 in the endpoint's record, Client6's exchanges,
 // dhcp6.Plan's times.
 type DHCP6 struct {
 	Client Client6 // nil: this daemon has no DHCPv6 client
@@ -226,27 +227,27 @@ const (
 	declineWait = 2 * time.Second
 )
 
-func (DHCP6) Words() Words                                 { return dhcp6Words }
-func (f DHCP6) HasClient() bool                            { return f.Client != nil }
-func (DHCP6) On(n store.Network) bool                      { return n.Config.IPv6Mode == rules.IPv6DHCPv6 }
-func (DHCP6) Of(ep store.Endpoint) *store.Lease6           { return ep.Lease6 }
-func (DHCP6) Answer(l store.Lease6) string                 { return l.Addr + "/128" }
-func (DHCP6) Next(l store.Lease6, now time.Time) time.Time { return next6(l, now) }
+func (DHCP6) Words() Words                                  { return dhcp6Words }
+func (f DHCP6) HasClient() bool                             { return f.Client != nil }
+func (DHCP6) On(n record.Network) bool                      { return n.Config.IPv6Mode == rules.IPv6DHCPv6 }
+func (DHCP6) Of(ep record.Endpoint) *record.Lease6          { return ep.Lease6 }
+func (DHCP6) Answer(l record.Lease6) string                 { return l.Addr + "/128" }
+func (DHCP6) Next(l record.Lease6, now time.Time) time.Time { return next6(l, now) }
 
-func (DHCP6) Expired(l store.Lease6, now time.Time) bool {
+func (DHCP6) Expired(l record.Lease6, now time.Time) bool {
 	return dhcp6.Plan(Lease(l), now).Phase == dhcp6.Expired
 }
 
-func (DHCP6) Facts(l store.Lease6) Facts {
+func (DHCP6) Facts(l record.Lease6) Facts {
 	return Facts{Addr: Lease(l).Addr, Text: l.Addr, Acquired: l.Acquired, Lost: l.Lost, LostWhy: l.LostWhy, Expiry: l.Expiry()}
 }
 
-func (DHCP6) With(ep store.Endpoint, l *store.Lease6) store.Endpoint {
+func (DHCP6) With(ep record.Endpoint, l *record.Lease6) record.Endpoint {
 	ep.Lease6 = l
 	return ep
 }
 
-func (DHCP6) MarkLost(l store.Lease6, now time.Time, why string) store.Lease6 {
+func (DHCP6) MarkLost(l record.Lease6, now time.Time, why string) record.Lease6 {
 	if l.Lost.IsZero() {
 		l.Lost, l.LostWhy = now, why
 	}
@@ -254,7 +255,7 @@ func (DHCP6) MarkLost(l store.Lease6, now time.Time, why string) store.Lease6 {
 }
 
 // Due: a held lease is acted on once dhcp6.Plan leaves Bound.
-func (DHCP6) Due(l store.Lease6, now time.Time) (time.Time, bool) {
+func (DHCP6) Due(l record.Lease6, now time.Time) (time.Time, bool) {
 	s := dhcp6.Plan(Lease(l), now)
 	if s.Next.IsZero() {
 		s.Next = now.Add(time.Hour)
@@ -263,7 +264,7 @@ func (DHCP6) Due(l store.Lease6, now time.Time) (time.Time, bool) {
 }
 
 // Exchange: a renewal waits no longer than exchangeTimeout.
-func (DHCP6) Exchange(ctx context.Context, _ store.Network, _ store.Lease6, _ time.Time) (context.Context, context.CancelFunc) {
+func (DHCP6) Exchange(ctx context.Context, _ record.Network, _ record.Lease6, _ time.Time) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, exchangeTimeout)
 }
 
@@ -271,9 +272,9 @@ func (DHCP6) Exchange(ctx context.Context, _ store.Network, _ store.Lease6, _ ti
 // macvlan the endpoint's MAC and its DUID-LL, on ipvlan (whose endpoints
 // share the parent's MAC) the parent's MAC and a DUID derived from the
 // endpoint's ID. The IAID is derived from the endpoint's ID.
-func (DHCP6) Request(ctx context.Context, links LinkGetter, n store.Network, ep store.Endpoint) (dhcp6.Request, error) {
+func (DHCP6) Request(ctx context.Context, links LinkGetter, n record.Network, ep record.Endpoint) (dhcp6.Request, error) {
 	r := dhcp6.Request{Parent: n.Parent, IAID: dhcp6.EndpointIAID(ep.ID)}
-	if n.Type == rules.TypeIpvlan {
+	if n.Type == vocab.KindIpvlan {
 		l, err := links.Get(ctx, n.Parent)
 		if err != nil {
 			return r, fmt.Errorf("read the MAC of parent %s for the DHCPv6 lease of endpoint %s: %w", n.Parent, dockerid.Short(ep.ID), err)
@@ -295,17 +296,17 @@ func (DHCP6) Request(ctx context.Context, links LinkGetter, n store.Network, ep 
 
 // Acquire: only is asked for as the Solicit's hint; the lifecycle gives
 // back another address offered instead.
-func (f DHCP6) Acquire(ctx context.Context, r dhcp6.Request, only netip.Addr) (store.Lease6, error) {
+func (f DHCP6) Acquire(ctx context.Context, r dhcp6.Request, only netip.Addr) (record.Lease6, error) {
 	r.Hint = only
 	l, err := f.Client.Acquire(ctx, r)
 	if err != nil {
-		return store.Lease6{}, err
+		return record.Lease6{}, err
 	}
 	return Record(l, r), nil
 }
 
 // Renew renews while dhcp6.Plan says Renewing, rebinds after.
-func (f DHCP6) Renew(ctx context.Context, r dhcp6.Request, rec store.Lease6, now time.Time) (store.Lease6, error) {
+func (f DHCP6) Renew(ctx context.Context, r dhcp6.Request, rec record.Lease6, now time.Time) (record.Lease6, error) {
 	l := Lease(rec)
 	var got dhcp6.Lease
 	var err error
@@ -315,7 +316,7 @@ func (f DHCP6) Renew(ctx context.Context, r dhcp6.Request, rec store.Lease6, now
 		got, err = f.Client.Rebind(ctx, l, r)
 	}
 	if err != nil {
-		return store.Lease6{}, err
+		return record.Lease6{}, err
 	}
 	return Record(got, r), nil
 }
@@ -327,51 +328,51 @@ func (DHCP6) Refused(err error) (string, bool) {
 	return err.Error(), true
 }
 
-func (f DHCP6) Release(ctx context.Context, r dhcp6.Request, l store.Lease6) error {
+func (f DHCP6) Release(ctx context.Context, r dhcp6.Request, l record.Lease6) error {
 	return f.Client.Release(ctx, Lease(l), r)
 }
 
-func (f DHCP6) Decline(ctx context.Context, r dhcp6.Request, l store.Lease6) error {
+func (f DHCP6) Decline(ctx context.Context, r dhcp6.Request, l record.Lease6) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), declineWait)
 	defer cancel()
 	return f.Client.Decline(ctx, Lease(l), r)
 }
 
-func (DHCP6) Entry(n store.Network, ep store.Endpoint, r dhcp6.Request, l store.Lease6) store.PendingRelease {
-	return store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: r.Parent, MAC: r.MAC.String(), Lease6: &l}
+func (DHCP6) Entry(n record.Network, ep record.Endpoint, r dhcp6.Request, l record.Lease6) record.PendingRelease {
+	return record.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: r.Parent, MAC: r.MAC.String(), Lease6: &l}
 }
 
-func (DHCP6) FromEntry(p store.PendingRelease) (dhcp6.Request, store.Lease6, bool) {
+func (DHCP6) FromEntry(p record.PendingRelease) (dhcp6.Request, record.Lease6, bool) {
 	if p.Lease6 == nil {
-		return dhcp6.Request{}, store.Lease6{}, false
+		return dhcp6.Request{}, record.Lease6{}, false
 	}
 	mac, _ := net.ParseMAC(p.MAC)
 	duid, _ := hex.DecodeString(p.Lease6.DUID)
 	return dhcp6.Request{Parent: p.Parent, MAC: mac, DUID: duid, IAID: Lease(*p.Lease6).IAID}, *p.Lease6, true
 }
 
-func (DHCP6) NoLease(n store.Network, ep store.Endpoint, timeout time.Duration, err error) error {
+func (DHCP6) NoLease(n record.Network, ep record.Endpoint, timeout time.Duration, err error) error {
 	return fmt.Errorf("endpoint %s of network %s: no DHCPv6 lease from a server on %s within %s: %w; check that the LAN's DHCPv6 server serves %s (or use ipv6_mode=slaac)", dockerid.Short(ep.ID), dockerid.Short(n.ID), n.Parent, timeout, err, n.Parent)
 }
 
-func (DHCP6) Leased(l store.Lease6) []any {
+func (DHCP6) Leased(l record.Lease6) []any {
 	return []any{"address", l.Addr, "server", l.ServerID, "valid", l.Valid}
 }
 
-func (DHCP6) Renewed(l store.Lease6) []any { return []any{"valid", l.Valid} }
+func (DHCP6) Renewed(l record.Lease6) []any { return []any{"valid", l.Valid} }
 
-func (DHCP6) RenewFailed(log *slog.Logger, _ store.Lease6, next time.Time, err error) {
+func (DHCP6) RenewFailed(log *slog.Logger, _ record.Lease6, next time.Time, err error) {
 	log.Debug("DHCPv6 renewal failed; the lease stands until it expires", "next", next, "error", err)
 }
 
 // Record is a lease in the endpoint's record.
-func Record(l dhcp6.Lease, r dhcp6.Request) store.Lease6 {
-	return store.Lease6{Addr: l.Addr.String(), DUID: hex.EncodeToString(r.DUID), IAID: hex.EncodeToString(l.IAID[:]),
+func Record(l dhcp6.Lease, r dhcp6.Request) record.Lease6 {
+	return record.Lease6{Addr: l.Addr.String(), DUID: hex.EncodeToString(r.DUID), IAID: hex.EncodeToString(l.IAID[:]),
 		ServerID: hex.EncodeToString(l.ServerID), Acquired: l.Acquired, T1: l.T1, T2: l.T2, Preferred: l.Preferred, Valid: l.Valid}
 }
 
 // Lease is the record's lease as the client takes it.
-func Lease(rec store.Lease6) dhcp6.Lease {
+func Lease(rec record.Lease6) dhcp6.Lease {
 	addr, _ := netip.ParseAddr(rec.Addr)
 	sid, _ := hex.DecodeString(rec.ServerID)
 	var iaid [4]byte
@@ -384,7 +385,7 @@ func Lease(rec store.Lease6) dhcp6.Lease {
 // next6 is when to act on a lease next: dhcp6.Plan's Next, every
 // lostLeaseRetry once lost, and an hour from now for a lease never due
 // (infinite times: the loop re-plans every minute anyway).
-func next6(rec store.Lease6, now time.Time) time.Time {
+func next6(rec record.Lease6, now time.Time) time.Time {
 	if !rec.Lost.IsZero() {
 		return now.Add(lostLeaseRetry)
 	}

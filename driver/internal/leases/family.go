@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp"
-
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Family is what the lifecycle needs of one lease family: its client,
@@ -18,10 +17,10 @@ type Family[L, R any] interface {
 	// HasClient says whether the daemon has a client of the family.
 	HasClient() bool
 	// On says whether the network takes addresses of the family.
-	On(n store.Network) bool
+	On(n record.Network) bool
 	// Of is the endpoint's lease of the family (nil: none); With sets it.
-	Of(ep store.Endpoint) *L
-	With(ep store.Endpoint, l *L) store.Endpoint
+	Of(ep record.Endpoint) *L
+	With(ep record.Endpoint, l *L) record.Endpoint
 	// Facts are what the lifecycle reads of a lease; Answer is its
 	// address as CreateEndpoint answers it.
 	Facts(l L) Facts
@@ -35,9 +34,9 @@ type Family[L, R any] interface {
 	Next(l L, now time.Time) time.Time
 	Due(l L, now time.Time) (next time.Time, due bool)
 	// Exchange bounds one renewal's exchange begun at now.
-	Exchange(ctx context.Context, n store.Network, l L, now time.Time) (context.Context, context.CancelFunc)
+	Exchange(ctx context.Context, n record.Network, l L, now time.Time) (context.Context, context.CancelFunc)
 	// Request is the request for the endpoint's lease.
-	Request(ctx context.Context, links LinkGetter, n store.Network, ep store.Endpoint) (R, error)
+	Request(ctx context.Context, links LinkGetter, n record.Network, ep record.Endpoint) (R, error)
 	// Acquire asks for a lease; only, when valid, is the one address to
 	// ask for (a lost lease's, won back).
 	Acquire(ctx context.Context, r R, only netip.Addr) (L, error)
@@ -52,10 +51,10 @@ type Family[L, R any] interface {
 	// Entry is the journal entry of a lease (without Since); FromEntry
 	// the request and lease of one of the family's entries (false for
 	// another family's).
-	Entry(n store.Network, ep store.Endpoint, r R, l L) store.PendingRelease
-	FromEntry(p store.PendingRelease) (R, L, bool)
+	Entry(n record.Network, ep record.Endpoint, r R, l L) record.PendingRelease
+	FromEntry(p record.PendingRelease) (R, L, bool)
 	// NoLease is the error of an acquire that got no lease.
-	NoLease(n store.Network, ep store.Endpoint, timeout time.Duration, err error) error
+	NoLease(n record.Network, ep record.Endpoint, timeout time.Duration, err error) error
 	// Leased and Renewed are the attributes of the logs of a lease
 	// acquired and renewed; RenewFailed logs a renewal that failed.
 	Leased(l L) []any

@@ -9,9 +9,10 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
-// The journal of leases to give back (store.PendingRelease, one bucket
+// The journal of leases to give back (record.PendingRelease, one bucket
 // for both families: Lease or Lease6): a lease is written there right
 // after the server's ACK or Reply and in the transaction that deletes its
 // endpoint, and removed once the endpoint's record holds it (in the
@@ -21,7 +22,7 @@ import (
 // millisecond) leaks that lease until it expires on the server.
 
 // entry is the journal entry of an endpoint's lease.
-func (ls *Leaser[L, R]) entry(n store.Network, ep store.Endpoint, r R, l L) store.PendingRelease {
+func (ls *Leaser[L, R]) entry(n record.Network, ep record.Endpoint, r R, l L) record.PendingRelease {
 	p := ls.Family.Entry(n, ep, r, l)
 	p.Since = ls.now()
 	return p
@@ -29,7 +30,7 @@ func (ls *Leaser[L, R]) entry(n store.Network, ep store.Endpoint, r R, l L) stor
 
 // Journal writes a lease just acquired to the journal before its
 // endpoint's record is committed.
-func (ls *Leaser[L, R]) Journal(ctx context.Context, n store.Network, ep store.Endpoint) error {
+func (ls *Leaser[L, R]) Journal(ctx context.Context, n record.Network, ep record.Endpoint) error {
 	l := ls.Family.Of(ep)
 	if l == nil {
 		return nil
@@ -47,7 +48,7 @@ func (ls *Leaser[L, R]) Journal(ctx context.Context, n store.Network, ep store.E
 
 // Pending removes the journal entry of the endpoint's lease, in the
 // transaction that records the endpoint (which then holds it).
-func (ls *Leaser[L, R]) Pending(tx *store.Tx, n store.Network, ep store.Endpoint) error {
+func (ls *Leaser[L, R]) Pending(tx *store.Tx, n record.Network, ep record.Endpoint) error {
 	if l := ls.Family.Of(ep); l != nil {
 		return tx.DeletePendingRelease(n.ID, ep.ID, ls.Family.Facts(*l).Text)
 	}
@@ -56,7 +57,7 @@ func (ls *Leaser[L, R]) Pending(tx *store.Tx, n store.Network, ep store.Endpoint
 
 // JournalDeletion is the journal entry written with an endpoint's deletion:
 // its held lease, to be released (nil without one to release).
-func (ls *Leaser[L, R]) JournalDeletion(ctx context.Context, n store.Network, ep store.Endpoint) *store.PendingRelease {
+func (ls *Leaser[L, R]) JournalDeletion(ctx context.Context, n record.Network, ep record.Endpoint) *record.PendingRelease {
 	l := ls.Family.Of(ep)
 	if l == nil || !ls.Family.Facts(*l).Lost.IsZero() {
 		return nil
@@ -71,7 +72,7 @@ func (ls *Leaser[L, R]) JournalDeletion(ctx context.Context, n store.Network, ep
 }
 
 // Unjournal forgets a lease once recorded or released.
-func (ls *Leaser[L, R]) Unjournal(n store.Network, ep store.Endpoint) {
+func (ls *Leaser[L, R]) Unjournal(n record.Network, ep record.Endpoint) {
 	l := ls.Family.Of(ep)
 	if l == nil {
 		return
@@ -88,9 +89,9 @@ func (ls *Leaser[L, R]) Unjournal(n store.Network, ep store.Endpoint) {
 // kept for the next start, until it would have expired.
 func (ls *Leaser[L, R]) releaseJournaled(ctx context.Context) {
 	f := ls.Family
-	var release func(context.Context, store.PendingRelease) error
+	var release func(context.Context, record.PendingRelease) error
 	if f.HasClient() {
-		release = func(ctx context.Context, p store.PendingRelease) error {
+		release = func(ctx context.Context, p record.PendingRelease) error {
 			r, l, _ := f.FromEntry(p)
 			ctx, cancel := context.WithTimeout(ctx, rules.DefaultDHCPTimeout)
 			defer cancel()
@@ -99,15 +100,15 @@ func (ls *Leaser[L, R]) releaseJournaled(ctx context.Context) {
 	}
 	ReleaseJournaled(ctx, ls.store, ls.log, ls.now(), Journaled{
 		Family: f.Words().Name,
-		Mine: func(p store.PendingRelease) bool {
+		Mine: func(p record.PendingRelease) bool {
 			_, _, ok := f.FromEntry(p)
 			return ok
 		},
-		Held: func(ep store.Endpoint, p store.PendingRelease) bool {
+		Held: func(ep record.Endpoint, p record.PendingRelease) bool {
 			l := f.Of(ep)
 			return l != nil && f.Facts(*l).Text == p.Addr()
 		},
-		Expiry: func(p store.PendingRelease) time.Time {
+		Expiry: func(p record.PendingRelease) time.Time {
 			_, l, _ := f.FromEntry(p)
 			return f.Facts(l).Expiry
 		},
@@ -118,18 +119,18 @@ func (ls *Leaser[L, R]) releaseJournaled(ctx context.Context) {
 // Journaled is one lease family's part of the journal, for
 // ReleaseJournaled.
 type Journaled struct {
-	Family  string                                            // "DHCP", "DHCPv6": for the logs
-	Mine    func(store.PendingRelease) bool                   // the family's entries
-	Held    func(store.Endpoint, store.PendingRelease) bool   // the endpoint's record holds the entry's lease
-	Expiry  func(store.PendingRelease) time.Time              // when the lease ends (zero: never)
-	Release func(context.Context, store.PendingRelease) error // nil: no client
+	Family  string                                             // "DHCP", "DHCPv6": for the logs
+	Mine    func(record.PendingRelease) bool                   // the family's entries
+	Held    func(record.Endpoint, record.PendingRelease) bool  // the endpoint's record holds the entry's lease
+	Expiry  func(record.PendingRelease) time.Time              // when the lease ends (zero: never)
+	Release func(context.Context, record.PendingRelease) error // nil: no client
 }
 
 // ReleaseJournaled gives back the family's journaled leases that no
 // endpoint's record holds, and forgets the others and the expired ones;
 // one that cannot be released now is kept for the next start.
 func ReleaseJournaled(ctx context.Context, st Store, log *slog.Logger, now time.Time, j Journaled) {
-	var pending []store.PendingRelease
+	var pending []record.PendingRelease
 	held := map[[3]string]bool{}
 	if err := st.View(func(tx *store.Tx) error {
 		all, err := tx.PendingReleases()
@@ -179,7 +180,7 @@ func ReleaseJournaled(ctx context.Context, st Store, log *slog.Logger, now time.
 // through (the daemon stopped before it, or the server did not answer
 // it), or by a crash between the exchange and the endpoint's record (so
 // are named the entries written before PendingRelease.Deletion was).
-func leftBy(p store.PendingRelease) (short, full string) {
+func leftBy(p record.PendingRelease) (short, full string) {
 	if p.Deletion {
 		d := "journaled by its endpoint's deletion, whose own release did not go through (the daemon stopped before it, or the server did not answer it)"
 		return d, d

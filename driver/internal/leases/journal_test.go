@@ -29,7 +29,7 @@ const (
 // released is one Release the client was asked for.
 type released struct {
 	r Request
-	l store.Lease
+	l record.Lease
 }
 
 // client is a lease client that records the releases asked; err, by
@@ -40,17 +40,17 @@ type client struct {
 	err      map[string]error
 }
 
-func (c *client) Acquire(context.Context, Request) (store.Lease, error) {
-	return store.Lease{}, errors.New("test: not acquiring")
+func (c *client) Acquire(context.Context, Request) (record.Lease, error) {
+	return record.Lease{}, errors.New("test: not acquiring")
 }
 
-func (c *client) Renew(context.Context, Request, store.Lease) (store.Lease, error) {
-	return store.Lease{}, errors.New("test: not renewing")
+func (c *client) Renew(context.Context, Request, record.Lease) (record.Lease, error) {
+	return record.Lease{}, errors.New("test: not renewing")
 }
 
-func (c *client) Decline(context.Context, Request, store.Lease) error { return nil }
+func (c *client) Decline(context.Context, Request, record.Lease) error { return nil }
 
-func (c *client) Release(ctx context.Context, r Request, l store.Lease) error {
+func (c *client) Release(ctx context.Context, r Request, l record.Lease) error {
 	if _, ok := ctx.Deadline(); !ok {
 		return errors.New("test: a release without a deadline")
 	}
@@ -91,9 +91,9 @@ func newJournal(t *testing.T, withClient bool) *journalFixture {
 	return f
 }
 
-func dhcpNet(id, typ string) store.Network {
+func dhcpNet(id, typ string) record.Network {
 	mode, flag := "bridge", ""
-	if typ == rules.TypeIpvlan {
+	if typ == vocab.KindIpvlan {
 		mode, flag = "l2", "bridge"
 	}
 	n := drivertest.Record(id, typ, "eth0", mode, flag)
@@ -101,21 +101,21 @@ func dhcpNet(id, typ string) store.Network {
 	return n
 }
 
-func leasedEndpoint(n store.Network, id, addr string) store.Endpoint {
+func leasedEndpoint(n record.Network, id, addr string) record.Endpoint {
 	l := lease()
 	l.Addr = addr
-	return store.Endpoint{NetworkID: n.ID, ID: id, Link: rules.EndpointLinkName(id), MAC: epMAC, IPv4: addr, Lease: &l}
+	return record.Endpoint{NetworkID: n.ID, ID: id, Link: rules.EndpointLinkName(id), MAC: epMAC, IPv4: addr, Lease: &l}
 }
 
-func (f *journalFixture) pending(t *testing.T) []store.PendingRelease {
+func (f *journalFixture) pending(t *testing.T) []record.PendingRelease {
 	t.Helper()
 	return pendingIn(t, f.db)
 }
 
 // pendingIn is the journal in a state file.
-func pendingIn(t *testing.T, db *store.DB) []store.PendingRelease {
+func pendingIn(t *testing.T, db *store.DB) []record.PendingRelease {
 	t.Helper()
-	var out []store.PendingRelease
+	var out []record.PendingRelease
 	if err := db.View(func(tx *store.Tx) (err error) {
 		out, err = tx.PendingReleases()
 		return err
@@ -143,20 +143,20 @@ func TestJournal(t *testing.T) {
 		mac      string
 		clientID string
 	}{
-		{rules.TypeMacvlan, epMAC, ""},
-		{rules.TypeIpvlan, parentMAC, hex.EncodeToString(append([]byte{0}, "underlay-"+drivertest.EpA...))},
+		{vocab.KindMacvlan, epMAC, ""},
+		{vocab.KindIpvlan, parentMAC, hex.EncodeToString(append([]byte{0}, "underlay-"+drivertest.EpA...))},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			f := newJournal(t, true)
 			n := dhcpNet(drivertest.NetA, tc.typ)
 			ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
-			drivertest.Put(t, f.db, []store.Network{n})
+			drivertest.Put(t, f.db, []record.Network{n})
 			f.clock.Advance(time.Minute)
 			if err := f.ls.Journal(context.Background(), n, ep); err != nil {
 				t.Fatal(err)
 			}
 			got := f.pending(t)
-			want := store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: tc.mac, ClientID: tc.clientID, Lease: *ep.Lease, Since: t0.Add(time.Minute)}
+			want := record.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: tc.mac, ClientID: tc.clientID, Lease: *ep.Lease, Since: t0.Add(time.Minute)}
 			if len(got) != 1 || !equalPending(got[0], want) {
 				t.Fatalf("journal = %+v, want [%+v]", got, want)
 			}
@@ -168,14 +168,14 @@ func TestJournal(t *testing.T) {
 	}
 }
 
-func equalPending(a, b store.PendingRelease) bool {
+func equalPending(a, b record.PendingRelease) bool {
 	return a.NetworkID == b.NetworkID && a.EndpointID == b.EndpointID && a.Parent == b.Parent && a.MAC == b.MAC &&
 		a.ClientID == b.ClientID && a.Lease.Addr == b.Lease.Addr && a.Lease.Expiry.Equal(b.Lease.Expiry) && a.Since.Equal(b.Since)
 }
 
 func TestJournalNoRequest(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
 	ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	ep.MAC = ""
 	if err := f.ls.Journal(context.Background(), n, ep); err == nil || !strings.Contains(err.Error(), "no usable MAC") {
@@ -190,10 +190,10 @@ func TestJournalNoRequest(t *testing.T) {
 // its held lease; none without one, or for a lost one.
 func TestJournalDeletion(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
 	ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	got := f.ls.JournalDeletion(context.Background(), n, ep)
-	want := store.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: epMAC, Lease: *ep.Lease, Since: t0, Deletion: true}
+	want := record.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: epMAC, Lease: *ep.Lease, Since: t0, Deletion: true}
 	if got == nil || !equalPending(*got, want) || !got.Deletion {
 		t.Fatalf("JournalDeletion = %+v, want %+v (marked a deletion's)", got, want)
 	}
@@ -207,7 +207,7 @@ func TestJournalDeletion(t *testing.T) {
 	lost.Lease.Lost = t0
 	noMAC := ep
 	noMAC.MAC = ""
-	for name, e := range map[string]store.Endpoint{"no lease": none, "lost": lost, "no MAC": noMAC} {
+	for name, e := range map[string]record.Endpoint{"no lease": none, "lost": lost, "no MAC": noMAC} {
 		if got := f.ls.JournalDeletion(context.Background(), n, e); got != nil {
 			t.Errorf("%s: JournalDeletion = %+v, want nil", name, got)
 		}
@@ -216,17 +216,17 @@ func TestJournalDeletion(t *testing.T) {
 
 func TestUnjournalOnlyItsLease(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
 	a := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	b := leasedEndpoint(n, drivertest.EpB, "192.0.2.11/24")
 	older := leasedEndpoint(n, drivertest.EpA, "192.0.2.12/24") // A's lease before a NAK
-	for _, ep := range []store.Endpoint{a, b, older} {
+	for _, ep := range []record.Endpoint{a, b, older} {
 		if err := f.ls.Journal(context.Background(), n, ep); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.ls.Unjournal(n, a)
-	f.ls.Unjournal(n, store.Endpoint{NetworkID: n.ID, ID: drivertest.EpB}) // no lease: nothing
+	f.ls.Unjournal(n, record.Endpoint{NetworkID: n.ID, ID: drivertest.EpB}) // no lease: nothing
 	if got, want := f.pendingAddrs(t), []string{"192.0.2.11/24", "192.0.2.12/24"}; !slices.Equal(got, want) {
 		t.Fatalf("journal %v, want %v", got, want)
 	}
@@ -237,9 +237,9 @@ func TestUnjournalOnlyItsLease(t *testing.T) {
 // unreleased; one whose release fails, or without a client, is kept.
 func TestReleaseJournaled(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
-	v := dhcpNet(drivertest.NetB, rules.TypeIpvlan)
-	drivertest.Put(t, f.db, []store.Network{n, v})
+	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	v := dhcpNet(drivertest.NetB, vocab.KindIpvlan)
+	drivertest.Put(t, f.db, []record.Network{n, v})
 
 	held := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")        // recorded: forget
 	crashed := leasedEndpoint(n, drivertest.EpB, "192.0.2.11/24")     // no record: release
@@ -248,7 +248,7 @@ func TestReleaseJournaled(t *testing.T) {
 	expired := leasedEndpoint(v, drivertest.EpA, "192.0.2.14/24")     // expired: forget
 	ipvlanCrash := leasedEndpoint(v, drivertest.EpB, "192.0.2.15/24") // no record: release with the client ID
 	expired.Lease.Expiry = t0.Add(30 * time.Minute)
-	for _, ep := range []store.Endpoint{held, crashed, replaced, failing, expired, ipvlanCrash} {
+	for _, ep := range []record.Endpoint{held, crashed, replaced, failing, expired, ipvlanCrash} {
 		net := n
 		if ep.NetworkID == v.ID {
 			net = v
@@ -295,11 +295,11 @@ func TestReleaseJournaled(t *testing.T) {
 // released; what needs a release is kept, the rest forgotten.
 func TestReleaseJournaledNoClient(t *testing.T) {
 	f := newJournal(t, false)
-	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
-	drivertest.Put(t, f.db, []store.Network{n})
+	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	drivertest.Put(t, f.db, []record.Network{n})
 	held := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	crashed := leasedEndpoint(n, drivertest.EpB, "192.0.2.11/24")
-	for _, ep := range []store.Endpoint{held, crashed} {
+	for _, ep := range []record.Endpoint{held, crashed} {
 		if err := f.ls.Journal(context.Background(), n, ep); err != nil {
 			t.Fatal(err)
 		}
@@ -323,10 +323,10 @@ func TestReleaseJournaledEmpty(t *testing.T) {
 // forgets the journal's DHCPv6 entries (the DHCPv6 family gives them back).
 func TestReleaseJournaledSkipsDHCPv6(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
-	drivertest.Put(t, f.db, []store.Network{n})
-	v6 := store.PendingRelease{NetworkID: n.ID, EndpointID: drivertest.EpA, Parent: "eth0", MAC: epMAC,
-		Lease6: &store.Lease6{Addr: "2001:db8::10", Acquired: t0, Valid: time.Minute}, Since: t0}
+	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	drivertest.Put(t, f.db, []record.Network{n})
+	v6 := record.PendingRelease{NetworkID: n.ID, EndpointID: drivertest.EpA, Parent: "eth0", MAC: epMAC,
+		Lease6: &record.Lease6{Addr: "2001:db8::10", Acquired: t0, Valid: time.Minute}, Since: t0}
 	if err := f.db.Update(func(tx *store.Tx) error { return tx.PutPendingRelease(v6) }); err != nil {
 		t.Fatal(err)
 	}
@@ -344,14 +344,14 @@ func TestReleaseJournaledSkipsDHCPv6(t *testing.T) {
 // filter, holder test, expiry and release, keyed by the entry's address.
 func TestReleaseJournaledFamily(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
-	drivertest.Put(t, f.db, []store.Network{n})
-	entry := func(ep, addr string) store.PendingRelease {
-		return store.PendingRelease{NetworkID: n.ID, EndpointID: ep, Parent: "eth0", MAC: epMAC,
-			Lease6: &store.Lease6{Addr: addr, Acquired: t0, Valid: record.Infinite6}, Since: t0}
+	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	drivertest.Put(t, f.db, []record.Network{n})
+	entry := func(ep, addr string) record.PendingRelease {
+		return record.PendingRelease{NetworkID: n.ID, EndpointID: ep, Parent: "eth0", MAC: epMAC,
+			Lease6: &record.Lease6{Addr: addr, Acquired: t0, Valid: record.Infinite6}, Since: t0}
 	}
-	ipv4 := store.PendingRelease{NetworkID: n.ID, EndpointID: drivertest.EpD, Parent: "eth0", MAC: epMAC, Lease: lease(), Since: t0}
-	entries := []store.PendingRelease{entry(drivertest.EpA, "2001:db8::a"), entry(drivertest.EpB, "2001:db8::b"), entry(drivertest.EpC, "2001:db8::c"), ipv4}
+	ipv4 := record.PendingRelease{NetworkID: n.ID, EndpointID: drivertest.EpD, Parent: "eth0", MAC: epMAC, Lease: lease(), Since: t0}
+	entries := []record.PendingRelease{entry(drivertest.EpA, "2001:db8::a"), entry(drivertest.EpB, "2001:db8::b"), entry(drivertest.EpC, "2001:db8::c"), ipv4}
 	if err := f.db.Update(func(tx *store.Tx) error {
 		for _, p := range entries {
 			if err := tx.PutPendingRelease(p); err != nil {
@@ -363,17 +363,17 @@ func TestReleaseJournaledFamily(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A's record holds its lease; B's release fails; C's goes.
-	holder := store.Endpoint{NetworkID: n.ID, ID: drivertest.EpA, Link: rules.EndpointLinkName(drivertest.EpA), Lease6: &store.Lease6{Addr: "2001:db8::a"}}
+	holder := record.Endpoint{NetworkID: n.ID, ID: drivertest.EpA, Link: rules.EndpointLinkName(drivertest.EpA), Lease6: &record.Lease6{Addr: "2001:db8::a"}}
 	drivertest.Put(t, f.db, nil, holder)
 	var releasedAddrs []string
 	ReleaseJournaled(context.Background(), f.db, slog.New(slog.DiscardHandler), t0.Add(100*365*24*time.Hour), Journaled{
 		Family: "DHCPv6",
-		Mine:   func(p store.PendingRelease) bool { return p.Lease6 != nil },
-		Held: func(ep store.Endpoint, p store.PendingRelease) bool {
+		Mine:   func(p record.PendingRelease) bool { return p.Lease6 != nil },
+		Held: func(ep record.Endpoint, p record.PendingRelease) bool {
 			return ep.Lease6 != nil && ep.Lease6.Addr == p.Lease6.Addr
 		},
-		Expiry: func(store.PendingRelease) time.Time { return time.Time{} }, // never: kept however late
-		Release: func(_ context.Context, p store.PendingRelease) error {
+		Expiry: func(record.PendingRelease) time.Time { return time.Time{} }, // never: kept however late
+		Release: func(_ context.Context, p record.PendingRelease) error {
 			releasedAddrs = append(releasedAddrs, p.Addr())
 			if p.EndpointID == drivertest.EpB {
 				return errors.New("sendto: network is down")
@@ -432,16 +432,16 @@ func (l *logRecords) lines() []string {
 // JSON), as a crash between the exchange and the record, as before.
 func TestReleaseJournaledNamesTheCase(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, rules.TypeMacvlan)
-	drivertest.Put(t, f.db, []store.Network{n})
-	entry := func(ep, addr string, deletion bool) store.PendingRelease {
-		return store.PendingRelease{NetworkID: n.ID, EndpointID: ep, Parent: "eth0", MAC: epMAC,
-			Lease6: &store.Lease6{Addr: addr, Acquired: t0, Valid: record.Infinite6}, Since: t0, Deletion: deletion}
+	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	drivertest.Put(t, f.db, []record.Network{n})
+	entry := func(ep, addr string, deletion bool) record.PendingRelease {
+		return record.PendingRelease{NetworkID: n.ID, EndpointID: ep, Parent: "eth0", MAC: epMAC,
+			Lease6: &record.Lease6{Addr: addr, Acquired: t0, Valid: record.Infinite6}, Since: t0, Deletion: deletion}
 	}
 	deleted, failing := entry(drivertest.EpA, "2001:db8::a", true), entry(drivertest.EpB, "2001:db8::b", true)
 	crashed := entry(drivertest.EpC, "2001:db8::c", false)
 	// An entry as a daemon before PendingRelease.Deletion wrote it.
-	var old store.PendingRelease
+	var old record.PendingRelease
 	if err := json.Unmarshal([]byte(`{"network":"`+n.ID+`","endpoint":"`+drivertest.EpD+`","parent":"eth0","mac":"`+epMAC+
 		`","lease":{"addr":"","acquired":"0001-01-01T00:00:00Z","t1":"0001-01-01T00:00:00Z","t2":"0001-01-01T00:00:00Z","expiry":"0001-01-01T00:00:00Z"},`+
 		`"lease6":{"addr":"2001:db8::d","duid":"","iaid":"","server":"","acquired":"2026-01-01T00:00:00Z","t1":0,"t2":0,"preferred":0,"valid":9223372036854775807},"since":"2026-01-01T00:00:00Z"}`), &old); err != nil {
@@ -451,7 +451,7 @@ func TestReleaseJournaledNamesTheCase(t *testing.T) {
 		t.Fatalf("an entry without the field decoded as a deletion's: %+v", old)
 	}
 	if err := f.db.Update(func(tx *store.Tx) error {
-		for _, p := range []store.PendingRelease{deleted, failing, crashed, old} {
+		for _, p := range []record.PendingRelease{deleted, failing, crashed, old} {
 			if err := tx.PutPendingRelease(p); err != nil {
 				return err
 			}
@@ -460,7 +460,7 @@ func TestReleaseJournaledNamesTheCase(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.pending(t); len(got) != 4 || slices.ContainsFunc(got, func(p store.PendingRelease) bool {
+	if got := f.pending(t); len(got) != 4 || slices.ContainsFunc(got, func(p record.PendingRelease) bool {
 		return p.Deletion != (p.EndpointID == drivertest.EpA || p.EndpointID == drivertest.EpB)
 	}) {
 		t.Fatalf("journal read back %+v: want the deletion mark on A's and B's entries only", got)
@@ -468,10 +468,10 @@ func TestReleaseJournaledNamesTheCase(t *testing.T) {
 	logs := &logRecords{}
 	ReleaseJournaled(context.Background(), f.db, slog.New(logs), t0, Journaled{
 		Family: "DHCPv6",
-		Mine:   func(p store.PendingRelease) bool { return p.Lease6 != nil },
-		Held:   func(store.Endpoint, store.PendingRelease) bool { return false },
-		Expiry: func(store.PendingRelease) time.Time { return time.Time{} },
-		Release: func(_ context.Context, p store.PendingRelease) error {
+		Mine:   func(p record.PendingRelease) bool { return p.Lease6 != nil },
+		Held:   func(record.Endpoint, record.PendingRelease) bool { return false },
+		Expiry: func(record.PendingRelease) time.Time { return time.Time{} },
+		Release: func(_ context.Context, p record.PendingRelease) error {
 			if p.EndpointID == drivertest.EpB {
 				return errors.New("sendto: network is down")
 			}
@@ -494,7 +494,7 @@ func TestReleaseJournaledNamesTheCase(t *testing.T) {
 // entry (the state file's bytes are those of before), written for a
 // deletion's.
 func TestPendingReleaseDeletionJSON(t *testing.T) {
-	p := store.PendingRelease{NetworkID: "n", EndpointID: "e", Lease6: &store.Lease6{Addr: "2001:db8::a"}}
+	p := record.PendingRelease{NetworkID: "n", EndpointID: "e", Lease6: &record.Lease6{Addr: "2001:db8::a"}}
 	b, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@
 // decline-and-retry loop, the journal of leases to give back, renewal and
 // its timers, the loss of a lease and its block, release) written once in
 // a Leaser, over a small per-family adapter (Family: DHCP over dhcp's
-// client and store.Lease, DHCP6 over dhcp6's client and store.Lease6).
+// client and record.Lease, DHCP6 over dhcp6's client and record.Lease6).
 //
 // A file per phase: acquire.go, journal.go, renew.go, lost.go, timers.go,
 // release.go; family.go is the adapters' contract and the families'
@@ -23,15 +23,16 @@ import (
 
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Leaser carries out the lease effects of one family's endpoints: the
 // requests to the lease client, acquiring (acquire.go), the renewal loop
 // (renew.go, timers.go), the journal of leases to give back (journal.go),
 // the blocks of lost leases (lost.go) and release (release.go). L is the
-// record's lease (store.Lease, store.Lease6), R the client's request.
+// record's lease (record.Lease, record.Lease6), R the client's request.
 type Leaser[L, R any] struct {
 	// Family is the adapter to the family's client and record; its
 	// client nil: this daemon has no client of the family.
@@ -55,8 +56,8 @@ type Leaser[L, R any] struct {
 
 // V4 is the DHCP leaser, V6 the DHCPv6 one.
 type (
-	V4 = Leaser[store.Lease, Request]
-	V6 = Leaser[store.Lease6, dhcp6.Request]
+	V4 = Leaser[record.Lease, Request]
+	V6 = Leaser[record.Lease6, dhcp6.Request]
 )
 
 // Store is the state as the leaser uses it (*store.DB).
@@ -68,12 +69,12 @@ type Store interface {
 // LinkGetter reads a link (netlinkutil.Links): an ipvlan lease asks with
 // its parent's MAC.
 type LinkGetter interface {
-	Get(ctx context.Context, name string) (netlinkutil.Link, error)
+	Get(ctx context.Context, name string) (vocab.Link, error)
 }
 
 // LockEndpoint takes an endpoint's lock and reads its records; the
 // returned func unlocks.
-type LockEndpoint func(ctx context.Context, netID, epID string) (context.Context, func(), *store.Network, *store.Endpoint, error)
+type LockEndpoint func(ctx context.Context, netID, epID string) (context.Context, func(), *record.Network, *record.Endpoint, error)
 
 // LockParents takes parent links' locks, shared (the driver's), waiting
 // for them; the returned func unlocks. Following an owned VLAN an
@@ -109,7 +110,7 @@ func newLeaser[L, R any](c Config, f Family[L, R]) *Leaser[L, R] {
 	} else {
 		ls.lockParents = locks.Parents
 	}
-	ls.lockEndpoint = func(ctx context.Context, netID, epID string) (context.Context, func(), *store.Network, *store.Endpoint, error) {
+	ls.lockEndpoint = func(ctx context.Context, netID, epID string) (context.Context, func(), *record.Network, *record.Endpoint, error) {
 		return locks.Endpoint(ctx, c.Store, netID, epID)
 	}
 	return ls
@@ -124,7 +125,7 @@ type Leases struct {
 
 // New returns the leasers of both families with no lease scheduled.
 func New(c Config) *Leases {
-	return &Leases{V4: newLeaser[store.Lease, Request](c, DHCP{Client: c.DHCP}), V6: newLeaser[store.Lease6, dhcp6.Request](c, DHCP6{Client: c.DHCPv6})}
+	return &Leases{V4: newLeaser[record.Lease, Request](c, DHCP{Client: c.DHCP}), V6: newLeaser[record.Lease6, dhcp6.Request](c, DHCP6{Client: c.DHCPv6})}
 }
 
 // Run makes the kernel's blocks those of the lost leases of both
@@ -150,9 +151,9 @@ func (ls *Leases) Wait() {
 
 // Deletion is the journal entries written with an endpoint's deletion:
 // its held leases of both families, to be released.
-func (ls *Leases) Deletion(ctx context.Context, n store.Network, ep store.Endpoint) []store.PendingRelease {
-	var out []store.PendingRelease
-	for _, rec := range []*store.PendingRelease{ls.V4.JournalDeletion(ctx, n, ep), ls.V6.JournalDeletion(ctx, n, ep)} {
+func (ls *Leases) Deletion(ctx context.Context, n record.Network, ep record.Endpoint) []record.PendingRelease {
+	var out []record.PendingRelease
+	for _, rec := range []*record.PendingRelease{ls.V4.JournalDeletion(ctx, n, ep), ls.V6.JournalDeletion(ctx, n, ep)} {
 		if rec != nil {
 			out = append(out, *rec)
 		}
@@ -162,7 +163,7 @@ func (ls *Leases) Deletion(ctx context.Context, n store.Network, ep store.Endpoi
 
 // Forget is what deleting an endpoint does with its leases of both
 // families (Leaser.Forget).
-func (ls *Leases) Forget(ctx context.Context, n store.Network, ep store.Endpoint) {
+func (ls *Leases) Forget(ctx context.Context, n record.Network, ep record.Endpoint) {
 	ls.V4.Forget(ctx, n, ep)
 	ls.V6.Forget(ctx, n, ep)
 }
@@ -178,13 +179,13 @@ func (ls *Leaser[L, R]) Wait() { ls.timers.Wait() }
 func (ls *Leaser[L, R]) HasClient() bool { return ls.Family.HasClient() }
 
 // Schedule has an endpoint's lease acted on when due.
-func (ls *Leaser[L, R]) Schedule(n store.Network, ep store.Endpoint) {
+func (ls *Leaser[L, R]) Schedule(n record.Network, ep record.Endpoint) {
 	if l := ls.Family.Of(ep); l != nil {
 		ls.timers.Set(Key{n.ID, ep.ID}, ls.Family.Next(*l, ls.now()))
 	}
 }
 
 // RequestOf is the request for an endpoint's lease.
-func (ls *Leaser[L, R]) RequestOf(ctx context.Context, n store.Network, ep store.Endpoint) (R, error) {
+func (ls *Leaser[L, R]) RequestOf(ctx context.Context, n record.Network, ep record.Endpoint) (R, error) {
 	return ls.Family.Request(ctx, ls.links, n, ep)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The lifecycle of both families over the fake kernel and a real state
@@ -80,32 +81,32 @@ type fake4 struct {
 	now func() time.Time
 }
 
-func (f fake4) lease(addr string) store.Lease {
+func (f fake4) lease(addr string) record.Lease {
 	now := f.now()
-	return store.Lease{Addr: addr + "/24", Acquired: now, T1: now.Add(30 * time.Minute), T2: now.Add(52*time.Minute + 30*time.Second), Expiry: now.Add(time.Hour), ServerID: "192.0.2.1"}
+	return record.Lease{Addr: addr + "/24", Acquired: now, T1: now.Add(30 * time.Minute), T2: now.Add(52*time.Minute + 30*time.Second), Expiry: now.Add(time.Hour), ServerID: "192.0.2.1"}
 }
 
-func (f fake4) Acquire(_ context.Context, r Request) (store.Lease, error) {
+func (f fake4) Acquire(_ context.Context, r Request) (record.Lease, error) {
 	a, err := f.offer(r.Only)
 	if err != nil {
-		return store.Lease{}, err
+		return record.Lease{}, err
 	}
 	return f.lease(a), nil
 }
 
-func (f fake4) Renew(_ context.Context, _ Request, l store.Lease) (store.Lease, error) {
+func (f fake4) Renew(_ context.Context, _ Request, l record.Lease) (record.Lease, error) {
 	if err := f.renew(); err != nil {
-		return store.Lease{}, err
+		return record.Lease{}, err
 	}
 	return f.lease(Addr(l).String()), nil
 }
 
-func (f fake4) Release(_ context.Context, _ Request, l store.Lease) error {
+func (f fake4) Release(_ context.Context, _ Request, l record.Lease) error {
 	f.note(&f.released, Addr(l).String())
 	return nil
 }
 
-func (f fake4) Decline(_ context.Context, _ Request, l store.Lease) error {
+func (f fake4) Decline(_ context.Context, _ Request, l record.Lease) error {
 	f.note(&f.declined, Addr(l).String())
 	return nil
 }
@@ -159,8 +160,8 @@ type life struct {
 	s4, s6 *script
 	cfg    Config
 	ls     *Leases
-	n      store.Network
-	ep     store.Endpoint
+	n      record.Network
+	ep     record.Endpoint
 }
 
 const tag = "underlay:test"
@@ -169,10 +170,10 @@ func newLife(t *testing.T) *life {
 	t.Helper()
 	f := &life{db: drivertest.Store(t), k: nltest.New(), clock: fakeclock.New(t0), s4: &script{}, s6: &script{}}
 	f.k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
-	f.n = dhcpNet(drivertest.NetA, rules.TypeMacvlan)
+	f.n = dhcpNet(drivertest.NetA, vocab.KindMacvlan)
 	f.n.Options[rules.OptIPv6Mode] = rules.IPv6DHCPv6
-	f.ep = store.Endpoint{NetworkID: f.n.ID, ID: "e1" + strings.Repeat("0", 62), Link: rules.EndpointLinkName("e1"), MAC: epMAC}
-	drivertest.Put(t, f.db, []store.Network{f.n})
+	f.ep = record.Endpoint{NetworkID: f.n.ID, ID: "e1" + strings.Repeat("0", 62), Link: rules.EndpointLinkName("e1"), MAC: epMAC}
+	drivertest.Put(t, f.db, []record.Network{f.n})
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	f.cfg = Config{Store: f.db, Links: f.k, DHCP: fake4{f.s4, f.clock.Now}, DHCPv6: fake6{f.s6, f.clock.Now}, Blocker: f.k, Mark: tag,
@@ -183,9 +184,9 @@ func newLife(t *testing.T) *life {
 
 // lockEndpoint reads the records as the driver's does (no other request
 // runs here).
-func (f *life) lockEndpoint(ctx context.Context, netID, epID string) (context.Context, func(), *store.Network, *store.Endpoint, error) {
-	var n *store.Network
-	var ep *store.Endpoint
+func (f *life) lockEndpoint(ctx context.Context, netID, epID string) (context.Context, func(), *record.Network, *record.Endpoint, error) {
+	var n *record.Network
+	var ep *record.Endpoint
 	err := f.db.View(func(tx *store.Tx) error {
 		nv, nok, nerr := tx.Network(netID)
 		ev, eok, eerr := tx.Endpoint(netID, epID)
@@ -200,7 +201,7 @@ func (f *life) lockEndpoint(ctx context.Context, netID, epID string) (context.Co
 	return ctx, func() {}, n, ep, err
 }
 
-func (f *life) record(t *testing.T) store.Endpoint {
+func (f *life) record(t *testing.T) record.Endpoint {
 	t.Helper()
 	_, _, _, ep, err := f.lockEndpoint(context.Background(), f.n.ID, f.ep.ID)
 	if err != nil || ep == nil {
@@ -241,9 +242,9 @@ type family[L, R any] struct {
 }
 
 var (
-	v4 = family[store.Lease, Request]{ls: func(f *life) *V4 { return f.ls.V4 }, s: func(f *life) *script { return f.s4 },
+	v4 = family[record.Lease, Request]{ls: func(f *life) *V4 { return f.ls.V4 }, s: func(f *life) *script { return f.s4 },
 		addrs: [3]string{"192.0.2.10", "192.0.2.11", "192.0.2.12"}, refusal: fmt.Errorf("test: %w", ErrNAK)}
-	v6 = family[store.Lease6, dhcp6.Request]{ls: func(f *life) *V6 { return f.ls.V6 }, s: func(f *life) *script { return f.s6 },
+	v6 = family[record.Lease6, dhcp6.Request]{ls: func(f *life) *V6 { return f.ls.V6 }, s: func(f *life) *script { return f.s6 },
 		addrs: [3]string{"2001:db8::10", "2001:db8::11", "2001:db8::12"}, refusal: fmt.Errorf("test: %w", dhcp6.ErrNoBinding)}
 )
 
@@ -318,7 +319,7 @@ func testAcquireDeclines[L, R any](t *testing.T, fam family[L, R]) {
 
 // leased acquires a lease for the fixture's endpoint and returns the
 // endpoint holding it.
-func leased[L, R any](t *testing.T, f *life, fam family[L, R]) store.Endpoint {
+func leased[L, R any](t *testing.T, f *life, fam family[L, R]) record.Endpoint {
 	t.Helper()
 	ls := fam.ls(f)
 	fam.s(f).offers = fam.addrs[:1]

@@ -10,6 +10,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Leases a container no longer holds. A DHCP client whose lease expired,
@@ -82,7 +83,7 @@ func BlockOnParent(ctx context.Context, st Store, b AddrBlocker, lock LockParent
 func (ls *Leaser[L, R]) lostBlocks() ([]rules.BlockKey, error) {
 	var lost []rules.BlockKey
 	err := ls.store.View(func(tx *store.Tx) error {
-		return tx.ForEachNetwork(func(n store.Network) error {
+		return tx.ForEachNetwork(func(n record.Network) error {
 			if !n.Config.DHCP.On && n.Config.IPv6Mode != rules.IPv6DHCPv6 {
 				return nil
 			}
@@ -175,7 +176,7 @@ func (ls *Leaser[L, R]) restoreBlocksLocked(ctx context.Context, lost []rules.Bl
 // blockLost blocks a lost lease's address on the parent, logging the loss
 // once; a block made after the endpoint's deletion (which found none to
 // remove) is removed again (stillLost).
-func (ls *Leaser[L, R]) blockLost(ctx context.Context, k Key, n store.Network, ep store.Endpoint, l L) {
+func (ls *Leaser[L, R]) blockLost(ctx context.Context, k Key, n record.Network, ep record.Endpoint, l L) {
 	f, w := ls.Family, ls.Family.Words()
 	a := f.Facts(l).Addr
 	log := ls.log.With("network", n.ID, "endpoint", ep.ID, "address", f.Facts(l).Text, "why", f.Facts(l).LostWhy)
@@ -221,7 +222,7 @@ func (ls *Leaser[L, R]) stillLost(ctx context.Context, k Key, parent string, l L
 }
 
 // wonBack unblocks the address of a lease that was lost and is held again.
-func (ls *Leaser[L, R]) wonBack(ctx context.Context, n store.Network, ep store.Endpoint, old L) {
+func (ls *Leaser[L, R]) wonBack(ctx context.Context, n record.Network, ep record.Endpoint, old L) {
 	f, w := ls.Family, ls.Family.Words()
 	a := f.Facts(old).Addr
 	if ls.blocker != nil && a.IsValid() {
@@ -234,7 +235,7 @@ func (ls *Leaser[L, R]) wonBack(ctx context.Context, n store.Network, ep store.E
 }
 
 // unblock removes the block of a lost lease whose endpoint goes.
-func (ls *Leaser[L, R]) unblock(ctx context.Context, n store.Network, ep store.Endpoint, l L) {
+func (ls *Leaser[L, R]) unblock(ctx context.Context, n record.Network, ep record.Endpoint, l L) {
 	a := ls.Family.Facts(l).Addr
 	if ls.blocker == nil || !a.IsValid() {
 		return

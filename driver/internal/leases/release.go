@@ -3,7 +3,7 @@ package leases
 import (
 	"context"
 
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Forget is what an endpoint's going (or a create that does not record
@@ -15,7 +15,7 @@ import (
 // waits up to about 16 s for a silent server, which neither
 // DeleteEndpoint nor DeleteNetwork, their locks held, should; a shutdown
 // ends it).
-func (ls *Leaser[L, R]) Forget(ctx context.Context, n store.Network, ep store.Endpoint) {
+func (ls *Leaser[L, R]) Forget(ctx context.Context, n record.Network, ep record.Endpoint) {
 	ls.timers.Drop(Key{n.ID, ep.ID})
 	l := ls.Family.Of(ep)
 	switch {
@@ -45,7 +45,7 @@ func (ls *Leaser[L, R]) Forget(ctx context.Context, n store.Network, ep store.En
 
 // release gives an endpoint's held lease back and forgets it in the
 // journal; false when it could not (logged).
-func (ls *Leaser[L, R]) release(ctx context.Context, n store.Network, ep store.Endpoint, l L) bool {
+func (ls *Leaser[L, R]) release(ctx context.Context, n record.Network, ep record.Endpoint, l L) bool {
 	w := ls.Family.Words()
 	r, err := ls.RequestOf(ctx, n, ep)
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 const (
@@ -26,7 +27,7 @@ const (
 func (ls *Leaser[L, R]) Run(ctx context.Context) error {
 	f, now := ls.Family, ls.now()
 	if err := ls.store.View(func(tx *store.Tx) error {
-		return tx.ForEachNetwork(func(n store.Network) error {
+		return tx.ForEachNetwork(func(n record.Network) error {
 			if !f.On(n) {
 				return nil
 			}
@@ -135,7 +136,7 @@ func (ls *Leaser[L, R]) Renew(ctx context.Context, k Key) {
 // lose records a lease lost, then blocks its address (only once the
 // record says lost: a deletion in between leaves no block behind); false
 // when the record changed meanwhile or could not be written (rescheduled).
-func (ls *Leaser[L, R]) lose(ctx context.Context, k Key, n store.Network, ep store.Endpoint, old L, why string, log *slog.Logger) (L, bool) {
+func (ls *Leaser[L, R]) lose(ctx context.Context, k Key, n record.Network, ep record.Endpoint, old L, why string, log *slog.Logger) (L, bool) {
 	marked := ls.Family.MarkLost(old, ls.now(), why)
 	if ls.commit(ctx, k, old, marked, log) != leaseRecorded {
 		return old, false
@@ -147,16 +148,16 @@ func (ls *Leaser[L, R]) lose(ctx context.Context, k Key, n store.Network, ep sto
 // leaseRecord reads a lease's network and endpoint under the endpoint's
 // lock; false (and the lease forgotten or rescheduled) when there is
 // nothing to renew.
-func (ls *Leaser[L, R]) leaseRecord(ctx context.Context, k Key) (store.Network, store.Endpoint, bool) {
+func (ls *Leaser[L, R]) leaseRecord(ctx context.Context, k Key) (record.Network, record.Endpoint, bool) {
 	_, unlock, n, ep, err := ls.lockEndpoint(ctx, k.Network, k.Endpoint)
 	if err != nil {
 		ls.timers.Set(k, ls.now().Add(ls.Family.Words().LockRetry))
-		return store.Network{}, store.Endpoint{}, false
+		return record.Network{}, record.Endpoint{}, false
 	}
 	defer unlock()
 	if n == nil || ep == nil || ls.Family.Of(*ep) == nil || !ls.Family.HasClient() {
 		ls.timers.Drop(k)
-		return store.Network{}, store.Endpoint{}, false
+		return record.Network{}, record.Endpoint{}, false
 	}
 	return *n, *ep, true
 }
@@ -196,9 +197,9 @@ func (ls *Leaser[L, R]) commit(ctx context.Context, k Key, old, l L, log *slog.L
 	return leaseRecorded
 }
 
-func derefEndpoint(ep *store.Endpoint) store.Endpoint {
+func derefEndpoint(ep *record.Endpoint) record.Endpoint {
 	if ep == nil {
-		return store.Endpoint{}
+		return record.Endpoint{}
 	}
 	return *ep
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/internal/fakeclock"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -20,8 +20,8 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func key(i int) Key { return Key{"net", fmt.Sprint("ep", i)} }
 
 // lease is a lease acquired at t0 for an hour (T1 30 min, T2 52.5 min).
-func lease() store.Lease {
-	return store.Lease{Addr: "192.0.2.10/24", Acquired: t0, T1: t0.Add(30 * time.Minute), T2: t0.Add(52*time.Minute + 30*time.Second), Expiry: t0.Add(time.Hour)}
+func lease() record.Lease {
+	return record.Lease{Addr: "192.0.2.10/24", Acquired: t0, T1: t0.Add(30 * time.Minute), T2: t0.Add(52*time.Minute + 30*time.Second), Expiry: t0.Add(time.Hour)}
 }
 
 func TestNextAction(t *testing.T) {
@@ -29,7 +29,7 @@ func TestNextAction(t *testing.T) {
 	lost.Lost = t0.Add(time.Minute)
 	for _, tc := range []struct {
 		name string
-		l    store.Lease
+		l    record.Lease
 		now  time.Time
 		want time.Time
 	}{

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -37,7 +38,7 @@ func (o *Owned) Follow(ctx context.Context, from, to, held string) error {
 	var moved []netip.Addr
 	err = o.Store.Update(func(tx *store.Tx) error {
 		p, ok, err := tx.ParentLink(from)
-		if err != nil || !ok || p.Kind != rules.KindVLAN || p.VLAN != l.VLAN {
+		if err != nil || !ok || p.Kind != vocab.KindVLAN || p.VLAN != l.VLAN {
 			return err
 		}
 		if _, taken, err := tx.ParentLink(to); err != nil || taken {

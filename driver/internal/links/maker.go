@@ -8,6 +8,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 	"golang.org/x/sys/unix"
 )
@@ -25,9 +26,9 @@ type Maker struct {
 func (m *Maker) Create(ctx context.Context, p record.ParentLink) error {
 	var err error
 	switch p.Kind {
-	case rules.KindVLAN:
+	case vocab.KindVLAN:
 		err = m.Links.AddVLAN(ctx, p.Name, p.Base, p.VLAN, p.MTU, m.Mark)
-	case rules.KindDummy:
+	case vocab.KindDummy:
 		err = m.Links.AddDummy(ctx, p.Name, p.MTU, m.Mark)
 	default:
 		return fmt.Errorf("parent link %s has unknown kind %q", p.Name, p.Kind)
@@ -42,10 +43,10 @@ func (m *Maker) Create(ctx context.Context, p record.ParentLink) error {
 	if l, ok := rules.FindLink(links, p.Name); ok && rules.IsPlanned(l, p, links, m.Mark) {
 		return nil
 	}
-	if p.Kind == rules.KindVLAN {
+	if p.Kind == vocab.KindVLAN {
 		b, bok := rules.FindLink(links, p.Base)
 		for _, l := range links {
-			if !bok || l.Kind != rules.KindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
+			if !bok || l.Kind != vocab.KindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
 				continue
 			}
 			if l.Alias == m.Mark {

@@ -15,13 +15,15 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The owned links over the fake kernel and a real state file, as the
 // driver wires them.
 
-var mark = netlinkutil.Mark("owned-test")
+var mark = vocab.Mark("owned-test")
 
 const otherMark = "underlay:someone-else"
 
@@ -54,7 +56,7 @@ func (f *fixture) addVLAN(t *testing.T, name, base string, id int, mark string) 
 	}
 }
 
-func (f *fixture) putParent(t *testing.T, ps ...store.ParentLink) {
+func (f *fixture) putParent(t *testing.T, ps ...record.ParentLink) {
 	t.Helper()
 	if err := f.db.Update(func(tx *store.Tx) error {
 		for _, p := range ps {
@@ -69,9 +71,9 @@ func (f *fixture) putParent(t *testing.T, ps ...store.ParentLink) {
 }
 
 // parents are the owned parent links the state file records, by name.
-func (f *fixture) parents(t *testing.T) map[string]store.ParentLink {
+func (f *fixture) parents(t *testing.T) map[string]record.ParentLink {
 	t.Helper()
-	out := map[string]store.ParentLink{}
+	out := map[string]record.ParentLink{}
 	if err := f.db.View(func(tx *store.Tx) error {
 		ps, err := tx.ParentLinks()
 		for _, p := range ps {
@@ -84,9 +86,9 @@ func (f *fixture) parents(t *testing.T) map[string]store.ParentLink {
 	return out
 }
 
-func (f *fixture) network(t *testing.T, id string) store.Network {
+func (f *fixture) network(t *testing.T, id string) record.Network {
 	t.Helper()
-	var n store.Network
+	var n record.Network
 	if err := f.db.View(func(tx *store.Tx) (err error) {
 		var ok bool
 		if n, ok, err = tx.Network(id); err == nil && !ok {
@@ -99,12 +101,12 @@ func (f *fixture) network(t *testing.T, id string) store.Network {
 	return n
 }
 
-func vlan(name, base string, id int) store.ParentLink {
-	return store.ParentLink{Name: name, Kind: rules.KindVLAN, Base: base, VLAN: id}
+func vlan(name, base string, id int) record.ParentLink {
+	return record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: base, VLAN: id}
 }
 
 // onParent is a network on parent, asked for as parent.
-func onParent(id, parent string) store.Network {
+func onParent(id, parent string) record.Network {
 	n := drivertest.Macvlan(id, parent, "bridge", "198.18.1.0/24")
 	n.Options = map[string]string{rules.OptParent: parent}
 	return n
@@ -119,7 +121,7 @@ func TestFollowRenamedVLAN(t *testing.T) {
 	f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 	f.addVLAN(t, "eth0.10.5", "eth0.10", 5, mark)
 	f.putParent(t, vlan("eth0.10", "eth0", 10), vlan("eth0.10.5", "eth0.10", 5))
-	drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10"), onParent(drivertest.NetB, "eth0.10.5")})
+	drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10"), onParent(drivertest.NetB, "eth0.10.5")})
 	lost := netip.MustParseAddr("198.18.1.7")
 	if err := f.k.Block(ctx, "eth0.10", lost, mark); err != nil {
 		t.Fatal(err)
@@ -181,14 +183,14 @@ func TestFollowLeavesOtherLinks(t *testing.T) {
 		}},
 		{"the record is a dummy", func(t *testing.T, f *fixture) {
 			f.addVLAN(t, "mine", "eth0", 10, mark)
-			f.putParent(t, store.ParentLink{Name: "eth0.10", Kind: rules.KindDummy})
+			f.putParent(t, record.ParentLink{Name: "eth0.10", Kind: vocab.KindDummy})
 		}},
 		{"no link of the new name", func(t *testing.T, f *fixture) {}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.putParent(t, vlan("eth0.10", "eth0", 10))
-			drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+			drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			tc.setup(t, f)
 			before := f.parents(t)
 			if err := f.o.Follow(context.Background(), "eth0.10", "mine", ""); err != nil && !errors.Is(err, netlinkutil.ErrNotFound) {
@@ -217,7 +219,7 @@ func TestFollowFailsWhole(t *testing.T) {
 	f := newFixture(t)
 	f.addVLAN(t, "mine", "eth0", 10, mark)
 	f.putParent(t, vlan("eth0.10", "eth0", 10))
-	drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+	drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 
 	unlock, ok := f.locks.TryExclusive(keylock.ParentKey("mine"))
 	if !ok {
@@ -308,7 +310,7 @@ func TestEnsure(t *testing.T) {
 		f := newFixture(t)
 		f.putParent(t, vlan("eth0.10", "eth0", 10), vlan("eth0.10.5", "eth0.10", 5))
 		n := onParent(drivertest.NetA, "eth0.10.5")
-		drivertest.Put(t, f.db, []store.Network{n})
+		drivertest.Put(t, f.db, []record.Network{n})
 		got, err := f.o.Ensure(ctx, n)
 		if err != nil || got != "eth0.10.5" {
 			t.Fatalf("Ensure = %q, %v", got, err)
@@ -324,7 +326,7 @@ func TestEnsure(t *testing.T) {
 		f.addVLAN(t, "mine", "eth0", 10, mark)
 		f.putParent(t, vlan("eth0.10", "eth0", 10))
 		n := onParent(drivertest.NetA, "eth0.10")
-		drivertest.Put(t, f.db, []store.Network{n})
+		drivertest.Put(t, f.db, []record.Network{n})
 		got, err := f.o.Ensure(ctx, n)
 		if err != nil || got != "mine" {
 			t.Fatalf("Ensure = %q, %v; want the new name mine", got, err)
@@ -339,7 +341,7 @@ func TestEnsure(t *testing.T) {
 	t.Run("VLAN asked for, not owned, missing", func(t *testing.T) {
 		f := newFixture(t)
 		n := onParent(drivertest.NetA, "eth0.20")
-		drivertest.Put(t, f.db, []store.Network{n})
+		drivertest.Put(t, f.db, []record.Network{n})
 		if got, err := f.o.Ensure(ctx, n); err != nil || got != "eth0.20" {
 			t.Fatalf("Ensure = %q, %v", got, err)
 		}
@@ -353,7 +355,7 @@ func TestEnsure(t *testing.T) {
 	t.Run("VLAN asked for, its base missing", func(t *testing.T) {
 		f := newFixture(t)
 		n := onParent(drivertest.NetA, "eth7.20")
-		drivertest.Put(t, f.db, []store.Network{n})
+		drivertest.Put(t, f.db, []record.Network{n})
 		_, err := f.o.Ensure(ctx, n)
 		drivertest.WantErr(t, err, nil, "parent eth7.20 of network aaaaaaaaaaaa is gone")
 		if ps := f.parents(t); len(ps) != 0 {
@@ -377,7 +379,7 @@ func TestEnsure(t *testing.T) {
 func TestNeeded(t *testing.T) {
 	f := newFixture(t)
 	f.putParent(t, vlan("eth0.10", "eth0", 10), vlan("eth0.10.5", "eth0.10", 5), vlan("eth0.11", "eth0", 11))
-	drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10.5")})
+	drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10.5")})
 	want := map[string]bool{"eth0": true, "eth0.10": true, "eth0.10.5": true, "eth0.11": false, "eth1": false}
 	_ = f.db.View(func(tx *store.Tx) error {
 		for name, w := range want {
@@ -395,7 +397,7 @@ func TestRepoint(t *testing.T) {
 	f := newFixture(t)
 	f.k.AddAltName("eth1", "lan0")
 	older := drivertest.Macvlan(drivertest.NetC, "lan0", "bridge", "198.18.3.0/24") // no options: a record of an older version
-	drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "lan0"), onParent(drivertest.NetB, "eth0"), older})
+	drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "lan0"), onParent(drivertest.NetB, "eth0"), older})
 	if err := f.o.Repoint("lan0", "eth1"); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,9 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Parent links: re-creating the VLAN and dummy links underlay owns when
@@ -17,10 +19,10 @@ import (
 // Recreate creates an owned parent link that is missing, first
 // re-creating its base when that is an owned VLAN that vanished too (a VLAN
 // on a VLAN after a reboot).
-func (o *Owned) Recreate(ctx context.Context, p store.ParentLink) error {
-	if p.Kind == rules.KindVLAN {
+func (o *Owned) Recreate(ctx context.Context, p record.ParentLink) error {
+	if p.Kind == vocab.KindVLAN {
 		if _, err := o.Kernel.Get(ctx, p.Base); errors.Is(err, netlinkutil.ErrNotFound) {
-			var base store.ParentLink
+			var base record.ParentLink
 			var owned bool
 			if err := o.Store.View(func(tx *store.Tx) (err error) {
 				base, owned, err = tx.ParentLink(p.Base)
@@ -45,12 +47,12 @@ func (o *Owned) Recreate(ctx context.Context, p store.ParentLink) error {
 // followed: its record and networks move to the new name, which is
 // returned (otherwise the network's parent). The caller holds the parent
 // lock.
-func (o *Owned) Ensure(ctx context.Context, n store.Network) (string, error) {
+func (o *Owned) Ensure(ctx context.Context, n record.Network) (string, error) {
 	_, err := o.Kernel.Get(ctx, n.Parent)
 	if err == nil || !errors.Is(err, netlinkutil.ErrNotFound) {
 		return n.Parent, err
 	}
-	var owned store.ParentLink
+	var owned record.ParentLink
 	var ok bool
 	if err := o.Store.View(func(tx *store.Tx) (err error) {
 		owned, ok, err = tx.ParentLink(n.Parent)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -28,7 +29,7 @@ import (
 
 // RouteLister lists the routes of every table (netlinkutil.Kernel).
 type RouteLister interface {
-	Routes(ctx context.Context) ([]netlinkutil.Route, error)
+	Routes(ctx context.Context) ([]vocab.Route, error)
 }
 
 // Resolver resolves a network's parent option on this host. Routes may be
@@ -55,8 +56,8 @@ func (r *Resolver) Resolve(ctx context.Context, n record.Network) (rules.Resolut
 		}
 		l, err := r.Links.Get(ctx, name)
 		switch {
-		case err == nil && !netlinkutil.IsEndpointKind(l.Kind):
-			return rules.ResolveParent(n, []netlinkutil.Link{l}, nil)
+		case err == nil && !vocab.IsEndpointKind(l.Kind):
+			return rules.ResolveParent(n, []vocab.Link{l}, nil)
 		case err != nil && !errors.Is(err, netlinkutil.ErrNotFound):
 			return rules.Resolution{}, err
 		}
@@ -65,7 +66,7 @@ func (r *Resolver) Resolve(ctx context.Context, n record.Network) (rules.Resolut
 	if err != nil {
 		return rules.Resolution{}, err
 	}
-	var routes []netlinkutil.Route
+	var routes []vocab.Route
 	if spec.Auto {
 		if r.Routes == nil {
 			return rules.Resolution{}, fmt.Errorf("parent=%s needs the host's routes, and this daemon was built without access to them: pass -o parent=IFACE", rules.RequestedParent(n))

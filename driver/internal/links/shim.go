@@ -14,6 +14,7 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -47,8 +48,8 @@ type heldKey struct {
 // start and by the repair watcher, removed with the network.
 
 // spec is the shim's link: a child of the network's type and mode.
-func (h *Shims) spec(n record.Network) netlinkutil.Endpoint {
-	return netlinkutil.Endpoint{Name: rules.ShimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: h.Mark}
+func (h *Shims) spec(n record.Network) vocab.Endpoint {
+	return vocab.Endpoint{Name: rules.ShimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: h.Mark}
 }
 
 // Ensure makes the network's host link healthy if it has a host
@@ -153,7 +154,7 @@ func (h *Shims) holder(held *netlinkutil.RouteHeldError) (holder, fix string) {
 		return held.Through(), fix
 	case l.Alias == h.Mark:
 		return fmt.Sprintf("link %s, which carries this instance's mark but is not this network's host link", l.Name), fix
-	case strings.HasPrefix(l.Alias, netlinkutil.MarkPrefix):
+	case strings.HasPrefix(l.Alias, vocab.MarkPrefix):
 		return fmt.Sprintf("link %s, which carries the mark %q of another underlay instance", l.Name, l.Alias),
 			fmt.Sprintf("disconnect the other instance's container with address %s (or remove its network), or %s", held.Dst, fix)
 	}
@@ -162,7 +163,7 @@ func (h *Shims) holder(held *netlinkutil.RouteHeldError) (holder, fix string) {
 
 // heal puts back what an existing host link lost (up, its address,
 // its MTU), logging what was wrong once.
-func (h *Shims) heal(ctx context.Context, n record.Network, l netlinkutil.Link, addr netip.Addr) error {
+func (h *Shims) heal(ctx context.Context, n record.Network, l vocab.Link, addr netip.Addr) error {
 	have, err := h.Links.LinkAddrs(ctx, l.Name)
 	if err != nil {
 		return err
@@ -188,7 +189,7 @@ func (h *Shims) deleteRenamed(ctx context.Context, name string, addr netip.Addr)
 		return err
 	}
 	for _, l := range links {
-		if l.Alias != h.Mark || !netlinkutil.IsEndpointKind(l.Kind) || rules.IsEndpointLinkName(l.Name) || rules.IsShimName(l.Name) {
+		if l.Alias != h.Mark || !vocab.IsEndpointKind(l.Kind) || rules.IsEndpointLinkName(l.Name) || rules.IsShimName(l.Name) {
 			continue
 		}
 		as, err := h.Links.LinkAddrs(ctx, l.Name)

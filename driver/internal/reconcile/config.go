@@ -18,8 +18,8 @@ import (
 func (x *Executor) MigrateConfig() (int, error) {
 	var migrated int
 	err := x.Store.Update(func(tx *store.Tx) error {
-		var old []store.Network
-		if err := tx.ForEachNetwork(func(n store.Network) error {
+		var old []record.Network
+		if err := tx.ForEachNetwork(func(n record.Network) error {
 			if n.Config == (record.NetworkConfig{}) {
 				old = append(old, n)
 			}

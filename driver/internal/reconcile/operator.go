@@ -16,6 +16,7 @@ import (
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Locker takes the locks a request would (keylock.Locker).
@@ -49,7 +50,7 @@ type Operator struct {
 func (o *Operator) Inventory(ctx context.Context) (doctor.Inventory, error) {
 	inv := doctor.Inventory{Now: o.Now(), Boot: o.Boot, Mark: o.Mark, Grace: o.Grace, PoolGrace: o.Window, HostLinks: map[string]string{}}
 	err := o.Store.View(func(tx *store.Tx) error {
-		if err := tx.ForEachNetwork(func(n store.Network) error {
+		if err := tx.ForEachNetwork(func(n record.Network) error {
 			inv.Networks = append(inv.Networks, n)
 			if n.HostAddress != "" {
 				inv.HostLinks[n.ID] = rules.ShimName(n.ID)
@@ -82,8 +83,8 @@ func refusef(format string, args ...any) error {
 }
 
 // network reads one network record; nil when there is none.
-func (o *Operator) network(id string) (*store.Network, error) {
-	var n store.Network
+func (o *Operator) network(id string) (*record.Network, error) {
+	var n record.Network
 	var ok bool
 	if err := o.Store.View(func(tx *store.Tx) (err error) {
 		n, ok, err = tx.Network(id)

@@ -18,15 +18,16 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The operator's view and repairs over the fake kernel and a real state
 // file, wired as the driver wires them.
 
-var opMark = netlinkutil.Mark("operator-test")
+var opMark = vocab.Mark("operator-test")
 
 // events counts what the repairs tell.
 type opEvents struct {
@@ -84,8 +85,8 @@ func newOpFixture(t *testing.T) *opFixture {
 	return f
 }
 
-func (f *opFixture) network(id string) (*store.Network, error) {
-	var out *store.Network
+func (f *opFixture) network(id string) (*record.Network, error) {
+	var out *record.Network
 	err := f.db.View(func(tx *store.Tx) error {
 		n, ok, err := tx.Network(id)
 		if ok {
@@ -113,7 +114,7 @@ func (f *opFixture) addVLAN(t *testing.T, name, base string, id int, opMark stri
 	}
 }
 
-func (f *opFixture) putParent(t *testing.T, ps ...store.ParentLink) {
+func (f *opFixture) putParent(t *testing.T, ps ...record.ParentLink) {
 	t.Helper()
 	if err := f.db.Update(func(tx *store.Tx) error {
 		for _, p := range ps {
@@ -162,15 +163,15 @@ func TestInventory(t *testing.T) {
 	withHost := drivertest.Macvlan(drivertest.NetB, "eth1", "bridge", "198.18.2.0/24")
 	withHost.HostAddress = "198.18.2.5"
 	netA := onParent(drivertest.NetA, "eth0.10")
-	epA := store.Endpoint{NetworkID: drivertest.NetA, ID: drivertest.EpA, Link: rules.EndpointLinkName(drivertest.EpA), IPv4: "198.18.1.10/24"}
-	epB := store.Endpoint{NetworkID: drivertest.NetB, ID: drivertest.EpB, Link: rules.EndpointLinkName(drivertest.EpB), IPv4: "198.18.2.10/24"}
-	drivertest.Put(t, f.db, []store.Network{netA, withHost, onParent(drivertest.NetC, "eth0.10")}, epA, epB)
+	epA := record.Endpoint{NetworkID: drivertest.NetA, ID: drivertest.EpA, Link: rules.EndpointLinkName(drivertest.EpA), IPv4: "198.18.1.10/24"}
+	epB := record.Endpoint{NetworkID: drivertest.NetB, ID: drivertest.EpB, Link: rules.EndpointLinkName(drivertest.EpB), IPv4: "198.18.2.10/24"}
+	drivertest.Put(t, f.db, []record.Network{netA, withHost, onParent(drivertest.NetC, "eth0.10")}, epA, epB)
 	// A join of a network without a host address is kept in memory only.
 	if commit := f.joins.Join(netA, epA, "/var/run/docker/netns/abc", "boot-1"); commit != nil {
 		t.Fatal("a join of a network without a host address is committed")
 	}
 	shim := rules.ShimName(drivertest.NetB)
-	if err := f.k.AddShim(ctx, netlinkutil.Endpoint{Name: shim, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: opMark}, netip.MustParseAddr("198.18.2.5")); err != nil {
+	if err := f.k.AddShim(ctx, vocab.Endpoint{Name: shim, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: opMark}, netip.MustParseAddr("198.18.2.5")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -241,23 +242,23 @@ func TestInventoryFails(t *testing.T) {
 func TestRemoveStaleNetwork(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		net     func(f *opFixture) *store.Network // nil: no record
+		net     func(f *opFixture) *record.Network // nil: no record
 		age     time.Duration
 		setup   func(f *opFixture)
 		want    string // the answer; "" when refused
 		refused []string
 	}{
 		{name: "stale", age: time.Minute, want: "removed network aaaaaaaaaaaa and its links from eth0"},
-		{name: "gone", net: func(*opFixture) *store.Network { return nil }, want: "no longer needed: the network is gone"},
+		{name: "gone", net: func(*opFixture) *record.Network { return nil }, want: "no longer needed: the network is gone"},
 		{name: "within the grace period", age: time.Second, refused: []string{"network aaaaaaaaaaaa was created 1s ago", "within the 3s"}},
 		{name: "Docker knows it", age: time.Minute, setup: func(f *opFixture) { f.docker.live[drivertest.NetA] = true },
 			refused: []string{"network aaaaaaaaaaaa not removed", "Docker knows it"}},
 		{name: "Docker cannot tell", age: time.Minute, setup: func(f *opFixture) { f.docker.err = errors.New("connection refused") },
 			refused: []string{"could not confirm it is stale", "connection refused"}},
 		{name: "no Docker", age: time.Minute, setup: func(f *opFixture) { f.o.Docker = nil }, refused: []string{"no Docker API", "--docker-host"}},
-		{name: "pending", age: time.Minute, net: func(f *opFixture) *store.Network {
+		{name: "pending", age: time.Minute, net: func(f *opFixture) *record.Network {
 			n := onParent(drivertest.NetA, "eth0")
-			n.Pending = &store.Reservation{Token: "t", Deadline: f.clock.Now().Add(time.Hour)}
+			n.Pending = &record.Reservation{Token: "t", Deadline: f.clock.Now().Add(time.Hour)}
 			return &n
 		}, refused: []string{"network aaaaaaaaaaaa is being created"}},
 	} {
@@ -270,7 +271,7 @@ func TestRemoveStaleNetwork(t *testing.T) {
 				rec = tc.net(f)
 			}
 			if rec != nil {
-				drivertest.Put(t, f.db, []store.Network{*rec})
+				drivertest.Put(t, f.db, []record.Network{*rec})
 			}
 			f.clock.Advance(tc.age)
 			if tc.setup != nil {
@@ -311,24 +312,24 @@ func TestRecreateParent(t *testing.T) {
 		{name: "missing and needed", link: "eth0.10", want: "re-created eth0.10", made: true,
 			setup: func(t *testing.T, f *opFixture) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			}},
 		{name: "there", link: "eth0.10", want: "no longer needed: it is there", made: true,
 			setup: func(t *testing.T, f *opFixture) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
 				f.addVLAN(t, "eth0.10", "eth0", 10, opMark)
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			}},
 		{name: "not needed", link: "eth0.10", want: "no longer needed: no network needs an owned link eth0.10",
 			setup: func(t *testing.T, f *opFixture) { f.putParent(t, vlan("eth0.10", "eth0", 10)) }},
 		{name: "not owned", link: "eth0.10", want: "no longer needed: no network needs an owned link eth0.10",
 			setup: func(t *testing.T, f *opFixture) {
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			}},
 		{name: "its base missing", link: "eth7.10", wantErr: "parent link eth7.10 could not be re-created now",
 			setup: func(t *testing.T, f *opFixture) {
 				f.putParent(t, vlan("eth7.10", "eth7", 10))
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth7.10")})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth7.10")})
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -360,26 +361,26 @@ func TestDeleteOrphanLink(t *testing.T) {
 	}{
 		{name: "an orphan", link: "uleffffffffffff", want: "deleted uleffffffffffff", deleted: true,
 			setup: func(t *testing.T, f *opFixture) {
-				f.k.AddLink(netlinkutil.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
+				f.k.AddLink(vocab.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
 			}},
 		{name: "gone", link: "uleffffffffffff", want: "no longer needed: the link is gone"},
 		{name: "another instance's mark", link: "uleffffffffffff",
 			refused: []string{"link uleffffffffffff does not carry this underlay's mark", opMark},
 			setup: func(t *testing.T, f *opFixture) {
-				f.k.AddLink(netlinkutil.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: otherMark})
+				f.k.AddLink(vocab.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: otherMark})
 			}},
 		{name: "no mark", link: "eth0.10", refused: []string{"does not carry this underlay's mark"},
 			setup: func(t *testing.T, f *opFixture) { f.addVLAN(t, "eth0.10", "eth0", 10, "") }},
 		{name: "a recorded endpoint link", link: ep, want: "no longer needed: a record owns link " + ep + " now",
 			setup: func(t *testing.T, f *opFixture) {
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0")},
-					store.Endpoint{NetworkID: drivertest.NetA, ID: drivertest.EpA, Link: ep})
-				f.k.AddLink(netlinkutil.Link{Name: ep, Kind: "macvlan", Alias: opMark})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0")},
+					record.Endpoint{NetworkID: drivertest.NetA, ID: drivertest.EpA, Link: ep})
+				f.k.AddLink(vocab.Link{Name: ep, Kind: "macvlan", Alias: opMark})
 			}},
 		{name: "an owned VLAN renamed", link: "mine", refused: []string{"link mine is the VLAN eth0.10 that underlay created, renamed", "its record follows it"},
 			setup: func(t *testing.T, f *opFixture) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 				f.addVLAN(t, "mine", "eth0", 10, opMark)
 			}},
 		{name: "links stand on it", link: "eth0.10", refused: []string{"links stand on eth0.10", "uluser"},
@@ -410,7 +411,7 @@ func TestDeleteOrphanLink(t *testing.T) {
 // DeleteOrphanLink waits for the lock a request holds on the link.
 func TestDeleteOrphanLinkWaitsForTheLock(t *testing.T) {
 	f := newOpFixture(t)
-	f.k.AddLink(netlinkutil.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
+	f.k.AddLink(vocab.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
 	_, unlock, err := f.locks.Acquire(context.Background(), keylock.Exclusive(keylock.ParentKey("uleffffffffffff")))
 	if err != nil {
 		t.Fatal(err)
@@ -431,8 +432,8 @@ func TestRollbackExpired(t *testing.T) {
 	ctx := context.Background()
 	f := newOpFixture(t)
 	n := onParent(drivertest.NetA, "eth0.10")
-	n.Pending = &store.Reservation{Token: "t", Deadline: f.clock.Now().Add(time.Second)}
-	drivertest.Put(t, f.db, []store.Network{n, onParent(drivertest.NetB, "eth1")})
+	n.Pending = &record.Reservation{Token: "t", Deadline: f.clock.Now().Add(time.Second)}
+	drivertest.Put(t, f.db, []record.Network{n, onParent(drivertest.NetB, "eth1")})
 	_, err := f.o.RollbackExpired(ctx, drivertest.NetA)
 	wantRefused(t, err, "the reservation of network aaaaaaaaaaaa has not expired", "2026-01-01T00:00:01Z")
 	if got, err := f.o.RollbackExpired(ctx, drivertest.NetB); err != nil || got != "no longer needed: the network is no longer pending" {
@@ -463,7 +464,7 @@ func TestHealLink(t *testing.T) {
 		f := newOpFixture(t)
 		f.putParent(t, vlan("eth0.10", "eth0", 10))
 		f.addVLAN(t, "eth0.10", "eth0", 10, opMark)
-		drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+		drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 		return f
 	}
 	t.Run("healthy", func(t *testing.T) {

@@ -18,13 +18,15 @@ import (
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The executor over the fake kernel and a real state file, wired as the
 // driver wires it.
 
-var mark = netlinkutil.Mark("reconcile-test")
+var mark = vocab.Mark("reconcile-test")
 
 const otherMark = "underlay:someone-else"
 
@@ -80,7 +82,7 @@ func (f *fixture) addVLAN(t *testing.T, name, base string, id int, mark string) 
 	}
 }
 
-func (f *fixture) putParent(t *testing.T, ps ...store.ParentLink) {
+func (f *fixture) putParent(t *testing.T, ps ...record.ParentLink) {
 	t.Helper()
 	if err := f.db.Update(func(tx *store.Tx) error {
 		for _, p := range ps {
@@ -116,7 +118,7 @@ func (f *fixture) networks(t *testing.T) []string {
 	t.Helper()
 	var out []string
 	if err := f.db.View(func(tx *store.Tx) error {
-		return tx.ForEachNetwork(func(n store.Network) error { out = append(out, n.ID); return nil })
+		return tx.ForEachNetwork(func(n record.Network) error { out = append(out, n.ID); return nil })
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -140,18 +142,18 @@ func (f *fixture) wantParents(t *testing.T, names ...string) {
 	}
 }
 
-func vlan(name, base string, id int) store.ParentLink {
-	return store.ParentLink{Name: name, Kind: rules.KindVLAN, Base: base, VLAN: id}
+func vlan(name, base string, id int) record.ParentLink {
+	return record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: base, VLAN: id}
 }
 
-func onParent(id, parent string) store.Network {
+func onParent(id, parent string) record.Network {
 	n := drivertest.Macvlan(id, parent, "bridge", "198.18.1.0/24")
 	n.Options = map[string]string{rules.OptParent: parent}
 	return n
 }
 
-func pending(n store.Network, token string, deadline time.Time) store.Network {
-	n.Pending = &store.Reservation{Token: token, Deadline: deadline}
+func pending(n record.Network, token string, deadline time.Time) record.Network {
+	n.Pending = &record.Reservation{Token: token, Deadline: deadline}
 	return n
 }
 
@@ -172,7 +174,7 @@ func TestExecuteSteps(t *testing.T) {
 			name: "recreate a needed owned VLAN",
 			setup: func(t *testing.T, f *fixture) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			},
 			step:  rules.Step{Op: rules.OpRecreate, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 			links: []string{"eth0.10"}, parents: []string{"eth0.10"}, nets: []string{drivertest.NetA},
@@ -196,7 +198,7 @@ func TestExecuteSteps(t *testing.T) {
 			setup: func(t *testing.T, f *fixture) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
 				f.addVLAN(t, "eth0.10", "eth0", 10, mark)
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			},
 			step:  rules.Step{Op: rules.OpRelease, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 			links: []string{"eth0.10"}, parents: []string{"eth0.10"}, nets: []string{drivertest.NetA},
@@ -248,7 +250,7 @@ func TestExecuteSteps(t *testing.T) {
 		{
 			name: "roll back a pending network",
 			setup: func(t *testing.T, f *fixture) {
-				drivertest.Put(t, f.db, []store.Network{pending(onParent(drivertest.NetA, "eth0"), "t", f.clock.Now()), onParent(drivertest.NetB, "eth0")})
+				drivertest.Put(t, f.db, []record.Network{pending(onParent(drivertest.NetA, "eth0"), "t", f.clock.Now()), onParent(drivertest.NetB, "eth0")})
 			},
 			step: rules.Step{Op: rules.OpRollback, Name: drivertest.NetA},
 			nets: []string{drivertest.NetB},
@@ -256,7 +258,7 @@ func TestExecuteSteps(t *testing.T) {
 		{
 			name: "roll back a committed network",
 			setup: func(t *testing.T, f *fixture) {
-				drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0")})
+				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0")})
 			},
 			step: rules.Step{Op: rules.OpRollback, Name: drivertest.NetA},
 			nets: []string{drivertest.NetA},
@@ -295,7 +297,7 @@ func TestExecuteFailedAndBusySteps(t *testing.T) {
 		f.putParent(t, vlan("eth0.10", "eth0", 10), vlan("eth1.20", "eth1", 20))
 		f.addVLAN(t, "eth1.20", "eth1", 20, mark)
 		f.addVLAN(t, "eth0.99", "eth0", 99, mark)
-		drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+		drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 		return f, []rules.Step{
 			{Op: rules.OpRecreate, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 			{Op: rules.OpRelease, Name: "eth1.20", Parent: vlan("eth1.20", "eth1", 20)},
@@ -367,7 +369,7 @@ func TestUndoCreate(t *testing.T) {
 	t.Run("made by this create", func(t *testing.T) {
 		f := newFixture(t)
 		f.putParent(t, p)
-		drivertest.Put(t, f.db, []store.Network{pending(onParent(drivertest.NetA, "eth0.10"), "tok", f.clock.Now().Add(time.Minute))})
+		drivertest.Put(t, f.db, []record.Network{pending(onParent(drivertest.NetA, "eth0.10"), "tok", f.clock.Now().Add(time.Minute))})
 		f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 		if err := f.x.UndoCreate(ctx, drivertest.NetA, "tok", &p, true); err != nil {
 			t.Fatal(err)
@@ -390,7 +392,7 @@ func TestUndoCreate(t *testing.T) {
 	t.Run("not made by this create", func(t *testing.T) {
 		f := newFixture(t)
 		f.putParent(t, p)
-		drivertest.Put(t, f.db, []store.Network{pending(onParent(drivertest.NetA, "eth0.10"), "tok", f.clock.Now().Add(time.Minute))})
+		drivertest.Put(t, f.db, []record.Network{pending(onParent(drivertest.NetA, "eth0.10"), "tok", f.clock.Now().Add(time.Minute))})
 		f.addVLAN(t, "eth0.10", "eth0", 10, "")
 		if err := f.x.UndoCreate(ctx, drivertest.NetA, "tok", &p, false); err != nil {
 			t.Fatal(err)
@@ -404,7 +406,7 @@ func TestUndoCreate(t *testing.T) {
 	t.Run("another reservation now", func(t *testing.T) {
 		f := newFixture(t)
 		f.putParent(t, p)
-		drivertest.Put(t, f.db, []store.Network{pending(onParent(drivertest.NetA, "eth0.10"), "newer", f.clock.Now().Add(time.Minute))})
+		drivertest.Put(t, f.db, []record.Network{pending(onParent(drivertest.NetA, "eth0.10"), "newer", f.clock.Now().Add(time.Minute))})
 		f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 		if err := f.x.UndoCreate(ctx, drivertest.NetA, "tok", &p, true); err != nil {
 			t.Fatal(err)
@@ -424,7 +426,7 @@ func TestUndoCreate(t *testing.T) {
 func TestRestore(t *testing.T) {
 	f := newFixture(t)
 	f.putParent(t, vlan("eth0.10", "eth0", 10), vlan("eth0.10.5", "eth0.10", 5), vlan("eth1.20", "eth1", 20))
-	drivertest.Put(t, f.db, []store.Network{
+	drivertest.Put(t, f.db, []record.Network{
 		onParent(drivertest.NetA, "eth0.10.5"),
 		pending(onParent(drivertest.NetB, "eth1.20"), "dead", f.clock.Now().Add(time.Hour)),
 	})
@@ -473,7 +475,7 @@ func TestJanitorTick(t *testing.T) {
 	f.putParent(t, vlan("eth0.10", "eth0", 10), vlan("eth1.20", "eth1", 20))
 	f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 	f.addVLAN(t, "eth1.20", "eth1", 20, mark)
-	drivertest.Put(t, f.db, []store.Network{
+	drivertest.Put(t, f.db, []record.Network{
 		pending(onParent(drivertest.NetA, "eth0.10"), "a", f.clock.Now().Add(time.Second)),
 		pending(onParent(drivertest.NetB, "eth1.20"), "b", f.clock.Now().Add(time.Hour)),
 	})
@@ -493,12 +495,12 @@ func TestJanitorTick(t *testing.T) {
 // own deletions; while waiting for a base, only links that may be one.
 func TestRelevant(t *testing.T) {
 	f := newFixture(t)
-	vlanLink := netlinkutil.Link{Name: "eth0.10", Index: 40, Kind: rules.KindVLAN, Alias: mark}
-	ep := netlinkutil.Link{Name: rules.EndpointLinkName(drivertest.EpA), Index: 41, Kind: "macvlan", Alias: mark}
-	shim := netlinkutil.Link{Name: rules.ShimName(drivertest.NetA), Index: 42, Kind: "macvlan", Alias: mark}
-	user := netlinkutil.Link{Name: "user0", Index: 43, Kind: "device"}
-	foreign := netlinkutil.Link{Name: "eth0.12", Index: 45, Kind: rules.KindVLAN, Alias: otherMark}
-	self := netlinkutil.Link{Name: "eth0.11", Index: 44, Kind: rules.KindVLAN, Alias: mark}
+	vlanLink := vocab.Link{Name: "eth0.10", Index: 40, Kind: vocab.KindVLAN, Alias: mark}
+	ep := vocab.Link{Name: rules.EndpointLinkName(drivertest.EpA), Index: 41, Kind: "macvlan", Alias: mark}
+	shim := vocab.Link{Name: rules.ShimName(drivertest.NetA), Index: 42, Kind: "macvlan", Alias: mark}
+	user := vocab.Link{Name: "user0", Index: 43, Kind: "device"}
+	foreign := vocab.Link{Name: "eth0.12", Index: 45, Kind: vocab.KindVLAN, Alias: otherMark}
+	self := vocab.Link{Name: "eth0.11", Index: 44, Kind: vocab.KindVLAN, Alias: mark}
 	f.x.Deleting.Add(44, time.Now())
 	down := vlanLink
 	down.Down = true
@@ -553,7 +555,7 @@ func TestWatchRemakesDeletedOwnedLink(t *testing.T) {
 	f := newFixture(t)
 	f.putParent(t, vlan("eth0.10", "eth0", 10))
 	f.addVLAN(t, "eth0.10", "eth0", 10, mark)
-	drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10")})
+	drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 	f.k.AddHostLink("user0", "device", 1500)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -583,7 +585,7 @@ func TestRepair(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	f.putParent(t, vlan("eth0.10", "eth0", 10), vlan("eth7.20", "eth7", 20))
-	drivertest.Put(t, f.db, []store.Network{onParent(drivertest.NetA, "eth0.10"), onParent(drivertest.NetB, "eth7.20")})
+	drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10"), onParent(drivertest.NetB, "eth7.20")})
 	out, err := f.x.Repair(ctx)
 	if err != nil || !out.Failed {
 		t.Fatalf("Repair = %+v, %v; want Failed for eth7.20 (its base is missing)", out, err)
@@ -611,7 +613,7 @@ func TestRepairHostLink(t *testing.T) {
 	f := newFixture(t)
 	n := drivertest.Macvlan(drivertest.NetA, "eth1", "bridge", "198.18.2.0/24")
 	n.HostAddress = "198.18.2.5"
-	drivertest.Put(t, f.db, []store.Network{n})
+	drivertest.Put(t, f.db, []record.Network{n})
 	shim := rules.ShimName(drivertest.NetA)
 	if out, err := f.x.Repair(ctx); err != nil || out != (reconcile.Outcome{}) {
 		t.Fatalf("Repair = %+v, %v", out, err)

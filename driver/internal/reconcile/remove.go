@@ -7,14 +7,15 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // RemoveNetwork deletes a network's endpoint links, its records, and its
 // parent link if underlay owns it and nothing else uses it. The caller
 // holds the network's lock exclusively and its parent's lock: DeleteNetwork,
 // CreateNetwork removing a stale duplicate, doctor --repair.
-func (x *Executor) RemoveNetwork(ctx context.Context, n store.Network) error {
-	var eps []store.Endpoint
+func (x *Executor) RemoveNetwork(ctx context.Context, n record.Network) error {
+	var eps []record.Endpoint
 	if err := x.Store.View(func(tx *store.Tx) (err error) {
 		eps, err = tx.Endpoints(n.ID)
 		return err
@@ -34,7 +35,7 @@ func (x *Executor) RemoveNetwork(ctx context.Context, n store.Network) error {
 	}
 	x.point("delete-network/after-link-delete")
 	x.point("delete-network/before-commit")
-	var journal []store.PendingRelease // held leases: released below, or at the next start
+	var journal []record.PendingRelease // held leases: released below, or at the next start
 	for _, ep := range eps {
 		if x.Leases != nil {
 			journal = append(journal, x.Leases.Deletion(ctx, n, ep)...)

@@ -8,8 +8,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The repairs doctor --repair asks for, each answered with what was done
@@ -91,7 +91,7 @@ func (o *Operator) RemoveStaleNetwork(ctx context.Context, id string) (string, e
 
 // lockNetwork takes a network's lock exclusively and reads its record (nil
 // when there is none).
-func (o *Operator) lockNetwork(ctx context.Context, id string) (func(), *store.Network, error) {
+func (o *Operator) lockNetwork(ctx context.Context, id string) (func(), *record.Network, error) {
 	_, unlock, err := o.Locks.Acquire(ctx, keylock.Exclusive(keylock.NetworkKey(id)))
 	if err != nil {
 		return nil, nil, err
@@ -138,7 +138,7 @@ func (o *Operator) DeleteOrphanLink(ctx context.Context, name string) (string, e
 	if err != nil {
 		return "", err
 	}
-	var l netlinkutil.Link
+	var l vocab.Link
 	for _, k := range links {
 		if k.Name == name {
 			l = k

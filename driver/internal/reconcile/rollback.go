@@ -6,6 +6,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // Releasing a network's parent link, and undoing a reservation: a failed
@@ -36,7 +37,7 @@ func (x *Executor) ReleaseParent(ctx context.Context, name string) error {
 // release never touches someone else's link. If the reservation already
 // expired and was rolled back, the parent link this request created after
 // that is owned again here so that ReleaseParent deletes it.
-func (x *Executor) UndoCreate(ctx context.Context, id, token string, plan *store.ParentLink, created bool) error {
+func (x *Executor) UndoCreate(ctx context.Context, id, token string, plan *record.ParentLink, created bool) error {
 	if !created {
 		if err := x.Store.Update(func(tx *store.Tx) error {
 			if tx.ParentInUse(plan.Name) && !onlyPending(tx, plan.Name, id) {

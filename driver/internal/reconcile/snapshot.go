@@ -7,8 +7,9 @@ import (
 	"net/netip"
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
-	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The planners' view of the state: one snapshot of the store, and the
@@ -19,8 +20,8 @@ import (
 // carrying this instance's mark are endpoint links on record, and the
 // networks with a host address: nothing it reads grows with the number of
 // endpoints.
-func (x *Executor) Snapshot(withEndpoints bool, links ...netlinkutil.Link) (rules.Snapshot, error) {
-	s := rules.Snapshot{Owned: map[string]store.ParentLink{}}
+func (x *Executor) Snapshot(withEndpoints bool, links ...vocab.Link) (rules.Snapshot, error) {
+	s := rules.Snapshot{Owned: map[string]record.ParentLink{}}
 	err := x.Store.View(func(tx *store.Tx) error {
 		var err error
 		if s.Pending, err = tx.Pending(); err != nil {
@@ -56,7 +57,7 @@ func (x *Executor) Snapshot(withEndpoints bool, links ...netlinkutil.Link) (rule
 // readShims lists the networks with a host address and their routes.
 func (x *Executor) readShims(tx *store.Tx) (map[string]rules.ShimState, error) {
 	out := map[string]rules.ShimState{}
-	err := tx.ForEachNetworkWithHostAddress(func(n store.Network) error {
+	err := tx.ForEachNetworkWithHostAddress(func(n record.Network) error {
 		if n.HostAddress == "" || n.Pending != nil {
 			return nil
 		}
@@ -69,13 +70,13 @@ func (x *Executor) readShims(tx *store.Tx) (map[string]rules.ShimState, error) {
 
 // ReadShimAddrs reads the kernel's addresses of the host links that exist,
 // for the planners (a link gone meanwhile has none).
-func (x *Executor) ReadShimAddrs(ctx context.Context, s *rules.Snapshot, links []netlinkutil.Link) {
+func (x *Executor) ReadShimAddrs(ctx context.Context, s *rules.Snapshot, links []vocab.Link) {
 	s.ShimAddrs = x.HostLinkAddrs(ctx, links, maps.Keys(s.Shims))
 }
 
 // HostLinkAddrs reads the addresses of those of the named links that exist
 // under that very name (not as another link's altname).
-func (x *Executor) HostLinkAddrs(ctx context.Context, links []netlinkutil.Link, names iter.Seq[string]) map[string][]netip.Addr {
+func (x *Executor) HostLinkAddrs(ctx context.Context, links []vocab.Link, names iter.Seq[string]) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for name := range names {
 		if l, ok := rules.FindLink(links, name); ok && l.Name == name {

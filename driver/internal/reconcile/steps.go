@@ -9,6 +9,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // The steps that make, heal or release a link, each under its parent's
@@ -81,7 +82,7 @@ func (x *Executor) heal(ctx context.Context, s rules.Step, held string) error {
 			return err
 		}
 		defer unlock()
-		var p store.ParentLink
+		var p record.ParentLink
 		var still bool
 		if err := x.Store.View(func(tx *store.Tx) (err error) {
 			p, still, err = tx.ParentLink(s.Name)
@@ -111,7 +112,7 @@ func (x *Executor) repairShim(ctx context.Context, s rules.Step, held string) er
 	// have gone, and the routes are read again (Leave removes a route and
 	// commits under this lock).
 	var routes []netip.Addr
-	var cur *store.Network
+	var cur *record.Network
 	if err := x.Store.View(func(tx *store.Tx) error {
 		nv, ok, err := tx.Network(n.ID)
 		if err != nil || !ok {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
 
 // Live repair: the links underlay owns (VLAN and dummy parents, host
@@ -136,7 +137,7 @@ func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 		x.Log.Warn("a link underlay owns went away; re-making it if networks need it", "link", l.Name, "kind", l.Kind)
 		return true
 	case ev.AddrRemoved:
-		return ours && netlinkutil.IsEndpointKind(l.Kind)
+		return ours && vocab.IsEndpointKind(l.Kind)
 	case ours:
 		return true
 	}

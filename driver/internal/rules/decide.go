@@ -118,13 +118,13 @@ func incompatible(want, holder record.Network) string {
 	switch {
 	case want.Type != holder.Type:
 		return fmt.Sprintf("a parent link carries either macvlan or ipvlan links, never both (the kernel answers EBUSY), and it holds %s", holder.Type)
-	case want.Type == TypeMacvlan && holder.Mode == vocab.MacvlanPassthru:
+	case want.Type == vocab.KindMacvlan && holder.Mode == vocab.MacvlanPassthru:
 		return "it holds a macvlan passthru network, which takes the parent link exclusively"
-	case want.Type == TypeMacvlan && want.Mode == vocab.MacvlanPassthru:
+	case want.Type == vocab.KindMacvlan && want.Mode == vocab.MacvlanPassthru:
 		return "macvlan passthru takes the parent link exclusively, and the parent already carries a network"
-	case want.Type == TypeIpvlan && want.Mode != holder.Mode:
+	case want.Type == vocab.KindIpvlan && want.Mode != holder.Mode:
 		return fmt.Sprintf("all ipvlan links on one parent share one mode (the kernel applies the newest link's mode to all of them), and it uses ipvlan_mode=%s, not %s", holder.Mode, want.Mode)
-	case want.Type == TypeIpvlan && want.Flag != holder.Flag:
+	case want.Type == vocab.KindIpvlan && want.Flag != holder.Flag:
 		return fmt.Sprintf("all ipvlan links on one parent share one flag (the kernel applies the newest link's flag to all of them), and it uses ipvlan_flag=%s, not %s", holder.Flag, want.Flag)
 	}
 	held := allPools(holder)
@@ -174,7 +174,7 @@ func ConflictError(want record.Network, asked string, cs []Conflict) error {
 // Describe summarises a network for messages.
 func Describe(n record.Network) string {
 	s := n.Type + " " + n.Mode
-	if n.Type == TypeIpvlan {
+	if n.Type == vocab.KindIpvlan {
 		s += "/" + n.Flag
 	}
 	for _, p := range allPools(n) {

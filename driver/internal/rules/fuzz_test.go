@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -22,7 +23,7 @@ func FuzzParseOptions(f *testing.F) {
 			}
 			return
 		}
-		if o.Type != TypeMacvlan && o.Type != TypeIpvlan {
+		if o.Type != vocab.KindMacvlan && o.Type != vocab.KindIpvlan {
 			t.Fatalf("accepted type %q", o.Type)
 		}
 		if o.MTU != 0 && (o.MTU < minMTU || o.MTU > maxMTU) {
@@ -54,14 +55,14 @@ func FuzzParseParent(f *testing.F) {
 	routes := []vocab.Route{rt("198.18.40.0/24", 2, 0, ""), rt("0.0.0.0/0", 3, 0, "198.18.60.1")}
 	f.Fuzz(func(t *testing.T, parent, subnet string) {
 		if _, err := ParseParent(parent); err != nil {
-			if !errors.Is(err, ErrInvalid) {
+			if !errors.Is(err, pluginapi.ErrInvalid) {
 				t.Fatalf("parseParent(%q) = %v, not ErrInvalid", parent, err)
 			}
 			return
 		}
 		n := asking(parent)
 		n.IPv4 = []record.Pool{{Subnet: subnet}}
-		if _, err := ResolveParent(n, nodeLinks(), routes); err != nil && !errors.Is(err, ErrInvalid) {
+		if _, err := ResolveParent(n, nodeLinks(), routes); err != nil && !errors.Is(err, pluginapi.ErrInvalid) {
 			t.Fatalf("resolveParent(%q, %q) = %v, not ErrInvalid", parent, subnet, err)
 		}
 	})

@@ -61,7 +61,7 @@ func PlanFollow(s Snapshot, links []vocab.Link, mark string) []Step {
 	taken := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(s.Owned)) {
 		p := s.Owned[name]
-		if p.Kind != KindVLAN {
+		if p.Kind != vocab.KindVLAN {
 			continue
 		}
 		if _, ok := FindLink(links, name); ok {
@@ -72,7 +72,7 @@ func PlanFollow(s Snapshot, links []vocab.Link, mark string) []Step {
 			continue
 		}
 		for _, l := range links {
-			if l.Kind == KindVLAN && l.Alias == mark && l.ParentIndex == base.Index && l.VLAN == p.VLAN &&
+			if l.Kind == vocab.KindVLAN && l.Alias == mark && l.ParentIndex == base.Index && l.VLAN == p.VLAN &&
 				!s.Recorded(l.Name) && !taken[l.Name] {
 				taken[l.Name] = true
 				plan = append(plan, Step{Op: OpFollow, Name: name, To: l.Name, Parent: p,

@@ -18,7 +18,7 @@ func hostNet(id, parent, addr string, mtu int) ShimState {
 
 func TestPlanHealth(t *testing.T) {
 	vlan := func(name string, vid int, alias string, down bool, mtu int) vocab.Link {
-		return vocab.Link{Name: name, Index: 10 + vid, Kind: KindVLAN, ParentIndex: 2, VLAN: vid, Alias: alias, Down: down, MTU: mtu}
+		return vocab.Link{Name: name, Index: 10 + vid, Kind: vocab.KindVLAN, ParentIndex: 2, VLAN: vid, Alias: alias, Down: down, MTU: mtu}
 	}
 	shimL := func(id, alias string, down bool, mtu int) vocab.Link {
 		return vocab.Link{Name: ShimName(id), Index: 99, Kind: "macvlan", ParentIndex: 2, Alias: alias, Down: down, MTU: mtu}
@@ -40,7 +40,7 @@ func TestPlanHealth(t *testing.T) {
 		{name: "a needed owned VLAN set down is healed",
 			snap: Snapshot{Use: used, Owned: rec}, links: with(vlan("eth0.10", 10, testMark, true, 1500)), want: "[heal eth0.10]"},
 		{name: "an owned VLAN with another MTU than recorded is healed",
-			snap:  Snapshot{Use: used, Owned: owned(record.ParentLink{Name: "eth0.10", Kind: KindVLAN, Base: "eth0", VLAN: 10, MTU: 1400})},
+			snap:  Snapshot{Use: used, Owned: owned(record.ParentLink{Name: "eth0.10", Kind: vocab.KindVLAN, Base: "eth0", VLAN: 10, MTU: 1400})},
 			links: with(vlan("eth0.10", 10, testMark, false, 1500)), want: "[heal eth0.10]"},
 		{name: "an owned VLAN nothing needs is released, not healed",
 			snap: Snapshot{Use: map[string]int{}, Owned: rec}, links: with(vlan("eth0.10", 10, testMark, true, 1500)), want: "[release eth0.10]"},

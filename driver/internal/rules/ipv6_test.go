@@ -6,6 +6,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 )
 
 // lan6Net is a CreateNetwork request as the current engine sends it for
@@ -93,7 +94,7 @@ func TestIPv6Modes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := ParseNetwork(tc.req)
 			if tc.errSubs != nil {
-				drivertest.WantErr(t, err, ErrInvalid, tc.errSubs...)
+				drivertest.WantErr(t, err, pluginapi.ErrInvalid, tc.errSubs...)
 				return
 			}
 			if err != nil {

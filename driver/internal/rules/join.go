@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -41,7 +42,7 @@ func JoinAnswer(n record.Network, ep record.Endpoint) *JoinResponse {
 		leaseJoin(resp, ep.Lease)
 		return resp
 	}
-	if n.Type == TypeIpvlan && n.Mode != "l2" {
+	if n.Type == vocab.KindIpvlan && n.Mode != "l2" {
 		if ep.IPv4 != "" {
 			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "0.0.0.0/0", RouteType: 1})
 		}

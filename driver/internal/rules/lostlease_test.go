@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -28,7 +29,7 @@ func TestLostBlocks(t *testing.T) {
 		for i := 0; i+1 < len(opts); i += 2 {
 			o[opts[i]] = opts[i+1]
 		}
-		c, _ := ConfigFromOptions(o, TypeMacvlan)
+		c, _ := ConfigFromOptions(o, vocab.KindMacvlan)
 		return record.Network{ID: "n", Parent: "lan0", Options: o, Config: c}
 	}
 	for _, c := range []struct {

@@ -15,9 +15,6 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// ErrInvalid is wrapped by every error about a request's content.
-var ErrInvalid = pluginapi.ErrInvalid
-
 func Invalidf(format string, args ...any) error { return pluginapi.Invalidf(format, args...) }
 
 // Driver option names (com.docker.network.generic), the same as Docker's
@@ -38,12 +35,6 @@ const (
 	LabelGeneric    = "com.docker.network.generic"
 	LabelInternal   = "com.docker.network.internal"
 	labelEnableIPv6 = "com.docker.network.enable_ipv6"
-)
-
-// Link types, as the type option names them.
-const (
-	TypeMacvlan = vocab.KindMacvlan
-	TypeIpvlan  = vocab.KindIpvlan
 )
 
 const (

@@ -6,6 +6,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -45,7 +46,7 @@ func TestParseOptions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := ParseOptions(tc.opts)
 			if tc.errSubstrs != nil {
-				drivertest.WantErr(t, err, ErrInvalid, tc.errSubstrs...)
+				drivertest.WantErr(t, err, pluginapi.ErrInvalid, tc.errSubstrs...)
 				return
 			}
 			if err != nil {
@@ -103,7 +104,7 @@ func TestParseNetwork(t *testing.T) {
 			req := drivertest.CreateReq(drivertest.NetReq{ID: drivertest.NetA, Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64"}})
 			tc.mutate(req)
 			_, err := ParseNetwork(req)
-			drivertest.WantErr(t, err, ErrInvalid, tc.want...)
+			drivertest.WantErr(t, err, pluginapi.ErrInvalid, tc.want...)
 		})
 	}
 }
@@ -126,7 +127,7 @@ func TestNames(t *testing.T) {
 			t.Errorf("%q taken for an endpoint link name", name)
 		}
 	}
-	if !errors.Is(Invalidf("x"), ErrInvalid) {
+	if !errors.Is(Invalidf("x"), pluginapi.ErrInvalid) {
 		t.Fatal("invalidf does not wrap ErrInvalid")
 	}
 }

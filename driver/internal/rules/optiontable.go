@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/probeopt"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -77,8 +78,8 @@ var DriverOptions = []DriverOption{
 		},
 	},
 	{
-		Name: OptType, Values: code(TypeMacvlan, TypeIpvlan), Valid: []string{TypeMacvlan, TypeIpvlan},
-		Default: code(TypeMacvlan) + " (" + code(TypeIpvlan) + " if `ipvlan_mode`/`ipvlan_flag` is given)",
+		Name: OptType, Values: code(vocab.KindMacvlan, vocab.KindIpvlan), Valid: []string{vocab.KindMacvlan, vocab.KindIpvlan},
+		Default: code(vocab.KindMacvlan) + " (" + code(vocab.KindIpvlan) + " if `ipvlan_mode`/`ipvlan_flag` is given)",
 		Doc:     "Link type.",
 		parse:   parseType,
 	},
@@ -86,7 +87,7 @@ var DriverOptions = []DriverOption{
 		Name: OptMacvlanMode, Values: code(macvlanModes...), Valid: macvlanModes, Default: code(macvlanModes[0]),
 		Doc: "macvlan mode. Refused with `type=ipvlan`.",
 		parse: func(p *parsing, v string) error {
-			if p.o.Type != TypeMacvlan {
+			if p.o.Type != vocab.KindMacvlan {
 				return nil
 			}
 			p.o.Mode = ValueOr(v, macvlanModes[0])
@@ -100,7 +101,7 @@ var DriverOptions = []DriverOption{
 		Name: OptIpvlanMode, Values: code(ipvlanModes...), Valid: ipvlanModes, Default: code(ipvlanModes[0]),
 		Doc: "ipvlan mode. Refused with `type=macvlan`.",
 		parse: func(p *parsing, v string) error {
-			if p.o.Type != TypeIpvlan {
+			if p.o.Type != vocab.KindIpvlan {
 				return nil
 			}
 			p.o.Mode = ValueOr(v, ipvlanModes[0])
@@ -114,7 +115,7 @@ var DriverOptions = []DriverOption{
 		Name: OptIpvlanFlag, Values: code(ipvlanFlags...), Valid: ipvlanFlags, Default: code(ipvlanFlags[0]),
 		Doc: "ipvlan flag. Refused with `type=macvlan`.",
 		parse: func(p *parsing, v string) error {
-			if p.o.Type != TypeIpvlan {
+			if p.o.Type != vocab.KindIpvlan {
 				return nil
 			}
 			p.o.Flag = ValueOr(v, ipvlanFlags[0])
@@ -181,13 +182,13 @@ var DriverOptions = []DriverOption{
 		},
 	},
 	{
-		Name:    OptAddressProbe,
+		Name:    probeopt.Name,
 		Values:  fmt.Sprintf("a duration from `0` (off) to %s", code(probeopt.Max.String())),
-		Default: code(DefaultProbe.String()) + " with `dhcp=true` or `ipv6_mode=dhcpv6`, or when the network's subnet is a LAN the host is on (a connected route of the parent holds it); otherwise off",
+		Default: code(probeopt.Default.String()) + " with `dhcp=true` or `ipv6_mode=dhcpv6`, or when the network's subnet is a LAN the host is on (a connected route of the parent holds it); otherwise off",
 		Doc:     "Probe each endpoint's addresses on the parent before the container starts. See [DHCP](#addresses-from-the-lans-dhcp-server).",
 		config:  true,
 		parse: func(p *parsing, v string) error {
-			if !p.has(OptAddressProbe) {
+			if !p.has(probeopt.Name) {
 				return nil
 			}
 			d, ok := probeopt.Parse(v)
@@ -220,7 +221,7 @@ var DriverOptions = []DriverOption{
 			if !oneOf(v, macPolicies) {
 				return Invalidf("mac_address_policy %q is not valid: use one of %s", v, strings.Join(macPolicies, ", "))
 			}
-			if p.o.Type == TypeIpvlan {
+			if p.o.Type == vocab.KindIpvlan {
 				return Invalidf("mac_address_policy=%s does not apply to type=ipvlan: ipvlan endpoints share the MAC address of their parent; drop the option, or use a macvlan network", v)
 			}
 			p.o.Config.MACPolicy = v
@@ -267,18 +268,18 @@ func parseType(p *parsing, v string) error {
 	hasMacvlanMode, hasIpvlanMode, hasIpvlanFlag := p.has(OptMacvlanMode), p.has(OptIpvlanMode), p.has(OptIpvlanFlag)
 	switch o.Type {
 	case "":
-		o.Type = TypeMacvlan
+		o.Type = vocab.KindMacvlan
 		if hasIpvlanMode || hasIpvlanFlag {
-			o.Type = TypeIpvlan
+			o.Type = vocab.KindIpvlan
 		}
-	case TypeMacvlan, TypeIpvlan:
+	case vocab.KindMacvlan, vocab.KindIpvlan:
 	default:
 		return Invalidf("type %q is not a link type underlay creates: use type=macvlan or type=ipvlan", o.Type)
 	}
-	if o.Type == TypeIpvlan && hasMacvlanMode {
+	if o.Type == vocab.KindIpvlan && hasMacvlanMode {
 		return Invalidf("macvlan_mode=%s does not apply to type=ipvlan: drop it, or use ipvlan_mode (%s)", p.opts[OptMacvlanMode], strings.Join(ipvlanModes, ", "))
 	}
-	if o.Type == TypeMacvlan && (hasIpvlanMode || hasIpvlanFlag) {
+	if o.Type == vocab.KindMacvlan && (hasIpvlanMode || hasIpvlanFlag) {
 		key := OptIpvlanMode
 		if !hasIpvlanMode {
 			key = OptIpvlanFlag

@@ -8,6 +8,8 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/internal/mdtable"
+	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -40,7 +42,7 @@ func TestDriverOptionTable(t *testing.T) {
 		for _, v := range opt.Valid {
 			given := map[string]string{opt.Name: v}
 			if opt.Name == OptIpvlanMode || opt.Name == OptIpvlanFlag {
-				given[OptType] = TypeIpvlan
+				given[OptType] = vocab.KindIpvlan
 			}
 			if _, err := ParseOptions(given); err != nil {
 				t.Errorf("%s=%s, a listed value, is refused: %v", opt.Name, v, err)
@@ -48,11 +50,11 @@ func TestDriverOptionTable(t *testing.T) {
 		}
 		if opt.Valid != nil {
 			_, err := ParseOptions(map[string]string{opt.Name: "nonesuch"})
-			drivertest.WantErr(t, err, ErrInvalid, "nonesuch", opt.Valid[len(opt.Valid)-1])
+			drivertest.WantErr(t, err, pluginapi.ErrInvalid, "nonesuch", opt.Valid[len(opt.Valid)-1])
 		}
 	}
 	_, err := ParseOptions(map[string]string{"parnet": "eth0"})
-	drivertest.WantErr(t, err, ErrInvalid, append([]string{`"parnet"`}, DriverOptionNames()...)...)
+	drivertest.WantErr(t, err, pluginapi.ErrInvalid, append([]string{`"parnet"`}, DriverOptionNames()...)...)
 }
 
 // The typed configuration: the defaults, what each option sets, and the
@@ -100,7 +102,7 @@ func TestNetworkConfig(t *testing.T) {
 	}
 	// Stored options that no longer parse keep their defaults (a MAC
 	// policy its value: any but stable draws random MACs).
-	got, err := ConfigFromOptions(map[string]string{"dhcp": "maybe", "address_probe": "1m", "ipv6_mode": "dhcp6", "mac_address_policy": "bogus"}, TypeMacvlan)
+	got, err := ConfigFromOptions(map[string]string{"dhcp": "maybe", "address_probe": "1m", "ipv6_mode": "dhcp6", "mac_address_policy": "bogus"}, vocab.KindMacvlan)
 	want := DefaultConfig()
 	want.MACPolicy = "bogus"
 	if err == nil || got != want {

@@ -79,7 +79,7 @@ func pickParent(n record.Network, spec parentSpec, links []vocab.Link, routes []
 		if err != nil || spec.VLAN == 0 {
 			return l.Name, why, err
 		}
-		if l.Kind == KindVLAN {
+		if l.Kind == vocab.KindVLAN {
 			if l.VLAN == spec.VLAN {
 				return l.Name, why + ", which is VLAN " + strconv.Itoa(spec.VLAN), nil
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -56,7 +57,7 @@ func TestParseParent(t *testing.T) {
 
 func wantInvalid(t *testing.T, err error, words ...string) {
 	t.Helper()
-	if !errors.Is(err, ErrInvalid) {
+	if !errors.Is(err, pluginapi.ErrInvalid) {
 		t.Fatalf("error %v is not ErrInvalid", err)
 	}
 	for _, w := range words {
@@ -114,7 +115,7 @@ func TestPerNodeResolution(t *testing.T) {
 		{name: "first candidate that exists", n: asking("eth0,ens3,ens4"), want: "ens3", why: "candidate 2 of 3"},
 		{name: "order of the list wins", n: asking("ens4,ens3"), want: "ens4", why: "candidate 1 of 2"},
 		{name: "VLAN candidate counts when its base exists", n: asking("eth0.10,ens3.10"), want: "ens3.10", why: "candidate 2 of 2",
-			create: &record.ParentLink{Name: "ens3.10", Kind: KindVLAN, Base: "ens3", VLAN: 10}},
+			create: &record.ParentLink{Name: "ens3.10", Kind: vocab.KindVLAN, Base: "ens3", VLAN: 10}},
 		{name: "VLAN candidate finds the existing VLAN", n: asking("eth0.20,ens3.20"), want: "ens3.20"},
 		{name: "no candidate exists", n: asking("eth0,enp0s31f6"),
 			err: []string{"none of the parent candidates eth0, enp0s31f6 exists on this host", "(its interfaces: ens3, ens3.20, ens4, shim0)", "-o parent=eth0,enp0s31f6,IFACE"}},
@@ -143,12 +144,12 @@ func TestPerNodeResolution(t *testing.T) {
 		{name: "auto: nothing to go by", n: withSubnet("auto", "198.18.90.0/24"), routes: nil,
 			err: []string{"no route of this host holds the subnet 198.18.90.0/24", "no IPv4 default route", "-o parent=IFACE"}},
 		{name: "auto.VID: VLAN on the link auto picks", n: withSubnet("auto.30", "198.18.60.0/24"), routes: lanRoutes, want: "ens4.30",
-			create: &record.ParentLink{Name: "ens4.30", Kind: KindVLAN, Base: "ens4", VLAN: 30}, why: "VLAN 30 on it"},
+			create: &record.ParentLink{Name: "ens4.30", Kind: vocab.KindVLAN, Base: "ens4", VLAN: 30}, why: "VLAN 30 on it"},
 		{name: "auto.VID: the picked link is that VLAN", n: withSubnet("auto.20", "198.18.20.0/24"),
 			routes: []vocab.Route{rt("198.18.20.0/24", 5, 0, "")}, want: "ens3.20"},
 		{name: "auto.VID: the picked link is another VLAN: the VLAN goes on its base", n: withSubnet("auto.30", "198.18.20.0/24"),
 			routes: []vocab.Route{rt("198.18.20.0/24", 5, 0, "")}, want: "ens3.30",
-			create: &record.ParentLink{Name: "ens3.30", Kind: KindVLAN, Base: "ens3", VLAN: 30}},
+			create: &record.ParentLink{Name: "ens3.30", Kind: vocab.KindVLAN, Base: "ens3", VLAN: 30}},
 		{name: "auto.VID: an existing VLAN of that ID is used", n: withSubnet("auto.20", "198.18.90.0/24"), routes: lanRoutes, want: "ens3.20"},
 		{name: "auto: a WireGuard default route is refused naming the choice", n: withSubnet("auto", "198.18.99.0/24"),
 			links:  append(nodeLinks(), vocab.Link{Name: "wg0", Index: 9, Kind: "wireguard", Encap: "none", MTU: 1420}),

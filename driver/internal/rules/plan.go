@@ -179,7 +179,7 @@ func PlanRelease(s Snapshot, links []vocab.Link, mark string, candidates []strin
 			released[l.Index] = true
 			plan = append(plan, Step{Op: OpRelease, Name: name, Parent: p, Why: "no network needs it"})
 		}
-		if p.Kind == KindVLAN {
+		if p.Kind == vocab.KindVLAN {
 			visit(p.Base)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 const testMark = "underlay:me"
 
 func vlanRec(name, base string, vid int) record.ParentLink {
-	return record.ParentLink{Name: name, Kind: KindVLAN, Base: base, VLAN: vid}
+	return record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: base, VLAN: vid}
 }
 
 // kernel builds a link list: eth0 plus the given links, each "name" or
@@ -31,7 +31,7 @@ func kernel(specs ...string) []vocab.Link {
 		} else {
 			name = s
 		}
-		l := vocab.Link{Name: name, Index: len(links) + 1, Kind: KindVLAN, Alias: alias}
+		l := vocab.Link{Name: name, Index: len(links) + 1, Kind: vocab.KindVLAN, Alias: alias}
 		if lower != "" {
 			p, _ := FindLink(links, lower)
 			l.ParentIndex = p.Index

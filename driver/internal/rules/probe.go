@@ -1,19 +1,12 @@
 package rules
 
 import (
-	"github.com/underlay-net/underlay/internal/probeopt"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// OptAddressProbe is how long the probe of an endpoint's addresses may
-// take ("0" switches it off).
-const OptAddressProbe = probeopt.Name
-
 const (
-	// DefaultProbe is the probe's budget where it is on by default
-	// (probeopt.Default).
-	DefaultProbe = probeopt.Default
+
 	// maxDeclines bounds the offers a CreateEndpoint declines.
 	MaxDeclines = 3
 )
@@ -30,7 +23,7 @@ const (
 // ipvlan l3/l3s, not when the network asks for none.
 func Announcing(n record.Network) (record.Announce, bool) {
 	c := n.Config.Announce
-	if n.EngineAnnounces || n.Internal || c.Count == 0 || (n.Type == TypeIpvlan && n.Mode != vocab.IpvlanL2) {
+	if n.EngineAnnounces || n.Internal || c.Count == 0 || (n.Type == vocab.KindIpvlan && n.Mode != vocab.IpvlanL2) {
 		return c, false
 	}
 	return c, true

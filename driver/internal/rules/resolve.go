@@ -9,11 +9,6 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-const (
-	KindVLAN  = vocab.KindVLAN
-	KindDummy = vocab.KindDummy
-)
-
 // IsPlanned reports whether an existing link is exactly the parent link
 // planned, made by this instance (a previous attempt): same kind, its mark,
 // and for a VLAN the same ID on the same base. A user's link that merely
@@ -22,7 +17,7 @@ func IsPlanned(l vocab.Link, p record.ParentLink, links []vocab.Link, mark strin
 	if l.Name != p.Name || l.Kind != p.Kind || l.Alias != mark {
 		return false
 	}
-	if p.Kind != KindVLAN {
+	if p.Kind != vocab.KindVLAN {
 		return true
 	}
 	b, ok := FindLink(links, p.Base)
@@ -79,7 +74,7 @@ func resolveName(n record.Network, asked string, links []vocab.Link) (Resolution
 		if l, ok := FindLink(links, name); ok {
 			return Resolution{Name: l.Name}, checkParentLink(l, n, links)
 		}
-		return Resolution{Name: name, Create: &record.ParentLink{Name: name, Kind: KindDummy, MTU: n.MTU}}, nil
+		return Resolution{Name: name, Create: &record.ParentLink{Name: name, Kind: vocab.KindDummy, MTU: n.MTU}}, nil
 	}
 	if l, ok := FindLink(links, asked); ok {
 		if err := checkParentLink(l, n, links); err != nil {
@@ -108,7 +103,7 @@ func resolveName(n record.Network, asked string, links []vocab.Link) (Resolution
 		return Resolution{}, err
 	}
 	for _, l := range links {
-		if l.Kind == KindVLAN && l.ParentIndex == b.Index && l.VLAN == vid {
+		if l.Kind == vocab.KindVLAN && l.ParentIndex == b.Index && l.VLAN == vid {
 			// VLAN vid on the base exists under another name (a user's
 			// uv20, or eth0.10 asked as eth0.010): that is the link the
 			// network would use, so use it.
@@ -125,7 +120,7 @@ func resolveName(n record.Network, asked string, links []vocab.Link) (Resolution
 	if len(name) > vocab.MaxNameLen {
 		return Resolution{}, Invalidf("parent %s would be a VLAN link named %s, longer than the kernel's %d bytes: create VLAN %d on %s yourself under a shorter name and pass that name as -o parent", asked, name, vocab.MaxNameLen, vid, b.Name)
 	}
-	return Resolution{Name: name, Create: &record.ParentLink{Name: name, Kind: KindVLAN, Base: b.Name, VLAN: vid}}, nil
+	return Resolution{Name: name, Create: &record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: b.Name, VLAN: vid}}, nil
 }
 
 // RequestedParent is the parent as the user asked for it: the parent

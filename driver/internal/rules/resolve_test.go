@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
+	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -51,11 +52,11 @@ func TestResolveParent(t *testing.T) {
 		{name: "user's VLAN under another name is used", n: asking("eth0.20"), want: "uv20"},
 		{name: "user's VLAN asked on an altname", n: asking("enp0s31f6.20"), want: "uv20"},
 		{name: "new VLAN", n: asking("eth0.30"), want: "eth0.30",
-			create: &record.ParentLink{Name: "eth0.30", Kind: KindVLAN, Base: "eth0", VLAN: 30}},
+			create: &record.ParentLink{Name: "eth0.30", Kind: vocab.KindVLAN, Base: "eth0", VLAN: 30}},
 		{name: "new VLAN is named by the kernel name and decimal ID", n: asking("lan0.0030"), want: "eth0.30",
-			create: &record.ParentLink{Name: "eth0.30", Kind: KindVLAN, Base: "eth0", VLAN: 30}},
+			create: &record.ParentLink{Name: "eth0.30", Kind: vocab.KindVLAN, Base: "eth0", VLAN: 30}},
 		{name: "internal network gets its dummy", n: internal, want: DummyName(drivertest.NetA),
-			create: &record.ParentLink{Name: DummyName(drivertest.NetA), Kind: KindDummy}},
+			create: &record.ParentLink{Name: DummyName(drivertest.NetA), Kind: vocab.KindDummy}},
 		{name: "macvlan parent refused naming its lower link", n: asking("mv0"), err: []string{"mv0", "macvlan", "-o parent=eth0"}},
 		{name: "endpoint link refused", n: asking("ule0123456789ab"), err: []string{"endpoint link"}},
 		{name: "Docker's bridge refused", n: asking("docker0"), err: []string{"bridge Docker manages"}},
@@ -78,7 +79,7 @@ func TestResolveParent(t *testing.T) {
 				if err == nil {
 					t.Fatalf("resolved to %+v, want a refusal", got)
 				}
-				drivertest.WantErr(t, err, ErrInvalid, tc.err...)
+				drivertest.WantErr(t, err, pluginapi.ErrInvalid, tc.err...)
 				return
 			}
 			if err != nil {
