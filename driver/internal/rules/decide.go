@@ -138,11 +138,6 @@ func incompatible(want, holder record.Network) string {
 	return ""
 }
 
-// allPools returns a network's IPv4 and IPv6 pools in one slice.
-func allPools(n record.Network) []record.Pool {
-	return append(append([]record.Pool{}, n.IPv4...), n.IPv6...)
-}
-
 // maxNamed is how many conflicting holders a refusal names.
 const maxNamed = 5
 

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"net"
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
@@ -110,22 +109,5 @@ func TestIPv6Modes(t *testing.T) {
 				t.Errorf("record has IPv4 pools %v and IPv6 pools %v, want %d and %d", n.IPv4, n.IPv6, tc.v4, tc.v6)
 			}
 		})
-	}
-}
-
-func TestSLAACAddress(t *testing.T) {
-	for _, tc := range []struct{ mac, want string }{
-		// RFC 4291 appendix A: the universal/local bit inverted, ff:fe in the middle.
-		{"52:54:00:12:34:56", "fe80::5054:ff:fe12:3456/64"},
-		{"46:e3:5e:c7:fa:e6", "fe80::44e3:5eff:fec7:fae6/64"},
-		{"02:00:00:00:00:01", "fe80::ff:fe00:1/64"},
-	} {
-		mac, _ := net.ParseMAC(tc.mac)
-		if got, ok := SLAACAddress(mac); !ok || got != tc.want {
-			t.Errorf("SLAACAddress(%s) = %q, %v, want %q", tc.mac, got, ok, tc.want)
-		}
-	}
-	if _, ok := SLAACAddress(nil); ok {
-		t.Error("SLAACAddress of no MAC answered an address")
 	}
 }

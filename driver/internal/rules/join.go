@@ -76,3 +76,47 @@ func gatewayFor(addr string, pools []record.Pool) string {
 	}
 	return ""
 }
+
+// leaseJoin fills a Join answer from the lease: the router as gateway
+// (only inside the leased subnet: a gateway the container cannot reach
+// fails its start) and the classless static routes.
+func leaseJoin(resp *JoinResponse, l *record.Lease) {
+	if l == nil {
+		return
+	}
+	p, err := netip.ParsePrefix(l.Addr)
+	if err != nil {
+		return
+	}
+	router := l.Router
+	for _, r := range l.Routes {
+		// RFC 3442: with classless routes, the router option is ignored;
+		// their default route, if any, is the gateway.
+		router = ""
+		if r.Dst == "0.0.0.0/0" {
+			router = r.Gateway
+			break
+		}
+	}
+	if gw, err := netip.ParseAddr(router); err == nil && p.Masked().Contains(gw) {
+		resp.Gateway = gw.String()
+	}
+	for _, r := range l.Routes {
+		onLink := r.Gateway == "" || r.Gateway == "0.0.0.0"
+		gw, gerr := netip.ParseAddr(r.Gateway)
+		switch {
+		case r.Dst == "0.0.0.0/0" && onLink && resp.Gateway == "":
+			// An on-link default route: the container's default route is
+			// its link.
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 1})
+		case r.Dst == "0.0.0.0/0":
+			continue // the gateway above
+		case onLink:
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 1})
+		case gerr != nil || !p.Masked().Contains(gw):
+			continue // a next hop off the leased subnet: the container could not start with it
+		default:
+			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: r.Dst, RouteType: 0, NextHop: r.Gateway})
+		}
+	}
+}

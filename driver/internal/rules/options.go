@@ -269,3 +269,8 @@ func poolsOverlap(a, b record.Pool) bool {
 	pb, errB := netip.ParsePrefix(b.Subnet)
 	return errA == nil && errB == nil && pa.Overlaps(pb)
 }
+
+// allPools returns a network's IPv4 and IPv6 pools in one slice.
+func allPools(n record.Network) []record.Pool {
+	return append(append([]record.Pool{}, n.IPv4...), n.IPv6...)
+}

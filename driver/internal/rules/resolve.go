@@ -151,19 +151,6 @@ func LinkByIndex(links []vocab.Link, index int) (vocab.Link, bool) {
 	return vocab.Link{}, false
 }
 
-// splitVLAN parses "base.vid".
-func splitVLAN(name string) (base string, vid int, ok bool) {
-	i := strings.LastIndexByte(name, '.')
-	if i <= 0 || i == len(name)-1 {
-		return "", 0, false
-	}
-	vid, err := strconv.Atoi(name[i+1:])
-	if err != nil || strings.ContainsAny(name[i+1:], "+-") {
-		return "", 0, false
-	}
-	return name[:i], vid, true
-}
-
 // checkParentLink refuses links that must never be a parent.
 func checkParentLink(l vocab.Link, n record.Network, links []vocab.Link) error {
 	switch {
