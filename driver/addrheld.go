@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/lan"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -54,7 +55,7 @@ func (h addrHolder) held() bool { return h.host || h.endpoint != "" }
 // or another endpoint (not ep) of this daemon on n's parent, whatever its
 // network (static, DHCP, DHCPv6 or SLAAC).
 func addrHeld(ctx context.Context, links netlinkutil.Links, st Store, n record.Network, ep record.Endpoint, addr netip.Addr) (addrHolder, error) {
-	if n.Parent == rules.DummyName(n.ID) {
+	if n.Parent == config.DummyName(n.ID) {
 		// An internal network's own dummy parent: no LAN, and the host's
 		// addresses on its other links are not on it.
 		return endpointHolding(st, n, ep, addr)
@@ -157,9 +158,9 @@ func claimAddrs(ctx context.Context, links netlinkutil.Links, st Store, claims *
 // one given is refused.
 func (d *Driver) staticAddrs(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error) {
 	if n.Config.DHCP.On && ep.IPv4 != "" {
-		return grant{}, rules.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv4)
+		return grant{}, config.Invalidf("endpoint %s of DHCP network %s comes with address %s: the LAN's DHCP server gives the addresses; create the network with --ipam-driver null and run containers without --ip", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv4)
 	}
-	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, rules.EndpointAddrs(*ep))
+	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, plan.EndpointAddrs(*ep))
 	if err != nil {
 		return grant{}, err
 	}

@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/lan"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/internal/probeopt"
@@ -81,8 +82,8 @@ func TestDHCPDeclinesOffersThatAreNotFree(t *testing.T) {
 	fl.mu.Unlock()
 	_, err = f.endpoint(netA, epC, "", "")
 	wantErr(t, err, pluginapi.ErrConflict, "198.18.180.100", "endpoint "+dockerid.Short(epA), "declined")
-	if len(fl.declined) != rules.MaxDeclines {
-		t.Fatalf("declined %v, want %d DECLINEs", fl.declined, rules.MaxDeclines)
+	if len(fl.declined) != plan.MaxDeclines {
+		t.Fatalf("declined %v, want %d DECLINEs", fl.declined, plan.MaxDeclines)
 	}
 	// Concurrent creates offered one address: exactly one takes it.
 	fl.mu.Lock()
@@ -141,7 +142,7 @@ func TestAddressProbeOption(t *testing.T) {
 	} {
 		o := []string{probeopt.Name, tc.v}
 		if tc.timeout != "" {
-			o = append(o, rules.OptDHCPTimeout, tc.timeout)
+			o = append(o, config.OptDHCPTimeout, tc.timeout)
 		}
 		err := f.d.CreateNetwork(context.Background(), dhcpNet(netA, o...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -182,7 +183,7 @@ func TestAnnouncementsAfterJoin(t *testing.T) {
 	f := newFixture(t)
 	an := &fakeAnnouncer{}
 	f.d.lan.Announcer = an
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", rules.OptAdvertiseMs: "200"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", config.OptAdvertiseMs: "200"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}})
 	ctx := context.Background()
 	r, err := f.d.CreateEndpoint(ctx, &network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA,
 		Interface: &network.EndpointInterface{Address: "198.18.1.10/24", AddressIPv6: "2001:db8:1::10/64"}})
@@ -198,7 +199,7 @@ func TestAnnouncementsAfterJoin(t *testing.T) {
 
 	// The engine announces: nothing more from underlay.
 	req := createReq(netReq{ID: netB, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
-	req.Options[rules.LabelEnableIPv4] = true
+	req.Options[config.LabelEnableIPv4] = true
 	if err := f.d.CreateNetwork(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +211,8 @@ func TestAnnouncementsAfterJoin(t *testing.T) {
 		t.Fatalf("announcements %v: want none for the engine's or ipvlan l3 networks", got)
 	}
 	for _, tc := range []struct{ k, v, want string }{
-		{rules.OptAdvertiseNMsgs, "4", "from 0 (no announcements) to 3"}, {rules.OptAdvertiseNMsgs, "x", rules.OptAdvertiseNMsgs},
-		{rules.OptAdvertiseMs, "99", "from 100 to 2000"}, {rules.OptAdvertiseMs, "2001", rules.OptAdvertiseMs},
+		{config.OptAdvertiseNMsgs, "4", "from 0 (no announcements) to 3"}, {config.OptAdvertiseNMsgs, "x", config.OptAdvertiseNMsgs},
+		{config.OptAdvertiseMs, "99", "from 100 to 2000"}, {config.OptAdvertiseMs, "2001", config.OptAdvertiseMs},
 	} {
 		err := f.create(netReq{ID: "dddddddddddd0000000000000000000000000000000000000000000000000009", Opts: map[string]string{"parent": "eth0", tc.k: tc.v}, V4: []string{"198.18.9.0/24"}})
 		wantErr(t, err, pluginapi.ErrInvalid, tc.want)

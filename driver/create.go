@@ -5,8 +5,9 @@ import (
 	"fmt"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
@@ -19,13 +20,13 @@ import (
 type creation struct {
 	d     *Driver
 	want  record.Network
-	refs  []rules.IPAMRef
+	refs  []config.IPAMRef
 	asked string // the parent as the request named it
 	// same is the network recorded under the request's ID, if any.
 	same *record.Network
 	// res is the parent link the request resolved to; resolved is set when
 	// reuseIfSame already resolved it (a network whose parent moved).
-	res      rules.Resolution
+	res      plan.Resolution
 	resolved bool
 	// events is the parent locks' change count before the resolution;
 	// parents are the parent locks the request holds.
@@ -34,7 +35,7 @@ type creation struct {
 	// fresh: the resolution is still the kernel's view as far as
 	// underlay's own changes go (recheckParent is skipped).
 	fresh bool
-	dec   rules.Decision
+	dec   plan.Decision
 }
 
 // attrs are the request's attributes on each of its log lines (not a
@@ -46,17 +47,17 @@ func (c *creation) attrs(kv ...any) []any {
 // newCreation parses the request and refuses a DHCP network this daemon
 // cannot lease for.
 func newCreation(d *Driver, req *network.CreateNetworkRequest) (*creation, error) {
-	want, err := rules.ParseNetwork(req)
+	want, err := config.ParseNetwork(req)
 	if err != nil {
 		return nil, err
 	}
 	if want.Config.DHCP.On && !d.leases.V4.HasClient() {
 		return nil, fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", dockerid.Short(want.ID))
 	}
-	if want.Config.IPv6Mode == rules.IPv6DHCPv6 && !d.leases.V6.HasClient() {
+	if want.Config.IPv6Mode == config.IPv6DHCPv6 && !d.leases.V6.HasClient() {
 		return nil, fmt.Errorf("network %s has ipv6_mode=dhcpv6, but this daemon was started without a DHCPv6 client", dockerid.Short(want.ID))
 	}
-	return &creation{d: d, want: want, refs: rules.IPAMRefs(req), asked: rules.RequestedParent(want)}, nil
+	return &creation{d: d, want: want, refs: config.IPAMRefs(req), asked: plan.RequestedParent(want)}, nil
 }
 
 // reuseIfSame reuses the recorded network of the same ID and
@@ -69,7 +70,7 @@ func (c *creation) reuseIfSame(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	c.same = same
-	if same == nil || same.Pending != nil || !rules.SameConfig(c.want, *same) {
+	if same == nil || same.Pending != nil || !plan.SameConfig(c.want, *same) {
 		return false, nil
 	}
 	r, moving, err := c.parentMoved(ctx)
@@ -133,7 +134,7 @@ func (c *creation) decide() error {
 	}); err != nil {
 		return err
 	}
-	c.dec = rules.Decide(c.want, c.same, onParent)
+	c.dec = plan.Decide(c.want, c.same, onParent)
 	c.fresh = c.fresh && len(c.dec.Conflicts) == 0
 	d.log.Debug("create network decision", c.attrs("link", c.want.Parent, "verdict", c.dec.Verdict.String(), "conflicts", len(c.dec.Conflicts))...)
 	return nil
@@ -153,7 +154,7 @@ func (c *creation) clearTheWay(ctx context.Context) (release func(), answered bo
 			releases[i]()
 		}
 	}
-	if dec.Verdict == rules.VerdictMove && len(dec.Conflicts) > 0 {
+	if dec.Verdict == plan.VerdictMove && len(dec.Conflicts) > 0 {
 		// A move the new link's rules refuse must not cost the network
 		// its working copy: rule out stale holders before anything goes.
 		r, err := d.holders.Clear(ctx, want, c.asked, dec.Conflicts)
@@ -164,14 +165,14 @@ func (c *creation) clearTheWay(ctx context.Context) (release func(), answered bo
 		dec.Conflicts = nil
 	}
 	switch dec.Verdict {
-	case rules.VerdictReuse: // the reuse path answered this; a pending same is not reused
-	case rules.VerdictReplace, rules.VerdictMove:
-		if dec.Verdict == rules.VerdictMove {
+	case plan.VerdictReuse: // the reuse path answered this; a pending same is not reused
+	case plan.VerdictReplace, plan.VerdictMove:
+		if dec.Verdict == plan.VerdictMove {
 			d.log.Info("the parent option now resolves to another link on this host: moving the network there (its endpoints' links of earlier sandboxes go with the old copy)",
 				c.attrs("old_link", same.Parent, "link", want.Parent, "why", c.res.Why)...)
 		} else {
 			d.log.Warn("replacing stale duplicate of network (same ID, other configuration)",
-				c.attrs("old_parent", same.Parent, "old", rules.Describe(*same), "new", rules.Describe(want))...)
+				c.attrs("old_parent", same.Parent, "old", plan.Describe(*same), "new", plan.Describe(want))...)
 		}
 		d.point("create-network/before-remove-stale")
 		if err := d.reconcile.RemoveNetwork(ctx, *same); err != nil {

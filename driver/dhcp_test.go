@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/leases"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
@@ -162,7 +162,7 @@ func dhcpNet(id string, opts ...string) *network.CreateNetworkRequest {
 	for i := 0; i+1 < len(opts); i += 2 {
 		generic[opts[i]] = opts[i+1]
 	}
-	return &network.CreateNetworkRequest{NetworkID: id, Options: map[string]any{rules.LabelGeneric: generic},
+	return &network.CreateNetworkRequest{NetworkID: id, Options: map[string]any{config.LabelGeneric: generic},
 		IPv4Data: []*network.IPAMData{{AddressSpace: "null", Pool: "0.0.0.0/0"}}}
 }
 

@@ -7,8 +7,9 @@ import (
 	"net"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
@@ -62,24 +63,24 @@ func (d *Driver) newEndpoint(ctx context.Context, n record.Network, req *network
 	ep = record.Endpoint{NetworkID: n.ID, ID: req.EndpointID}
 	switch {
 	case iface.MacAddress != "" && n.Type == vocab.KindIpvlan:
-		return ep, "", false, rules.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", dockerid.Short(req.EndpointID), iface.MacAddress, n.Parent)
+		return ep, "", false, config.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", dockerid.Short(req.EndpointID), iface.MacAddress, n.Parent)
 	case iface.MacAddress != "":
 		mac, err := net.ParseMAC(iface.MacAddress)
 		if err != nil || len(mac) != 6 {
-			return ep, "", false, rules.Invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, dockerid.Short(req.EndpointID))
+			return ep, "", false, config.Invalidf("MAC address %q of endpoint %s is not a 48-bit MAC such as 02:42:c6:12:01:02", iface.MacAddress, dockerid.Short(req.EndpointID))
 		}
 		if mac[0]&1 == 1 {
-			return ep, "", false, rules.Invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, dockerid.Short(req.EndpointID))
+			return ep, "", false, config.Invalidf("MAC address %s of endpoint %s is a multicast address: use a unicast MAC (first byte even)", mac, dockerid.Short(req.EndpointID))
 		}
 		ep.MAC = mac.String()
 	}
-	if ifname, err = rules.EndpointIfName(req.Options); err != nil {
+	if ifname, err = config.EndpointIfName(req.Options); err != nil {
 		return ep, "", false, err
 	}
-	if ep.IPv4, err = rules.EndpointAddr(iface.Address, false); err != nil {
+	if ep.IPv4, err = config.EndpointAddr(iface.Address, false); err != nil {
 		return ep, "", false, err
 	}
-	if ep.IPv6, err = rules.EndpointAddr(iface.AddressIPv6, true); err != nil {
+	if ep.IPv6, err = config.EndpointAddr(iface.AddressIPv6, true); err != nil {
 		return ep, "", false, err
 	}
 	if ep.MAC == "" && n.Type == vocab.KindMacvlan {
@@ -186,11 +187,11 @@ func (gs grants) answer(ep record.Endpoint, generated bool) *network.CreateEndpo
 // sources' part (grants.commit).
 func (d *Driver) recordEndpoint(n record.Network, ep *record.Endpoint, gs grants) error {
 	return d.store.Batch(func(tx *store.Tx) error {
-		ep.Link = rules.EndpointLinkName(ep.ID)
+		ep.Link = config.EndpointLinkName(ep.ID)
 		if other, ok, err := tx.EndpointByLink(ep.Link); err != nil {
 			return err
 		} else if ok && other.ID != ep.ID {
-			ep.Link = rules.AltEndpointLinkName(ep.ID)
+			ep.Link = config.AltEndpointLinkName(ep.ID)
 		}
 		if err := hostRouteFree(tx, n, *ep); err != nil {
 			return err
@@ -289,7 +290,7 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 			return fmt.Errorf("remove the host's route to endpoint %s: %w", dockerid.Short(epID), err)
 		}
 	}
-	link := rules.EndpointLinkName(epID)
+	link := config.EndpointLinkName(epID)
 	known := ep != nil
 	if known {
 		link = ep.Link
@@ -348,7 +349,7 @@ func (d *Driver) EndpointInfo(ctx context.Context, req *network.InfoRequest) (*n
 		return nil, notFound("endpoint", req.EndpointID)
 	}
 	v := map[string]string{"link": ep.Link, "parent": n.Parent, "type": n.Type, "mode": n.Mode}
-	if asked := rules.RequestedParent(*n); asked != "" && asked != n.Parent {
+	if asked := plan.RequestedParent(*n); asked != "" && asked != n.Parent {
 		v["parent_option"] = asked // the parent as asked; "parent" is the link this host chose
 	}
 	if ep.MAC != "" {

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/lan"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
@@ -154,15 +154,15 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 	ctx := context.Background()
 	// A link with epB's name and underlay's mark but no record (the record
 	// was lost).
-	stray := rules.EndpointLinkName(epB)
+	stray := config.EndpointLinkName(epB)
 	if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}); err != nil {
 		t.Fatal(err)
 	}
 	// A host link that merely has the name form is never touched, nor is a
 	// macvlan of the name form without underlay's mark, or with another
 	// instance's.
-	f.k.AddHostLink(rules.EndpointLinkName(epA), "veth", 1500)
-	unmarked, foreign := rules.EndpointLinkName(epC), rules.EndpointLinkName(netC)
+	f.k.AddHostLink(config.EndpointLinkName(epA), "veth", 1500)
+	unmarked, foreign := config.EndpointLinkName(epC), config.EndpointLinkName(netC)
 	if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: unmarked, Parent: "eth1", Type: "macvlan", Mode: "bridge"}); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.wantLinks(rules.EndpointLinkName(epA), unmarked, foreign)
+	f.wantLinks(config.EndpointLinkName(epA), unmarked, foreign)
 }
 
 // libnetwork moves a joined endpoint's link into the container. A second
@@ -217,7 +217,7 @@ func TestCreatedLinksCarryTheMark(t *testing.T) {
 	f.mustCreate(netReq{ID: netB, V4: []string{"198.18.2.0/24"}})
 	a := f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	b := f.mustEndpoint(netB, epB, "198.18.2.10/24")
-	for _, name := range []string{"eth0.10", rules.DummyName(netB), a, b} {
+	for _, name := range []string{"eth0.10", config.DummyName(netB), a, b} {
 		if l, _ := f.k.Link(name); l.Alias != f.d.mark || !strings.HasPrefix(l.Alias, "underlay:") || len(l.Alias) < len("underlay:")+8 {
 			t.Errorf("link %s carries alias %q, want the mark %q", name, l.Alias, f.d.mark)
 		}

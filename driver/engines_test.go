@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/lan"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
@@ -27,16 +27,16 @@ func TestGwAllocCheck(t *testing.T) {
 		skip     bool
 		errorHas string
 	}{
-		{"macvlan uses the LAN's router", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0"}}, false, ""},
-		{"ipvlan l2 uses the LAN's router", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "type": "ipvlan"}}, false, ""},
-		{"ipvlan l3: connected routes", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3"}}, true, ""},
-		{"ipvlan l3s", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3s"}}, true, ""},
-		{"internal with a parent: still on the LAN, whose router may hold the address", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0"}, rules.LabelInternal: true}, false, ""},
-		{"no parent: internal on a dummy", map[string]any{rules.LabelGeneric: map[string]any{}}, true, ""},
+		{"macvlan uses the LAN's router", map[string]any{config.LabelGeneric: map[string]any{"parent": "eth0"}}, false, ""},
+		{"ipvlan l2 uses the LAN's router", map[string]any{config.LabelGeneric: map[string]any{"parent": "eth0", "type": "ipvlan"}}, false, ""},
+		{"ipvlan l3: connected routes", map[string]any{config.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3"}}, true, ""},
+		{"ipvlan l3s", map[string]any{config.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l3s"}}, true, ""},
+		{"internal with a parent: still on the LAN, whose router may hold the address", map[string]any{config.LabelGeneric: map[string]any{"parent": "eth0"}, config.LabelInternal: true}, false, ""},
+		{"no parent: internal on a dummy", map[string]any{config.LabelGeneric: map[string]any{}}, true, ""},
 		{"no options at all", nil, true, ""},
-		{"a bad option is refused as CreateNetwork would", map[string]any{rules.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l9"}}, false, "ipvlan_mode"},
+		{"a bad option is refused as CreateNetwork would", map[string]any{config.LabelGeneric: map[string]any{"parent": "eth0", "ipvlan_mode": "l9"}}, false, "ipvlan_mode"},
 	} {
-		r, err := rules.GwAllocCheck(&rules.GwAllocCheckRequest{Options: tc.opts})
+		r, err := config.GwAllocCheck(&config.GwAllocCheckRequest{Options: tc.opts})
 		switch {
 		case tc.errorHas != "":
 			if err == nil || !strings.Contains(err.Error(), tc.errorHas) {
@@ -62,10 +62,10 @@ func TestEndpointInterfaceName(t *testing.T) {
 	for _, bad := range []struct{ name, want string }{
 		{"", "without a name"}, {"lo", "reserved"}, {"averyverylongname", "at most 15"}, {"a/b", "not a valid"}, {"a b", "not a valid"}, {"x:1", "not a valid"},
 	} {
-		err := create(epB, map[string]any{rules.OptEndpointIfName: bad.name})
-		wantErr(t, err, pluginapi.ErrInvalid, bad.want, rules.OptEndpointIfName)
+		err := create(epB, map[string]any{config.OptEndpointIfName: bad.name})
+		wantErr(t, err, pluginapi.ErrInvalid, bad.want, config.OptEndpointIfName)
 	}
-	if err := create(epA, map[string]any{rules.OptEndpointIfName: "lan7"}); err != nil {
+	if err := create(epA, map[string]any{config.OptEndpointIfName: "lan7"}); err != nil {
 		t.Fatal(err)
 	}
 	j, err := f.join(netA, epA)
@@ -111,7 +111,7 @@ func TestAnnouncementsEndAndSkip(t *testing.T) {
 	if err := f.d.Leave(context.Background(), &network.LeaveRequest{NetworkID: netA, EndpointID: epA}); err != nil {
 		t.Fatal(err)
 	}
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1", rules.OptAdvertiseNMsgs: "0"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1", config.OptAdvertiseNMsgs: "0"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
 	f.mustEndpoint(netB, epB, "198.18.2.10/24")
 	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.3.0/24"}, Internal: true})
 	f.mustEndpoint(netC, epC, "198.18.3.10/24")

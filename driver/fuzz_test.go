@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 )
 
 // Fuzz targets: option parsing, CreateNetwork decoding and validation, and
@@ -25,7 +26,7 @@ func FuzzCreateNetworkRequest(f *testing.F) {
 		if json.Unmarshal(body, &req) != nil {
 			return
 		}
-		n, err := rules.ParseNetwork(&req)
+		n, err := config.ParseNetwork(&req)
 		if err != nil {
 			return
 		}
@@ -33,7 +34,7 @@ func FuzzCreateNetworkRequest(f *testing.F) {
 			t.Fatalf("accepted an incomplete network %+v", n)
 		}
 		// Whatever was accepted round-trips to the same decision.
-		if d := rules.Decide(n, &n, nil); d.Verdict != rules.VerdictReuse {
+		if d := plan.Decide(n, &n, nil); d.Verdict != plan.VerdictReuse {
 			t.Fatalf("a network is not reused against itself: %+v", d)
 		}
 	})

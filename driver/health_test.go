@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -23,8 +23,8 @@ func TestRelevantLinkEvents(t *testing.T) {
 	f := newFixture(t)
 	mark := f.d.mark
 	vlan := vocab.Link{Name: "eth0.10", Index: 40, Kind: vocab.KindVLAN, Alias: mark}
-	ep := vocab.Link{Name: rules.EndpointLinkName(epA), Index: 41, Kind: "macvlan", Alias: mark}
-	shim := vocab.Link{Name: rules.ShimName(netA), Index: 42, Kind: "macvlan", Alias: mark}
+	ep := vocab.Link{Name: config.EndpointLinkName(epA), Index: 41, Kind: "macvlan", Alias: mark}
+	shim := vocab.Link{Name: config.ShimName(netA), Index: 42, Kind: "macvlan", Alias: mark}
 	user := vocab.Link{Name: "user0", Index: 43, Kind: "device"}
 	f.d.deleting.Add(44, time.Now())
 	for _, tc := range []struct {
@@ -68,14 +68,14 @@ func TestOwnDeletionsAreRemembered(t *testing.T) {
 
 func TestWatcherHealsBrokenOwnedLinks(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10", rules.OptHostAddress: "198.18.1.5"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, Aux: []string{"198.18.1.5"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10", config.OptHostAddress: "198.18.1.5"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, Aux: []string{"198.18.1.5"}})
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := f.d.Watch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	shim := rules.ShimName(netA)
+	shim := config.ShimName(netA)
 	up := func(name string) func() bool {
 		return func() bool { l, ok := f.k.Link(name); return ok && !l.Down }
 	}
@@ -112,7 +112,7 @@ func TestWatcherHealsBrokenOwnedLinks(t *testing.T) {
 	if _, ok := f.k.Link("mine"); !ok {
 		t.Fatal("the renamed VLAN was deleted at restart")
 	}
-	if _, ok := f.k.Link(rules.EndpointLinkName(epA)); !ok {
+	if _, ok := f.k.Link(config.EndpointLinkName(epA)); !ok {
 		t.Fatal("the endpoint's link on the renamed VLAN went")
 	}
 }
@@ -122,7 +122,7 @@ func TestWatcherHealsBrokenOwnedLinks(t *testing.T) {
 func TestJoinHealsABrokenHostLink(t *testing.T) {
 	f := newFixture(t)
 	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
-	shim := rules.ShimName(netA)
+	shim := config.ShimName(netA)
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.SetDown(shim, true)
 	f.k.FlushAddrs(shim)
@@ -156,7 +156,7 @@ func TestSameAddressOnTwoHostAddressNetworksRefused(t *testing.T) {
 	_, err := f.endpoint(netB, epB, "198.18.1.10/24", "")
 	wantErr(t, err, pluginapi.ErrConflict, "198.18.1.10", dockerid.Short(netA), "--ip")
 	f.mustEndpoint(netB, epC, "198.18.1.11/24")
-	f.wantRoutes(map[string]string{"198.18.1.10": rules.ShimName(netA), "198.18.1.11": rules.ShimName(netB)})
+	f.wantRoutes(map[string]string{"198.18.1.10": config.ShimName(netA), "198.18.1.11": config.ShimName(netB)})
 }
 
 func TestJoinNamesALoweredParentMTU(t *testing.T) {
@@ -191,7 +191,7 @@ func TestReuseHealsABrokenHostLink(t *testing.T) {
 	f := newFixture(t)
 	r := withHost(netA, "eth0", "198.18.1.5")
 	f.mustCreate(r)
-	shim := rules.ShimName(netA)
+	shim := config.ShimName(netA)
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.SetDown(shim, true)
 	f.k.FlushAddrs(shim)

@@ -11,7 +11,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/leases"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/store"
@@ -162,7 +162,7 @@ func (f *fixture) endpoint(netID, epID, addr, mac string) (*network.CreateEndpoi
 		NetworkID: netID, EndpointID: epID, Interface: &network.EndpointInterface{Address: addr, MacAddress: mac}})
 }
 
-func (f *fixture) join(netID, epID string) (*rules.JoinResponse, error) {
+func (f *fixture) join(netID, epID string) (*plan.JoinResponse, error) {
 	return f.d.Join(context.Background(), &network.JoinRequest{NetworkID: netID, EndpointID: epID, SandboxKey: "/var/run/docker/netns/x"})
 }
 

@@ -5,7 +5,7 @@ import (
 	"net/http"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 )
 
@@ -25,20 +25,20 @@ func (d *Driver) Register(mux *http.ServeMux) {
 	route(d, mux, "GetCapabilities", func(ctx context.Context, _ *struct{}) (any, error) {
 		return d.GetCapabilities(ctx), nil
 	})
-	route(d, mux, "GwAllocCheck", func(_ context.Context, r *rules.GwAllocCheckRequest) (any, error) {
-		return rules.GwAllocCheck(r)
+	route(d, mux, "GwAllocCheck", func(_ context.Context, r *config.GwAllocCheckRequest) (any, error) {
+		return config.GwAllocCheck(r)
 	})
 	route(d, mux, "CreateNetwork", func(ctx context.Context, r *network.CreateNetworkRequest) (any, error) {
 		return nil, d.CreateNetwork(ctx, r)
 	})
 	route(d, mux, "AllocateNetwork", func(_ context.Context, r *network.AllocateNetworkRequest) (any, error) {
-		return rules.AllocateNetwork(r)
+		return config.AllocateNetwork(r)
 	})
 	route(d, mux, "DeleteNetwork", func(ctx context.Context, r *network.DeleteNetworkRequest) (any, error) {
 		return nil, d.DeleteNetwork(ctx, r)
 	})
 	route(d, mux, "FreeNetwork", func(_ context.Context, r *network.FreeNetworkRequest) (any, error) {
-		return nil, rules.FreeNetwork(r)
+		return nil, config.FreeNetwork(r)
 	})
 	route(d, mux, "CreateEndpoint", func(ctx context.Context, r *network.CreateEndpointRequest) (any, error) {
 		return d.CreateEndpoint(ctx, r)
@@ -68,7 +68,7 @@ func (d *Driver) Register(mux *http.ServeMux) {
 
 func requireIDs(netID, epID string) error {
 	if netID == "" || epID == "" {
-		return rules.Invalidf("request without NetworkID or EndpointID")
+		return config.Invalidf("request without NetworkID or EndpointID")
 	}
 	return nil
 }

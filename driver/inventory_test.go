@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
@@ -22,8 +22,8 @@ func TestDoctorRepairs(t *testing.T) {
 	f.grace = 3 * time.Second
 	f.close()
 	f.open()
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "eth0.10"}})
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{rules.OptParent: "eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{config.OptParent: "eth0.10"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{config.OptParent: "eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
 	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
 	link := f.mustEndpoint(netA, ep1, "198.18.1.10/24")
 
@@ -117,7 +117,7 @@ func TestOrphanRepairWaitsForACreate(t *testing.T) {
 		}
 		once = true
 		go func() {
-			res, err := f.d.DeleteOrphanLink(ctx, rules.ShimName(netA))
+			res, err := f.d.DeleteOrphanLink(ctx, config.ShimName(netA))
 			if err != nil {
 				res = err.Error()
 			}
@@ -129,7 +129,7 @@ func TestOrphanRepairWaitsForACreate(t *testing.T) {
 	if res := <-result; !strings.Contains(res, "a record owns link") {
 		t.Errorf("repair during the create: %q", res)
 	}
-	if _, ok := f.k.Link(rules.ShimName(netA)); !ok {
+	if _, ok := f.k.Link(config.ShimName(netA)); !ok {
 		t.Fatal("the repair deleted the host link of a network being created")
 	}
 }

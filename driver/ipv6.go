@@ -5,7 +5,8 @@ import (
 	"net"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -29,31 +30,31 @@ import (
 // LAN: it sets ep.IPv6 (and ep.Lease6, through leased) and answers it.
 func (d *Driver) lanIPv6(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error) {
 	mode := n.Config.IPv6Mode
-	if mode == rules.IPv6Static {
+	if mode == config.IPv6Static {
 		return grant{}, nil
 	}
-	if mode == rules.IPv6SLAAC && len(n.IPv6) > 0 {
+	if mode == config.IPv6SLAAC && len(n.IPv6) > 0 {
 		// Docker's IPAM gave the network an IPv6 pool and the endpoint an
 		// address of it, which stays; the container's kernel forms the
 		// LAN's addresses beside it.
 		return grant{}, nil
 	}
 	if ep.IPv6 != "" {
-		return grant{}, rules.Invalidf("endpoint %s of network %s comes with IPv6 address %s, but the network takes IPv6 from the LAN (ipv6_mode=%s): run containers without --ip6", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv6, mode)
+		return grant{}, config.Invalidf("endpoint %s of network %s comes with IPv6 address %s, but the network takes IPv6 from the LAN (ipv6_mode=%s): run containers without --ip6", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.IPv6, mode)
 	}
-	if mode != rules.IPv6SLAAC {
+	if mode != config.IPv6SLAAC {
 		return leased(ctx, d, d.leases.V6, n, ep, existing, true)
 	}
 	mac, err := net.ParseMAC(ep.MAC)
-	addr, ok := rules.SLAACAddress(mac)
+	addr, ok := plan.SLAACAddress(mac)
 	if err != nil || !ok {
-		return grant{}, rules.Invalidf("endpoint %s of ipv6_mode=slaac network %s has no MAC of its own (%q): use a macvlan network", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.MAC)
+		return grant{}, config.Invalidf("endpoint %s of ipv6_mode=slaac network %s has no MAC of its own (%q): use a macvlan network", dockerid.Short(ep.ID), dockerid.Short(n.ID), ep.MAC)
 	}
 	ep.IPv6 = addr
 	// The link-local address is the container's own on the parent's
 	// LAN: the host's link-local of the parent, or another endpoint's,
 	// would be a duplicate no probe sees (addrheld.go).
-	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, rules.EndpointAddrs(record.Endpoint{IPv6: addr}))
+	unclaim, err := claimAddrs(ctx, d.links, d.store, &d.claims, n, *ep, plan.EndpointAddrs(record.Endpoint{IPv6: addr}))
 	if err != nil {
 		return grant{}, err
 	}

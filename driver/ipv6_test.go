@@ -12,8 +12,9 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/leases"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
@@ -126,7 +127,7 @@ func lan6Net(id, mode string, kv ...string) *network.CreateNetworkRequest {
 	for i := 0; i+1 < len(kv); i += 2 {
 		generic[kv[i]] = kv[i+1]
 	}
-	return &network.CreateNetworkRequest{NetworkID: id, Options: map[string]any{rules.LabelGeneric: generic, "com.docker.network.enable_ipv6": true},
+	return &network.CreateNetworkRequest{NetworkID: id, Options: map[string]any{config.LabelGeneric: generic, "com.docker.network.enable_ipv6": true},
 		IPv4Data: []*network.IPAMData{{AddressSpace: "null", Pool: "0.0.0.0/0"}},
 		IPv6Data: []*network.IPAMData{{AddressSpace: "null", Pool: "::/0"}}}
 }
@@ -151,7 +152,7 @@ func TestSLAACEndpointAnswersItsLinkLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ll, _ := rules.SLAACAddress(mustMAC(t, resp.Interface.MacAddress))
+	ll, _ := plan.SLAACAddress(mustMAC(t, resp.Interface.MacAddress))
 	if resp.Interface.AddressIPv6 != ll {
 		t.Fatalf("CreateEndpoint answered %+v, want the link-local %s of its MAC", resp.Interface, ll)
 	}
@@ -397,8 +398,8 @@ func TestDHCPv6OfferHeldElsewhereIsDeclined(t *testing.T) {
 	fl.mu.Unlock()
 	_, err = f.endpoint(netA, ep3, "", "52:54:00:00:00:03")
 	wantErr(t, err, pluginapi.ErrConflict, "2001:db8:60::100", "endpoint e1e1e1e1e1e1", "declined", "DHCPv6")
-	if len(fl.declined) != rules.MaxDeclines {
-		t.Fatalf("declined %v, want %d Declines", fl.declined, rules.MaxDeclines)
+	if len(fl.declined) != plan.MaxDeclines {
+		t.Fatalf("declined %v, want %d Declines", fl.declined, plan.MaxDeclines)
 	}
 	if _, ok, _ := f.endpointRecord(netA, ep3); ok {
 		t.Fatal("an endpoint without a free address was recorded")
@@ -464,7 +465,7 @@ func TestDHCPv6OnAnIPv4NetworkOfDockersIPAM(t *testing.T) {
 	ctx := context.Background()
 	req := lan6Net(netA, "dhcpv6", "address_probe", "0")
 	delete(req.Options, "com.docker.network.enable_ipv6")
-	req.Options[rules.LabelEnableIPv4] = true
+	req.Options[config.LabelEnableIPv4] = true
 	req.IPv4Data = []*network.IPAMData{{AddressSpace: "LocalDefault", Pool: "198.18.6.0/24", Gateway: "198.18.6.1/24"}}
 	req.IPv6Data = nil
 	if err := f.d.CreateNetwork(ctx, req); err != nil {

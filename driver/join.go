@@ -8,8 +8,9 @@ import (
 	"slices"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -24,7 +25,7 @@ import (
 // record remembers the sandbox until Leave: a second Join while the link is
 // away in a sandbox is refused, since a second link would carry the same
 // MAC on the same wire.
-func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.JoinResponse, error) {
+func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*plan.JoinResponse, error) {
 	ctx, unlock, n, ep, err := d.locks.Endpoint(ctx, d.store, req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", dockerid.Short(ep.ID), dockerid.Short(n.ID), err, mtuHint(ctx, d.links, *n, err))
 	}
 	d.point("join/after-link")
-	sandbox := rules.ValueOr(req.SandboxKey, "(unnamed)")
+	sandbox := config.ValueOr(req.SandboxKey, "(unnamed)")
 	if commit := d.joins.Join(*n, *ep, sandbox, d.boot); commit != nil { // driver/internal/joins: kept in memory, or committed
 		if err := d.store.Batch(commit); err != nil {
 			_ = d.owned.Delete(context.WithoutCancel(ctx), ep.Link, true)
@@ -67,7 +68,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*rules.Joi
 		d.lan.Announce(ctx, *n, *ep) // in the background
 	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
-	resp := rules.JoinAnswer(*n, *ep)
+	resp := plan.JoinAnswer(*n, *ep)
 	resp.InterfaceName.DstName = d.ifnames.Get(ep.ID)
 	return resp, nil
 }
@@ -103,7 +104,7 @@ func (d *Driver) joinHostRoute(ctx context.Context, n record.Network, ep record.
 	}
 	// The others' routes (a route another link holds is left, warned of),
 	// then this endpoint's (such a route refuses the Join).
-	if a, ok := rules.EndpointV4(ep); ok {
+	if a, ok := plan.EndpointV4(ep); ok {
 		routes = slices.DeleteFunc(routes, func(r netip.Addr) bool { return r == a })
 	}
 	if err := d.shims.Ensure(ctx, n, routes); err != nil {

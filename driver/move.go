@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -26,7 +26,7 @@ import (
 // VLAN of the user's that went), and the old link is gone or nothing of
 // the network lives on it (keepParent). A resolution that fails is left
 // to the reuse path, which says what is missing.
-func (c *creation) parentMoved(ctx context.Context) (rules.Resolution, bool, error) {
+func (c *creation) parentMoved(ctx context.Context) (plan.Resolution, bool, error) {
 	d, want, same := c.d, c.want, *c.same
 	res, err := d.resolver.Resolve(ctx, want)
 	if err != nil || res.Name == same.Parent {
@@ -46,7 +46,7 @@ func (c *creation) parentMoved(ctx context.Context) (rules.Resolution, bool, err
 	}); err != nil {
 		return res, false, err
 	}
-	if rules.KeepParent(gone == nil, eps, d.boot) {
+	if plan.KeepParent(gone == nil, eps, d.boot) {
 		d.log.Warn("the parent option now resolves to another link on this host, but endpoints of the network live on its link: keeping it (docker network rm and create move it)",
 			"network", same.ID, "link", same.Parent, "would_be", res.Name, "why", res.Why)
 		return res, false, nil

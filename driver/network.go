@@ -8,8 +8,9 @@ import (
 	"log/slog"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
@@ -60,12 +61,12 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	return c.createNetwork(ctx)
 }
 
-// createNetwork reserves, builds and commits the new network. plan
+// createNetwork reserves, builds and commits the new network. create
 // (c.res.Create) is the parent link to create, nil when it exists. The
 // caller holds the network and parent locks and has ruled out conflicts.
 func (c *creation) createNetwork(ctx context.Context) (err error) {
-	d, want, plan, refs := c.d, c.want, c.res.Create, c.refs
-	if plan == nil {
+	d, want, create, refs := c.d, c.want, c.res.Create, c.refs
+	if create == nil {
 		// The parent exists: nothing changes in the kernel but the host's
 		// link, if asked for, so one atomic write under the locks creates
 		// the network.
@@ -82,10 +83,10 @@ func (c *creation) createNetwork(ctx context.Context) (err error) {
 	created := false // whether this request made the parent link
 	d.point("create-network/before-reserve")
 	if err := d.store.Batch(func(tx *store.Tx) error {
-		if _, owned, err := tx.ParentLink(plan.Name); err != nil {
+		if _, owned, err := tx.ParentLink(create.Name); err != nil {
 			return err
 		} else if !owned {
-			if err := tx.PutParentLink(*plan); err != nil {
+			if err := tx.PutParentLink(*create); err != nil {
 				return err
 			}
 		}
@@ -98,15 +99,15 @@ func (c *creation) createNetwork(ctx context.Context) (err error) {
 		if err != nil {
 			// Roll back with a context of our own: the request's may be
 			// what failed.
-			if rbErr := d.reconcile.UndoCreate(context.WithoutCancel(ctx), want.ID, token, plan, created); rbErr != nil {
+			if rbErr := d.reconcile.UndoCreate(context.WithoutCancel(ctx), want.ID, token, create, created); rbErr != nil {
 				d.log.Error("rollback of failed network left state behind; it is retried at the next start",
 					"network", want.ID, "error", rbErr)
 			}
 		}
 	}()
 	d.point("create-network/before-parent-link")
-	if err := d.parents.Create(ctx, *plan); err != nil {
-		return fmt.Errorf("create parent %s for network %s: %w", plan.Name, dockerid.Short(want.ID), err)
+	if err := d.parents.Create(ctx, *create); err != nil {
+		return fmt.Errorf("create parent %s for network %s: %w", create.Name, dockerid.Short(want.ID), err)
 	}
 	created = true
 	d.point("create-network/after-parent-link")
@@ -134,7 +135,7 @@ func (c *creation) commitWithShim(ctx context.Context, want record.Network, pare
 	}
 	defer func() {
 		if err != nil {
-			_ = d.owned.Delete(context.WithoutCancel(ctx), rules.ShimName(want.ID), true)
+			_ = d.owned.Delete(context.WithoutCancel(ctx), config.ShimName(want.ID), true)
 		}
 	}()
 	d.point("create-network/before-commit")
@@ -144,7 +145,7 @@ func (c *creation) commitWithShim(ctx context.Context, want record.Network, pare
 	d.point("create-network/after-commit")
 	want.Pending = nil
 	if d.log.Enabled(ctx, slog.LevelInfo) { // describe is not free
-		d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", rules.RequestedParent(want), "config", rules.Describe(want), "parent_created", parentCreated)
+		d.log.Info("created network", "network", want.ID, "parent", want.Parent, "asked", plan.RequestedParent(want), "config", plan.Describe(want), "parent_created", parentCreated)
 	}
 	return nil
 }
@@ -154,7 +155,7 @@ func (c *creation) commitWithShim(ctx context.Context, want record.Network, pare
 // can always clean up.
 func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRequest) error {
 	if req.NetworkID == "" {
-		return rules.Invalidf("DeleteNetwork without NetworkID")
+		return config.Invalidf("DeleteNetwork without NetworkID")
 	}
 	ctx, unlockNet, err := d.locks.Acquire(ctx, keylock.Exclusive(keylock.NetworkKey(req.NetworkID)))
 	if err != nil {
@@ -195,7 +196,7 @@ func (d *Driver) network(id string) (*record.Network, error) {
 
 // commitNetwork writes a complete network and confirms the reservations of
 // the pools of underlay's IPAM it names: Docker uses them.
-func commitNetwork(tx *store.Tx, n record.Network, refs []rules.IPAMRef) error {
+func commitNetwork(tx *store.Tx, n record.Network, refs []config.IPAMRef) error {
 	for _, r := range refs {
 		if err := tx.ConfirmIPAMPools(r.Space, r.Pool); err != nil {
 			return err

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
@@ -385,14 +385,14 @@ func TestDeleteUnknownIsNotAnError(t *testing.T) {
 
 func TestAllocateNetworkAnswersValidatedOptions(t *testing.T) {
 	f := newFixture(t)
-	resp, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parent": "eth0", "ipvlan_mode": "l3"}})
+	resp, err := config.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parent": "eth0", "ipvlan_mode": "l3"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.Options["parent"] != "eth0" || resp.Options["ipvlan_mode"] != "l3" || len(resp.Options) != 2 {
 		t.Fatalf("AllocateNetwork answered %v", resp.Options)
 	}
-	_, err = rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parnet": "eth0"}})
+	_, err = config.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netA, Options: map[string]string{"parnet": "eth0"}})
 	wantErr(t, err, pluginapi.ErrInvalid, "parnet")
 	if caps := f.d.GetCapabilities(context.Background()); caps.Scope != "local" || caps.ConnectivityScope != "global" {
 		t.Fatalf("capabilities %+v", caps)

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
@@ -24,7 +24,7 @@ func TestEndpointInfoOfInternalNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := info.Value["parent_option"]; ok || info.Value["parent"] != rules.DummyName(netA) {
+	if v, ok := info.Value["parent_option"]; ok || info.Value["parent"] != config.DummyName(netA) {
 		t.Errorf("EndpointInfo = %v: want the dummy as parent and no parent_option (got %q)", info.Value, v)
 	}
 }
@@ -52,9 +52,9 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "lana,eth0"}})
-	if n, _ := f.record(netA); n.Parent != "eth0" || n.Options[rules.OptParent] != "lana,eth0" {
-		t.Fatalf("record: link %s, option %q; want eth0 and the option as asked", n.Parent, n.Options[rules.OptParent])
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{config.OptParent: "lana,eth0"}})
+	if n, _ := f.record(netA); n.Parent != "eth0" || n.Options[config.OptParent] != "lana,eth0" {
+		t.Fatalf("record: link %s, option %q; want eth0 and the option as asked", n.Parent, n.Options[config.OptParent])
 	}
 	link := f.mustEndpoint(netA, ep1, "198.18.1.10/24")
 	info, err := f.d.EndpointInfo(ctx, &network.InfoRequest{NetworkID: netA, EndpointID: ep1})
@@ -64,7 +64,7 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 
 	// lana appears while a container runs on eth0: the network stays.
 	f.k.AddHostLink("lana", "device", 1500)
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "lana,eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{config.OptParent: "lana,eth0"}})
 	if n, _ := f.record(netA); n.Parent != "eth0" {
 		t.Fatalf("with a joined endpoint the network moved to %s", n.Parent)
 	}
@@ -76,7 +76,7 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 	if err := f.d.Leave(ctx, &network.LeaveRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
 		t.Fatal(err)
 	}
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "lana,eth0"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{config.OptParent: "lana,eth0"}})
 	if n, _ := f.record(netA); n.Parent != "eth0" {
 		t.Fatalf("with an endpoint not joined the network moved to %s", n.Parent)
 	}
@@ -84,9 +84,9 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 	if err := f.d.DeleteEndpoint(ctx, &network.DeleteEndpointRequest{NetworkID: netA, EndpointID: ep1}); err != nil {
 		t.Fatal(err)
 	}
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "lana,eth0"}})
-	if n, _ := f.record(netA); n.Parent != "lana" || n.Options[rules.OptParent] != "lana,eth0" {
-		t.Fatalf("after the leave: link %s, option %q; want lana", n.Parent, n.Options[rules.OptParent])
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{config.OptParent: "lana,eth0"}})
+	if n, _ := f.record(netA); n.Parent != "lana" || n.Options[config.OptParent] != "lana,eth0" {
+		t.Fatalf("after the leave: link %s, option %q; want lana", n.Parent, n.Options[config.OptParent])
 	}
 	if _, ok := f.k.Link(link); ok {
 		t.Errorf("the old endpoint link %s is left behind", link)
@@ -97,11 +97,11 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 
 	// The link under a joined network is gone (NICs renamed at a
 	// reboot): it moves whatever the records say.
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{rules.OptParent: "lanb,eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{config.OptParent: "lanb,eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
 	f.mustEndpoint(netB, "e2e2e2e2e2e20000000000000000000000000000000000000000000000000002", "198.18.2.10/24")
 	f.k.Remove("eth1")
 	f.k.AddHostLink("lanb", "device", 9000)
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{rules.OptParent: "lanb,eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{config.OptParent: "lanb,eth1"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}})
 	if n, _ := f.record(netB); n.Parent != "lanb" {
 		t.Fatalf("network B on %s after eth1 went, want lanb", n.Parent)
 	}
@@ -109,11 +109,11 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 	// Moving obeys the parent rules on the new link: netC resolves to
 	// lanc, where an overlapping network lives, once eth0 is gone.
 	f.k.AddHostLink("lanc", "device", 1500)
-	f.mustCreate(netReq{ID: netC, Opts: map[string]string{rules.OptParent: "lanc"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
-	f.mustCreate(netReq{ID: netD4, Opts: map[string]string{rules.OptParent: "eth0,lanc"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
+	f.mustCreate(netReq{ID: netC, Opts: map[string]string{config.OptParent: "lanc"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
+	f.mustCreate(netReq{ID: netD4, Opts: map[string]string{config.OptParent: "eth0,lanc"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
 	f.docker.setLive(netC)
 	f.k.Remove("eth0")
-	err = f.create(netReq{ID: netD4, Opts: map[string]string{rules.OptParent: "eth0,lanc"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
+	err = f.create(netReq{ID: netD4, Opts: map[string]string{config.OptParent: "eth0,lanc"}, V4: []string{"198.18.3.0/24,198.18.3.1/24"}})
 	if !errors.Is(err, pluginapi.ErrConflict) || !strings.Contains(err.Error(), dockerid.Short(netC)) || !strings.Contains(err.Error(), "nor move to lanc") {
 		t.Fatalf("moving onto a link with an overlapping network: %v; want a conflict naming %s and the move", err, dockerid.Short(netC))
 	}
@@ -127,10 +127,10 @@ func TestPerNodeParentFollowsTheHost(t *testing.T) {
 func TestRefusedMoveKeepsTheNetwork(t *testing.T) {
 	f := newFixture(t)
 	const ep1 = "e1e1e1e1e1e10000000000000000000000000000000000000000000000000001"
-	x := netReq{ID: netA, Opts: map[string]string{rules.OptParent: "lanq,eth1"}, V4: []string{"198.18.5.0/24,198.18.5.1/24"}}
+	x := netReq{ID: netA, Opts: map[string]string{config.OptParent: "lanq,eth1"}, V4: []string{"198.18.5.0/24,198.18.5.1/24"}}
 	f.mustCreate(x)
 	f.k.AddHostLink("lanq", "device", 1500)
-	f.mustCreate(netReq{ID: netB, Opts: map[string]string{rules.OptParent: "lanq"}, V4: []string{"198.18.5.0/25,198.18.5.1/25"}})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{config.OptParent: "lanq"}, V4: []string{"198.18.5.0/25,198.18.5.1/25"}})
 	f.docker.setLive(netA, netB)
 	f.mustCreate(x) // lanq is its first candidate now, but B overlaps there
 	if n, _ := f.record(netA); n.Parent != "eth1" {
@@ -159,21 +159,21 @@ func TestAutoParentThroughTheDriver(t *testing.T) {
 	f := newFixture(t)
 	eth1, _ := f.k.Link("eth1")
 	f.d.resolver.Routes = routeList{{Dst: netip.MustParsePrefix("198.18.1.0/24"), LinkIndex: eth1.Index, Table: vocab.MainTable}}
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{rules.OptParent: "auto"}})
-	if n, _ := f.record(netA); n.Parent != "eth1" || n.Options[rules.OptParent] != "auto" {
-		t.Fatalf("record: link %s, option %q; want eth1 (its connected route holds the subnet) and auto", n.Parent, n.Options[rules.OptParent])
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{config.OptParent: "auto"}})
+	if n, _ := f.record(netA); n.Parent != "eth1" || n.Options[config.OptParent] != "auto" {
+		t.Fatalf("record: link %s, option %q; want eth1 (its connected route holds the subnet) and auto", n.Parent, n.Options[config.OptParent])
 	}
 	// AllocateNetwork checks the syntax only: the manager may have no such
 	// links or routes.
-	if _, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.7"}}); err != nil {
+	if _, err := config.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{config.OptParent: "auto.7"}}); err != nil {
 		t.Errorf("AllocateNetwork(parent=auto.7): %v", err)
 	}
-	if _, err := rules.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{rules.OptParent: "auto.0"}}); !errors.Is(err, pluginapi.ErrInvalid) {
+	if _, err := config.AllocateNetwork(&network.AllocateNetworkRequest{NetworkID: netB, Options: map[string]string{config.OptParent: "auto.0"}}); !errors.Is(err, pluginapi.ErrInvalid) {
 		t.Errorf("AllocateNetwork(parent=auto.0) = %v, want a refusal", err)
 	}
 	// Without a route view, auto is refused with the fix.
 	f.d.resolver.Routes = nil
-	if err := f.create(netReq{ID: netB, Opts: map[string]string{rules.OptParent: "auto"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}}); err == nil || !strings.Contains(err.Error(), "-o parent=IFACE") {
+	if err := f.create(netReq{ID: netB, Opts: map[string]string{config.OptParent: "auto"}, V4: []string{"198.18.2.0/24,198.18.2.1/24"}}); err == nil || !strings.Contains(err.Error(), "-o parent=IFACE") {
 		t.Errorf("auto without routes: %v", err)
 	}
 }
@@ -183,7 +183,7 @@ func TestMoveTakesTheHostLinkAndReleasesTheOwnedVLAN(t *testing.T) {
 	f := newFixture(t)
 	r := withHost(netA, "lanh.10,eth0.10", "198.18.1.5")
 	f.mustCreate(r)
-	shim := rules.ShimName(netA)
+	shim := config.ShimName(netA)
 	if f.k.Parent(shim) != "eth0.10" {
 		t.Fatalf("host link on %q, want eth0.10", f.k.Parent(shim))
 	}

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
@@ -202,8 +203,8 @@ func TestRestoreMovesAltnameParentsToTheKernelName(t *testing.T) {
 	}
 	f.restart()
 	n, _ := f.record(netA)
-	if n.Parent != "eth0" || rules.RequestedParent(n) != "lan0" {
-		t.Fatalf("record on %s asked %q, want eth0 asked lan0", n.Parent, rules.RequestedParent(n))
+	if n.Parent != "eth0" || plan.RequestedParent(n) != "lan0" {
+		t.Fatalf("record on %s asked %q, want eth0 asked lan0", n.Parent, plan.RequestedParent(n))
 	}
 	f.clock.Advance(time.Hour)
 	f.docker.setLive(netA)
@@ -219,7 +220,7 @@ func TestRestoreMovesAltnameParentsToTheKernelName(t *testing.T) {
 func TestRestoreTypesTheOptionsOfOlderRecords(t *testing.T) {
 	f := newFixture(t)
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0", "mac_address_policy": "random", "address_probe": "1s",
-		rules.OptAdvertiseNMsgs: "1", rules.OptAdvertiseMs: "500"}})
+		config.OptAdvertiseNMsgs: "1", config.OptAdvertiseMs: "500"}})
 	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.2.0/24"}})
 	want := map[string]record.Network{}
 	for _, id := range []string{netA, netB} {
@@ -244,7 +245,7 @@ func TestRestoreTypesTheOptionsOfOlderRecords(t *testing.T) {
 		}
 	}
 	a, _ := f.record(netA)
-	if c := a.Config; c.MACPolicy != rules.MacRandom || c.Probe != (record.AddressProbe{Budget: time.Second, Given: true}) ||
+	if c := a.Config; c.MACPolicy != config.MacRandom || c.Probe != (record.AddressProbe{Budget: time.Second, Given: true}) ||
 		c.Announce != (record.Announce{Count: 1, Interval: 500 * time.Millisecond}) {
 		t.Errorf("typed configuration %+v does not hold the options given", c)
 	}

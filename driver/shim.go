@@ -3,7 +3,8 @@ package driver
 import (
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
@@ -19,7 +20,7 @@ import (
 // one address through one host link, so the second would take the first's
 // route (and its Leave delete it).
 func hostRouteFree(tx *store.Tx, n record.Network, ep record.Endpoint) error {
-	a, ok := rules.EndpointV4(ep)
+	a, ok := plan.EndpointV4(ep)
 	if n.HostAddress == "" || !ok {
 		return nil
 	}
@@ -32,9 +33,9 @@ func hostRouteFree(tx *store.Tx, n record.Network, ep record.Endpoint) error {
 			return err
 		}
 		for _, e := range eps {
-			if b, ok := rules.EndpointV4(e); ok && b == a {
+			if b, ok := plan.EndpointV4(e); ok && b == a {
 				return fmt.Errorf("%w: address %s of endpoint %s is already the address of endpoint %s of network %s, which also has a host address (host link %s): the host routes one address through one host link; give this container another address (--ip), or use another subnet",
-					pluginapi.ErrConflict, a, dockerid.Short(ep.ID), dockerid.Short(e.ID), dockerid.Short(o.ID), rules.ShimName(o.ID))
+					pluginapi.ErrConflict, a, dockerid.Short(ep.ID), dockerid.Short(e.ID), dockerid.Short(o.ID), config.ShimName(o.ID))
 			}
 		}
 		return nil

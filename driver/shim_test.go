@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
@@ -16,7 +16,7 @@ import (
 )
 
 func withHost(id, parent, addr string, opts ...string) netReq {
-	o := map[string]string{"parent": parent, rules.OptHostAddress: addr}
+	o := map[string]string{"parent": parent, config.OptHostAddress: addr}
 	for i := 0; i+1 < len(opts); i += 2 {
 		o[opts[i]] = opts[i+1]
 	}
@@ -79,7 +79,7 @@ func (f *fixture) wantRoutes(want map[string]string) {
 func TestHostLinkLifecycle(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	shim := rules.ShimName(netA)
+	shim := config.ShimName(netA)
 	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
 	l, ok := f.k.Link(shim)
 	if !ok || l.Kind != "macvlan" || l.Mode != "bridge" || f.k.Parent(shim) != "eth0" || l.Alias != f.d.mark {
@@ -117,17 +117,17 @@ func TestHostLinkLifecycle(t *testing.T) {
 func TestStrayHostLinkRemovedAtStart(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	stray := vocab.Endpoint{Name: rules.ShimName(netB), Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}
+	stray := vocab.Endpoint{Name: config.ShimName(netB), Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}
 	if err := f.k.AddShim(ctx, stray, netip.MustParseAddr("198.18.1.9")); err != nil {
 		t.Fatal(err)
 	}
 	foreign := stray
-	foreign.Name, foreign.Mark = rules.ShimName(netC), vocab.Mark("other")
+	foreign.Name, foreign.Mark = config.ShimName(netC), vocab.Mark("other")
 	if err := f.k.AddShim(ctx, foreign, netip.MustParseAddr("198.18.1.8")); err != nil {
 		t.Fatal(err)
 	}
 	f.restart()
-	f.wantLinks(rules.ShimName(netC))
+	f.wantLinks(config.ShimName(netC))
 }
 
 // waitFor polls cond for up to 3 seconds, the repair deadline.
@@ -144,14 +144,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestWatcherRepairsOwnedLinks(t *testing.T) {
 	f := newFixture(t)
-	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10", rules.OptHostAddress: "198.18.1.5"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, Aux: []string{"198.18.1.5"}})
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10", config.OptHostAddress: "198.18.1.5"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, Aux: []string{"198.18.1.5"}})
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := f.d.Watch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	shim := rules.ShimName(netA)
+	shim := config.ShimName(netA)
 	has := func(name string) func() bool { return func() bool { _, ok := f.k.Link(name); return ok } }
 	// The host link alone goes.
 	f.k.Remove(shim)
@@ -192,7 +192,7 @@ func TestWatcherRepairsOwnedLinks(t *testing.T) {
 func TestJoinRemakesTheHostLinkWithEveryRoute(t *testing.T) {
 	f := newFixture(t)
 	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
-	shim := rules.ShimName(netA)
+	shim := config.ShimName(netA)
 	f.mustEndpoint(netA, epA, "198.18.1.10/24")
 	f.k.Remove(shim)
 	f.mustEndpoint(netA, epB, "198.18.1.11/24")
@@ -208,7 +208,7 @@ func TestJoinRemakesTheHostLinkWithEveryRoute(t *testing.T) {
 func TestJoinRefusedForAHeldHostRoute(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	shim := rules.ShimName(netA)
+	shim := config.ShimName(netA)
 	f.mustCreate(withHost(netA, "eth0", "198.18.1.5"))
 	f.k.HoldRoute(netip.MustParseAddr("198.18.1.10"), "eth1")
 	held := map[string]string{"198.18.1.10": "eth1"}

@@ -13,7 +13,7 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -97,7 +97,7 @@ func (j *Table) JoinedV4(tx *store.Tx, networkID, boot string) ([]netip.Addr, er
 	}
 	var out []netip.Addr
 	for _, ep := range eps {
-		if a, ok := rules.EndpointV4(ep); ok && ep.Sandbox != "" && ep.Boot == boot {
+		if a, ok := plan.EndpointV4(ep); ok && ep.Sandbox != "" && ep.Boot == boot {
 			out = append(out, a)
 		}
 	}

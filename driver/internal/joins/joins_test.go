@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -23,7 +23,7 @@ var (
 )
 
 func endpoint(n record.Network, id, ipv4 string) record.Endpoint {
-	return record.Endpoint{NetworkID: n.ID, ID: id, Link: rules.EndpointLinkName(id), MAC: "02:00:00:00:00:01", IPv4: ipv4}
+	return record.Endpoint{NetworkID: n.ID, ID: id, Link: config.EndpointLinkName(id), MAC: "02:00:00:00:00:01", IPv4: ipv4}
 }
 
 // recorded reads an endpoint's record as committed.

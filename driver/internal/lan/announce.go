@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -28,7 +28,7 @@ const AnnounceDelay = 300 * time.Millisecond
 
 // Announce starts the background announcements of a joined endpoint.
 func (l *LAN) Announce(ctx context.Context, n record.Network, ep record.Endpoint) {
-	c, on := rules.Announcing(n)
+	c, on := plan.Announcing(n)
 	if !on || l.Announcer == nil {
 		return
 	}

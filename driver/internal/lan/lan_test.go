@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/internal/probeopt"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
@@ -94,7 +94,7 @@ func kernel(t *testing.T) *nltest.Kernel {
 func macvlan(opts map[string]string, subnets ...string) record.Network {
 	n := drivertest.Macvlan(drivertest.NetA, "eth0", "bridge", subnets...)
 	n.Options = opts
-	n.Config, _ = rules.ConfigFromOptions(opts, n.Type) // as CreateNetwork parses them (an invalid one keeps its default)
+	n.Config, _ = config.ConfigFromOptions(opts, n.Type) // as CreateNetwork parses them (an invalid one keeps its default)
 	return n
 }
 
@@ -172,10 +172,10 @@ func TestBudget(t *testing.T) {
 	}{
 		{"given", macvlan(map[string]string{probeopt.Name: "1s"}, "10.0.0.0/24"), lanRoutes, time.Second},
 		{"given off on the host's LAN", macvlan(map[string]string{probeopt.Name: "0"}, "192.0.2.0/24"), lanRoutes, 0},
-		{"given off for DHCP", macvlan(map[string]string{probeopt.Name: "0", rules.OptDHCP: "true"}), lanRoutes, 0},
+		{"given off for DHCP", macvlan(map[string]string{probeopt.Name: "0", config.OptDHCP: "true"}), lanRoutes, 0},
 		{"given, not valid: the default rule", macvlan(map[string]string{probeopt.Name: "1m"}, "192.0.2.0/24"), lanRoutes, probeopt.Default},
-		{"DHCP", macvlan(map[string]string{rules.OptDHCP: "true"}), nil, probeopt.Default},
-		{"DHCPv6", macvlan(map[string]string{rules.OptIPv6Mode: rules.IPv6DHCPv6}, "10.0.0.0/24"), nil, probeopt.Default},
+		{"DHCP", macvlan(map[string]string{config.OptDHCP: "true"}), nil, probeopt.Default},
+		{"DHCPv6", macvlan(map[string]string{config.OptIPv6Mode: config.IPv6DHCPv6}, "10.0.0.0/24"), nil, probeopt.Default},
 		{"the host's LAN (IPv4)", macvlan(nil, "192.0.2.0/24"), lanRoutes, probeopt.Default},
 		{"the host's LAN, a part of it", macvlan(nil, "192.0.2.128/25"), lanRoutes, probeopt.Default},
 		{"the host's LAN (IPv6)", macvlan(nil, "10.0.0.0/24", "2001:db8::/64"), lanRoutes, probeopt.Default},
@@ -366,7 +366,7 @@ func TestAnnounce(t *testing.T) {
 	}{
 		{name: "both families, Docker's defaults", n: macvlan(nil), ep: endpoint("192.0.2.10/24", "2001:db8::10/64"),
 			want: []call{{op: "announce", parent: "eth0", mac: epMAC, addr: v4, count: 3, interval: time.Second}, {op: "announce6", parent: "eth0", mac: epMAC, addr: v6, count: 3, interval: time.Second}}},
-		{name: "the network's count and interval", n: macvlan(map[string]string{rules.OptAdvertiseNMsgs: "2", rules.OptAdvertiseMs: "100"}), ep: endpoint("192.0.2.10/24", ""),
+		{name: "the network's count and interval", n: macvlan(map[string]string{config.OptAdvertiseNMsgs: "2", config.OptAdvertiseMs: "100"}), ep: endpoint("192.0.2.10/24", ""),
 			want: []call{{op: "announce", parent: "eth0", mac: epMAC, addr: v4, count: 2, interval: 100 * time.Millisecond}}},
 		{name: "ipvlan l2 from the parent's MAC", n: ipvlan("l2"), ep: endpoint("192.0.2.10/24", ""),
 			want: []call{{op: "announce", parent: "eth0", mac: parentMAC, addr: v4, count: 3, interval: time.Second}}},
@@ -414,7 +414,7 @@ func TestAnnounceNot(t *testing.T) {
 		{name: "the engine announces", n: engine, ep: endpoint("192.0.2.10/24", "")},
 		{name: "internal", n: internal, ep: endpoint("192.0.2.10/24", "")},
 		{name: "ipvlan l3", n: ipvlan("l3"), ep: endpoint("192.0.2.10/24", "")},
-		{name: "no messages", n: macvlan(map[string]string{rules.OptAdvertiseNMsgs: "0"}), ep: endpoint("192.0.2.10/24", "")},
+		{name: "no messages", n: macvlan(map[string]string{config.OptAdvertiseNMsgs: "0"}), ep: endpoint("192.0.2.10/24", "")},
 		{name: "no address", n: macvlan(nil), ep: endpoint("", "")},
 		{name: "no MAC", n: gone, ep: endpoint("192.0.2.10/24", "")},
 		{name: "no announcer", n: macvlan(nil), ep: endpoint("192.0.2.10/24", ""), noAnnouncer: true},

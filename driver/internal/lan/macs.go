@@ -7,7 +7,8 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
@@ -25,8 +26,8 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 	if existing != nil && existing.MAC != "" {
 		return existing.MAC
 	}
-	addr := rules.FirstAddr(ep)
-	if n.Config.MACPolicy != rules.MacStable || !addr.IsValid() || n.Config.DHCP.On {
+	addr := plan.FirstAddr(ep)
+	if n.Config.MACPolicy != config.MacStable || !addr.IsValid() || n.Config.DHCP.On {
 		return Random().String()
 	}
 	p, err := c.Links.Get(ctx, n.Parent)
@@ -49,12 +50,12 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 		c.Log.Warn("using a random MAC: the links on the parent could not be read to check a stable one is free", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
 		return Random().String()
 	}
-	base := rules.MACBase(p, links)
+	base := plan.MACBase(p, links)
 	if base == nil {
 		return Random().String()
 	}
-	mac := rules.StableMAC(base, p.VLAN, addr).String()
-	if rules.MACTaken(p, links, mac) {
+	mac := plan.StableMAC(base, p.VLAN, addr).String()
+	if plan.MACTaken(p, links, mac) {
 		c.Log.Warn("using a random MAC: the stable MAC for the endpoint's address is already in use on the parent", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "address", addr, "mac", mac)
 		return Random().String()
 	}

@@ -8,8 +8,9 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
@@ -37,7 +38,7 @@ func macKernel(t *testing.T) *nltest.Kernel {
 func network(parent string, opts map[string]string) record.Network {
 	n := drivertest.Macvlan(drivertest.NetA, parent, "bridge", "192.0.2.0/24")
 	n.Options = opts
-	n.Config, _ = rules.ConfigFromOptions(opts, n.Type) // as CreateNetwork parses them
+	n.Config, _ = config.ConfigFromOptions(opts, n.Type) // as CreateNetwork parses them
 	return n
 }
 
@@ -47,7 +48,7 @@ func ep(ipv4, ipv6 string) record.Endpoint {
 
 func stable(base string, vlan int, addr string) string {
 	hw, _ := net.ParseMAC(base)
-	return rules.StableMAC(hw, vlan, netip.MustParseAddr(addr)).String()
+	return plan.StableMAC(hw, vlan, netip.MustParseAddr(addr)).String()
 }
 
 // isRandom: a locally administered unicast MAC that is not the stable one.
@@ -90,7 +91,7 @@ func TestChooseStable(t *testing.T) {
 			// Stable: the same again, for a new endpoint of the address.
 			again := tc.ep
 			again.ID = drivertest.EpB
-			if got2 := c.Choose(context.Background(), network(tc.parent, map[string]string{rules.OptMacAddressPolicy: rules.MacStable}), again, nil); got2 != got {
+			if got2 := c.Choose(context.Background(), network(tc.parent, map[string]string{config.OptMacAddressPolicy: config.MacStable}), again, nil); got2 != got {
 				t.Fatalf("Choose again = %s, want %s", got2, got)
 			}
 		})
@@ -120,7 +121,7 @@ func TestChooseDistinct(t *testing.T) {
 func TestChooseExisting(t *testing.T) {
 	c := &Chooser{Links: macKernel(t), Log: slog.New(slog.DiscardHandler)}
 	existing := &record.Endpoint{ID: drivertest.EpA, MAC: "02:aa:bb:cc:dd:ee"}
-	for _, opts := range []map[string]string{nil, {rules.OptMacAddressPolicy: rules.MacRandom}} {
+	for _, opts := range []map[string]string{nil, {config.OptMacAddressPolicy: config.MacRandom}} {
 		if got := c.Choose(context.Background(), network("eth0", opts), ep("192.0.2.10/24", ""), existing); got != existing.MAC {
 			t.Fatalf("Choose with a record = %s, want the MAC it had %s", got, existing.MAC)
 		}
@@ -145,10 +146,10 @@ func TestChooseRandom(t *testing.T) {
 		setup func(k *nltest.Kernel)
 		reads bool // the kernel is read
 	}{
-		{name: "policy random", n: network("eth0", map[string]string{rules.OptMacAddressPolicy: rules.MacRandom}), ep: ep("192.0.2.10/24", "")},
-		{name: "policy not valid", n: network("eth0", map[string]string{rules.OptMacAddressPolicy: "fixed"}), ep: ep("192.0.2.10/24", "")},
+		{name: "policy random", n: network("eth0", map[string]string{config.OptMacAddressPolicy: config.MacRandom}), ep: ep("192.0.2.10/24", "")},
+		{name: "policy not valid", n: network("eth0", map[string]string{config.OptMacAddressPolicy: "fixed"}), ep: ep("192.0.2.10/24", "")},
 		{name: "no address", n: network("eth0", nil), ep: ep("", "")},
-		{name: "DHCP network", n: network("eth0", map[string]string{rules.OptDHCP: "true"}), ep: ep("192.0.2.10/24", "")},
+		{name: "DHCP network", n: network("eth0", map[string]string{config.OptDHCP: "true"}), ep: ep("192.0.2.10/24", "")},
 		{name: "parent unreadable", n: network("eth0", nil), ep: ep("192.0.2.10/24", ""), reads: true,
 			fault: func(op, _ string) error {
 				if op == "get" {

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store/record"
@@ -20,7 +20,7 @@ type Free func(ctx context.Context, addr netip.Addr) (why string, release func()
 
 // Acquire leases an address for a new endpoint within the network's
 // dhcp_timeout. An offer free says is not free is declined and another
-// asked for, up to rules.MaxDeclines times, then refused as a conflict
+// asked for, up to plan.MaxDeclines times, then refused as a conflict
 // naming each; an offer free cannot check is given back. release ends
 // the claim free made; call it once the endpoint is recorded (or not).
 func (ls *Leaser[L, R]) Acquire(ctx context.Context, n record.Network, ep record.Endpoint, free Free) (l L, release func(), err error) {
@@ -61,7 +61,7 @@ func (ls *Leaser[L, R]) Acquire(ctx context.Context, n record.Network, ep record
 		if derr := f.Decline(ctx, r, l); derr != nil {
 			ls.log.Warn(w.NoDecline, "address", addr, "error", derr)
 		}
-		if len(declined) >= rules.MaxDeclines {
+		if len(declined) >= plan.MaxDeclines {
 			return none, release, fmt.Errorf("%w: endpoint %s of network %s: the %s server on %s offered only addresses that are not free, each declined: %s; free them on the LAN or on the server (its lease table), or widen its %s",
 				pluginapi.ErrConflict, dockerid.Short(ep.ID), dockerid.Short(n.ID), w.Name, n.Parent, strings.Join(declined, "; "), w.Pool)
 		}

@@ -12,7 +12,8 @@ import (
 
 	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/dhcp6"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
@@ -79,7 +80,7 @@ func (DHCP) With(ep record.Endpoint, l *record.Lease) record.Endpoint {
 }
 
 func (DHCP) MarkLost(l record.Lease, now time.Time, why string) record.Lease {
-	return rules.MarkLost(l, now, why)
+	return plan.MarkLost(l, now, why)
 }
 
 // Due: a held lease is renewed from T1 on.
@@ -229,7 +230,7 @@ const (
 
 func (DHCP6) Words() Words                                  { return dhcp6Words }
 func (f DHCP6) HasClient() bool                             { return f.Client != nil }
-func (DHCP6) On(n record.Network) bool                      { return n.Config.IPv6Mode == rules.IPv6DHCPv6 }
+func (DHCP6) On(n record.Network) bool                      { return n.Config.IPv6Mode == config.IPv6DHCPv6 }
 func (DHCP6) Of(ep record.Endpoint) *record.Lease6          { return ep.Lease6 }
 func (DHCP6) Answer(l record.Lease6) string                 { return l.Addr + "/128" }
 func (DHCP6) Next(l record.Lease6, now time.Time) time.Time { return next6(l, now) }

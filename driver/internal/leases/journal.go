@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
@@ -93,7 +93,7 @@ func (ls *Leaser[L, R]) releaseJournaled(ctx context.Context) {
 	if f.HasClient() {
 		release = func(ctx context.Context, p record.PendingRelease) error {
 			r, l, _ := f.FromEntry(p)
-			ctx, cancel := context.WithTimeout(ctx, rules.DefaultDHCPTimeout)
+			ctx, cancel := context.WithTimeout(ctx, config.DefaultDHCPTimeout)
 			defer cancel()
 			return f.Release(ctx, r, l)
 		}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
@@ -97,14 +97,14 @@ func dhcpNet(id, typ string) record.Network {
 		mode, flag = "l2", "bridge"
 	}
 	n := drivertest.Record(id, typ, "eth0", mode, flag)
-	n.Options = map[string]string{rules.OptDHCP: "true"}
+	n.Options = map[string]string{config.OptDHCP: "true"}
 	return n
 }
 
 func leasedEndpoint(n record.Network, id, addr string) record.Endpoint {
 	l := lease()
 	l.Addr = addr
-	return record.Endpoint{NetworkID: n.ID, ID: id, Link: rules.EndpointLinkName(id), MAC: epMAC, IPv4: addr, Lease: &l}
+	return record.Endpoint{NetworkID: n.ID, ID: id, Link: config.EndpointLinkName(id), MAC: epMAC, IPv4: addr, Lease: &l}
 }
 
 func (f *journalFixture) pending(t *testing.T) []record.PendingRelease {
@@ -363,7 +363,7 @@ func TestReleaseJournaledFamily(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A's record holds its lease; B's release fails; C's goes.
-	holder := record.Endpoint{NetworkID: n.ID, ID: drivertest.EpA, Link: rules.EndpointLinkName(drivertest.EpA), Lease6: &record.Lease6{Addr: "2001:db8::a"}}
+	holder := record.Endpoint{NetworkID: n.ID, ID: drivertest.EpA, Link: config.EndpointLinkName(drivertest.EpA), Lease6: &record.Lease6{Addr: "2001:db8::a"}}
 	drivertest.Put(t, f.db, nil, holder)
 	var releasedAddrs []string
 	ReleaseJournaled(context.Background(), f.db, slog.New(slog.DiscardHandler), t0.Add(100*365*24*time.Hour), Journaled{

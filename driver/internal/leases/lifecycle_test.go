@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
@@ -171,8 +171,8 @@ func newLife(t *testing.T) *life {
 	f := &life{db: drivertest.Store(t), k: nltest.New(), clock: fakeclock.New(t0), s4: &script{}, s6: &script{}}
 	f.k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
 	f.n = dhcpNet(drivertest.NetA, vocab.KindMacvlan)
-	f.n.Options[rules.OptIPv6Mode] = rules.IPv6DHCPv6
-	f.ep = record.Endpoint{NetworkID: f.n.ID, ID: "e1" + strings.Repeat("0", 62), Link: rules.EndpointLinkName("e1"), MAC: epMAC}
+	f.n.Options[config.OptIPv6Mode] = config.IPv6DHCPv6
+	f.ep = record.Endpoint{NetworkID: f.n.ID, ID: "e1" + strings.Repeat("0", 62), Link: config.EndpointLinkName("e1"), MAC: epMAC}
 	drivertest.Put(t, f.db, []record.Network{f.n})
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })

@@ -7,7 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
@@ -22,7 +23,7 @@ import (
 // the same address is won back, which is asked for, and only that one,
 // every lostLeaseRetry. Another address is never taken: the container
 // must be restarted to get one. The blocks of lost leases of both
-// families are restored at start (Leases.Run, rules.LostBlocks).
+// families are restored at start (Leases.Run, plan.LostBlocks).
 
 // AddrBlocker stops what leaves a parent from an address
 // (netlinkutil.Kernel). tag is the driver's mark.
@@ -79,17 +80,17 @@ func BlockOnParent(ctx context.Context, st Store, b AddrBlocker, lock LockParent
 }
 
 // lostBlocks are the blocks the lost leases of both families in the state
-// file want (rules.LostBlocks).
-func (ls *Leaser[L, R]) lostBlocks() ([]rules.BlockKey, error) {
-	var lost []rules.BlockKey
+// file want (plan.LostBlocks).
+func (ls *Leaser[L, R]) lostBlocks() ([]plan.BlockKey, error) {
+	var lost []plan.BlockKey
 	err := ls.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n record.Network) error {
-			if !n.Config.DHCP.On && n.Config.IPv6Mode != rules.IPv6DHCPv6 {
+			if !n.Config.DHCP.On && n.Config.IPv6Mode != config.IPv6DHCPv6 {
 				return nil
 			}
 			eps, err := tx.Endpoints(n.ID)
 			for _, ep := range eps {
-				lost = append(lost, rules.LostBlocks(n, ep)...)
+				lost = append(lost, plan.LostBlocks(n, ep)...)
 			}
 			return err
 		})
@@ -98,7 +99,7 @@ func (ls *Leaser[L, R]) lostBlocks() ([]rules.BlockKey, error) {
 }
 
 // parentsOf lists the parents of blocks, once each.
-func parentsOf(keys []rules.BlockKey) []string {
+func parentsOf(keys []plan.BlockKey) []string {
 	var out []string
 	for _, k := range keys {
 		if !slices.Contains(out, k.Parent) {
@@ -143,7 +144,7 @@ func (ls *Leaser[L, R]) restoreBlocks(ctx context.Context) error {
 }
 
 // restoreBlocksLocked is restoreBlocks under the parents' locks.
-func (ls *Leaser[L, R]) restoreBlocksLocked(ctx context.Context, lost []rules.BlockKey) error {
+func (ls *Leaser[L, R]) restoreBlocksLocked(ctx context.Context, lost []plan.BlockKey) error {
 	all, err := ls.blocker.BlockedAddrs(ctx, ls.mark)
 	if err != nil {
 		if len(lost) == 0 {
@@ -151,13 +152,13 @@ func (ls *Leaser[L, R]) restoreBlocksLocked(ctx context.Context, lost []rules.Bl
 		}
 		return err
 	}
-	var present []rules.BlockKey
+	var present []plan.BlockKey
 	for _, b := range all {
 		if b.Tag == ls.mark {
-			present = append(present, rules.BlockKey{Parent: b.Parent, Addr: b.Addr})
+			present = append(present, plan.BlockKey{Parent: b.Parent, Addr: b.Addr})
 		}
 	}
-	add, remove := rules.PlanBlocks(lost, present)
+	add, remove := plan.PlanBlocks(lost, present)
 	for _, k := range remove {
 		if err := ls.blocker.Unblock(ctx, k.Parent, k.Addr, ls.mark); err != nil {
 			return err

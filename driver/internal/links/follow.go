@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 )
@@ -100,12 +101,12 @@ func repointTx(tx *store.Tx, from, to string) error {
 		return err
 	}
 	for _, n := range ns {
-		asked := rules.RequestedParent(n)
+		asked := plan.RequestedParent(n)
 		opts := make(map[string]string, len(n.Options)+1)
 		for k, v := range n.Options {
 			opts[k] = v
 		}
-		opts[rules.OptParent] = asked
+		opts[config.OptParent] = asked
 		n.Options, n.Parent = opts, to
 		if err := tx.PutNetwork(n); err != nil {
 			return err

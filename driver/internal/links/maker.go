@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
@@ -40,11 +40,11 @@ func (m *Maker) Create(ctx context.Context, p record.ParentLink) error {
 	if lerr != nil {
 		return fmt.Errorf("%w (and listing links to see which one: %w)", err, lerr)
 	}
-	if l, ok := rules.FindLink(links, p.Name); ok && rules.IsPlanned(l, p, links, m.Mark) {
+	if l, ok := plan.FindLink(links, p.Name); ok && plan.IsPlanned(l, p, links, m.Mark) {
 		return nil
 	}
 	if p.Kind == vocab.KindVLAN {
-		b, bok := rules.FindLink(links, p.Base)
+		b, bok := plan.FindLink(links, p.Base)
 		for _, l := range links {
 			if !bok || l.Kind != vocab.KindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
 				continue
@@ -54,7 +54,7 @@ func (m *Maker) Create(ctx context.Context, p record.ParentLink) error {
 			}
 			return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel already has that VLAN as %s, made by someone else (mark %q): use -o parent=%s, or remove %s", pluginapi.ErrConflict, p.VLAN, p.Base, p.Name, l.Name, l.Alias, l.Name, l.Name)
 		}
-		if _, named := rules.FindLink(links, p.Name); !named && bok {
+		if _, named := plan.FindLink(links, p.Name); !named && bok {
 			return fmt.Errorf("%w: create VLAN %d on %s as %s: the kernel answers that it exists (%w), but no link of this namespace has that name or VLAN %d on %s: a link with that VLAN ID was probably moved into another network namespace (ip link set ... netns NS), where it keeps the ID; move it back (ip -n NS link set ... netns 1) or delete it there",
 				pluginapi.ErrConflict, p.VLAN, p.Base, p.Name, err, p.VLAN, p.Base)
 		}

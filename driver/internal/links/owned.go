@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -63,7 +63,7 @@ func (o *Owned) TryParent(name, held string) (func(), error) {
 }
 
 // Delete is the one way underlay deletes a link: only one that is its own
-// (rules.OwnsLink); recorded says a record of this state file names it. A
+// (plan.OwnsLink); recorded says a record of this state file names it. A
 // missing link is not an error; another owner's link is left alone with a
 // warning.
 func (o *Owned) Delete(ctx context.Context, name string, recorded bool) error {
@@ -74,7 +74,7 @@ func (o *Owned) Delete(ctx context.Context, name string, recorded bool) error {
 	if err != nil {
 		return err
 	}
-	if !rules.OwnsLink(l, o.Mark, recorded) {
+	if !plan.OwnsLink(l, o.Mark, recorded) {
 		o.Log.Warn("not deleting a link underlay did not create here", "link", name, "mark", l.Alias, "own_mark", o.Mark)
 		return nil
 	}
@@ -82,7 +82,7 @@ func (o *Owned) Delete(ctx context.Context, name string, recorded bool) error {
 	return o.Kernel.DeleteLink(ctx, l)
 }
 
-// Needed is rules.Snapshot's needed inside a transaction: whether a
+// Needed is plan.Snapshot's needed inside a transaction: whether a
 // network names the parent link, or an owned link standing on it is
 // needed.
 func Needed(tx *store.Tx, name string) bool {

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/links"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
@@ -108,7 +108,7 @@ func vlan(name, base string, id int) record.ParentLink {
 // onParent is a network on parent, asked for as parent.
 func onParent(id, parent string) record.Network {
 	n := drivertest.Macvlan(id, parent, "bridge", "198.18.1.0/24")
-	n.Options = map[string]string{rules.OptParent: parent}
+	n.Options = map[string]string{config.OptParent: parent}
 	return n
 }
 
@@ -148,8 +148,8 @@ func TestFollowRenamedVLAN(t *testing.T) {
 		t.Errorf("the owned VLAN on it still stands on %q, want mine", p.Base)
 	}
 	n := f.network(t, drivertest.NetA)
-	if n.Parent != "mine" || n.Options[rules.OptParent] != "eth0.10" {
-		t.Errorf("network on it: parent %q, option %q; want mine, the option as asked (eth0.10)", n.Parent, n.Options[rules.OptParent])
+	if n.Parent != "mine" || n.Options[config.OptParent] != "eth0.10" {
+		t.Errorf("network on it: parent %q, option %q; want mine, the option as asked (eth0.10)", n.Parent, n.Options[config.OptParent])
 	}
 	if n := f.network(t, drivertest.NetB); n.Parent != "eth0.10.5" {
 		t.Errorf("network on the VLAN above moved to %q", n.Parent)
@@ -401,13 +401,13 @@ func TestRepoint(t *testing.T) {
 	if err := f.o.Repoint("lan0", "eth1"); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.network(t, drivertest.NetA); n.Parent != "eth1" || n.Options[rules.OptParent] != "lan0" {
-		t.Errorf("network A: parent %q, option %q", n.Parent, n.Options[rules.OptParent])
+	if n := f.network(t, drivertest.NetA); n.Parent != "eth1" || n.Options[config.OptParent] != "lan0" {
+		t.Errorf("network A: parent %q, option %q", n.Parent, n.Options[config.OptParent])
 	}
 	if n := f.network(t, drivertest.NetB); n.Parent != "eth0" {
 		t.Errorf("network B moved to %q", n.Parent)
 	}
-	if n := f.network(t, drivertest.NetC); n.Parent != "eth1" || n.Options[rules.OptParent] != "lan0" {
+	if n := f.network(t, drivertest.NetC); n.Parent != "eth1" || n.Options[config.OptParent] != "lan0" {
 		t.Errorf("network without options: parent %q, options %v; want eth1, the parent as asked (lan0) kept", n.Parent, n.Options)
 	}
 }

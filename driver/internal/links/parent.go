@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
@@ -69,7 +70,7 @@ func (o *Owned) Ensure(ctx context.Context, n record.Network) (string, error) {
 			return n.Parent, fmt.Errorf("parent %s of network %s is gone: %w", n.Parent, dockerid.Short(n.ID), err)
 		}
 		if res.Name != n.Parent {
-			return n.Parent, rules.Invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, dockerid.Short(n.ID), rules.RequestedParent(n), res.Name)
+			return n.Parent, config.Invalidf("parent %s of network %s is gone, and its parent option %q now means link %s: re-create the network (docker network rm, then create)", n.Parent, dockerid.Short(n.ID), plan.RequestedParent(n), res.Name)
 		}
 		if res.Create == nil {
 			return n.Parent, nil

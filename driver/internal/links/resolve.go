@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
@@ -22,7 +23,7 @@ import (
 //	                        network's IPv4 subnet, else the default route's
 //	parent=auto.VID         VLAN VID on the link auto picks
 //
-// rules.ResolveParent turns the option into the one name this node
+// plan.ResolveParent turns the option into the one name this node
 // resolves as if the user had given it; it is pure, over the node's links
 // and routes, which the Resolver reads. The record keeps the option as
 // asked and the link it resolved to; reuse compares what was asked.
@@ -44,36 +45,36 @@ type Resolver struct {
 // altnames); anything else (a VLAN to find or create, a link to refuse
 // naming its lower link, candidates, auto) lists every link once, and
 // auto the routes too.
-func (r *Resolver) Resolve(ctx context.Context, n record.Network) (rules.Resolution, error) {
-	spec, err := rules.ParseParent(rules.RequestedParent(n))
+func (r *Resolver) Resolve(ctx context.Context, n record.Network) (plan.Resolution, error) {
+	spec, err := config.ParseParent(plan.RequestedParent(n))
 	if err != nil {
-		return rules.Resolution{}, err
+		return plan.Resolution{}, err
 	}
 	if !spec.Multiple() {
-		name := rules.DummyName(n.ID)
+		name := config.DummyName(n.ID)
 		if len(spec.Candidates) == 1 {
 			name = spec.Candidates[0]
 		}
 		l, err := r.Links.Get(ctx, name)
 		switch {
 		case err == nil && !vocab.IsEndpointKind(l.Kind):
-			return rules.ResolveParent(n, []vocab.Link{l}, nil)
+			return plan.ResolveParent(n, []vocab.Link{l}, nil)
 		case err != nil && !errors.Is(err, netlinkutil.ErrNotFound):
-			return rules.Resolution{}, err
+			return plan.Resolution{}, err
 		}
 	}
 	links, err := r.Links.List(ctx)
 	if err != nil {
-		return rules.Resolution{}, err
+		return plan.Resolution{}, err
 	}
 	var routes []vocab.Route
 	if spec.Auto {
 		if r.Routes == nil {
-			return rules.Resolution{}, fmt.Errorf("parent=%s needs the host's routes, and this daemon was built without access to them: pass -o parent=IFACE", rules.RequestedParent(n))
+			return plan.Resolution{}, fmt.Errorf("parent=%s needs the host's routes, and this daemon was built without access to them: pass -o parent=IFACE", plan.RequestedParent(n))
 		}
 		if routes, err = r.Routes.Routes(ctx); err != nil {
-			return rules.Resolution{}, err
+			return plan.Resolution{}, err
 		}
 	}
-	return rules.ResolveParent(n, links, routes)
+	return plan.ResolveParent(n, links, routes)
 }

@@ -10,7 +10,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -49,7 +50,7 @@ type heldKey struct {
 
 // spec is the shim's link: a child of the network's type and mode.
 func (h *Shims) spec(n record.Network) vocab.Endpoint {
-	return vocab.Endpoint{Name: rules.ShimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: h.Mark}
+	return vocab.Endpoint{Name: config.ShimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: h.Mark}
 }
 
 // Ensure makes the network's host link healthy if it has a host
@@ -67,7 +68,7 @@ func (h *Shims) Ensure(ctx context.Context, n record.Network, routes []netip.Add
 	if perr != nil {
 		return fmt.Errorf("%w: network %s has host address %q", store.ErrCorrupt, dockerid.Short(n.ID), n.HostAddress)
 	}
-	name := rules.ShimName(n.ID)
+	name := config.ShimName(n.ID)
 	l, err := h.Links.Get(ctx, name)
 	switch {
 	case err == nil && l.Name == name && l.Alias == h.Mark:
@@ -168,7 +169,7 @@ func (h *Shims) heal(ctx context.Context, n record.Network, l vocab.Link, addr n
 	if err != nil {
 		return err
 	}
-	why := rules.BrokenBy(l, n.MTU, addr, have)
+	why := plan.BrokenBy(l, n.MTU, addr, have)
 	if why == "" {
 		return nil
 	}
@@ -189,7 +190,7 @@ func (h *Shims) deleteRenamed(ctx context.Context, name string, addr netip.Addr)
 		return err
 	}
 	for _, l := range links {
-		if l.Alias != h.Mark || !vocab.IsEndpointKind(l.Kind) || rules.IsEndpointLinkName(l.Name) || rules.IsShimName(l.Name) {
+		if l.Alias != h.Mark || !vocab.IsEndpointKind(l.Kind) || config.IsEndpointLinkName(l.Name) || config.IsShimName(l.Name) {
 			continue
 		}
 		as, err := h.Links.LinkAddrs(ctx, l.Name)
@@ -210,11 +211,11 @@ func (h *Shims) deleteRenamed(ctx context.Context, name string, addr netip.Addr)
 // netlinkutil.ErrRouteHeld, naming the holder and the fix) and left as it
 // is; removing deletes only the route through the host link.
 func (h *Shims) Route(ctx context.Context, n *record.Network, ep record.Endpoint, del bool) error {
-	a, ok := rules.EndpointV4(ep)
+	a, ok := plan.EndpointV4(ep)
 	if n == nil || n.HostAddress == "" || !ok {
 		return nil
 	}
-	name := rules.ShimName(n.ID)
+	name := config.ShimName(n.ID)
 	if del {
 		h.forget(name, a)
 		return h.Links.DelHostRoute(ctx, a, name)
@@ -235,11 +236,11 @@ func (h *Shims) Route(ctx context.Context, n *record.Network, ep record.Endpoint
 // Healthy reports whether the network's host link exists with this
 // instance's mark, up, with its address and MTU.
 func (h *Shims) Healthy(ctx context.Context, n record.Network) bool {
-	l, err := h.Links.Get(ctx, rules.ShimName(n.ID))
-	if err != nil || l.Name != rules.ShimName(n.ID) || l.Alias != h.Mark {
+	l, err := h.Links.Get(ctx, config.ShimName(n.ID))
+	if err != nil || l.Name != config.ShimName(n.ID) || l.Alias != h.Mark {
 		return false
 	}
 	have, err := h.Links.LinkAddrs(ctx, l.Name)
 	addr, perr := netip.ParseAddr(n.HostAddress)
-	return err == nil && perr == nil && rules.BrokenBy(l, n.MTU, addr, have) == ""
+	return err == nil && perr == nil && plan.BrokenBy(l, n.MTU, addr, have) == ""
 }

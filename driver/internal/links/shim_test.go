@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
@@ -22,7 +22,7 @@ import (
 
 var (
 	hostAddr = netip.MustParseAddr("192.0.2.254")
-	shim     = rules.ShimName(drivertest.NetA)
+	shim     = config.ShimName(drivertest.NetA)
 	epAddrs  = []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11")}
 )
 
@@ -266,8 +266,8 @@ func TestEnsureDeletesRenamed(t *testing.T) {
 	}
 	keep("theirs0", other, true)
 	keep("plain0", mark, false)
-	keep(rules.EndpointLinkName(drivertest.EpA), mark, true)
-	keep(rules.ShimName(drivertest.NetB), mark, true)
+	keep(config.EndpointLinkName(drivertest.EpA), mark, true)
+	keep(config.ShimName(drivertest.NetB), mark, true)
 
 	if err := f.h.Ensure(ctx, network(), nil); err != nil {
 		t.Fatal(err)
@@ -275,7 +275,7 @@ func TestEnsureDeletesRenamed(t *testing.T) {
 	if want := []deleted{{"renamed0", false}}; !slices.Equal(f.deletes, want) {
 		t.Fatalf("DeleteOwned asked %v, want %v", f.deletes, want)
 	}
-	for _, name := range []string{"theirs0", "plain0", rules.EndpointLinkName(drivertest.EpA), rules.ShimName(drivertest.NetB)} {
+	for _, name := range []string{"theirs0", "plain0", config.EndpointLinkName(drivertest.EpA), config.ShimName(drivertest.NetB)} {
 		if _, ok := f.k.Link(name); !ok {
 			t.Errorf("%s was deleted", name)
 		}
@@ -476,15 +476,15 @@ var held = []struct {
 		if err := f.k.AddShim(context.Background(), s, netip.MustParseAddr("192.0.2.253")); err != nil {
 			t.Fatal(err)
 		}
-	}, rules.ShimName(drivertest.NetB), []string{"link " + rules.ShimName(drivertest.NetB), other, "of another underlay instance",
+	}, config.ShimName(drivertest.NetB), []string{"link " + config.ShimName(drivertest.NetB), other, "of another underlay instance",
 		"disconnect the other instance's container with address 192.0.2.10"}},
 	{"this instance's other host link", func(t *testing.T, f *fixture) {
 		s := f.h.spec(drivertest.Macvlan(drivertest.NetC, "eth0", "bridge", "192.0.2.0/24"))
 		if err := f.k.AddShim(context.Background(), s, netip.MustParseAddr("192.0.2.252")); err != nil {
 			t.Fatal(err)
 		}
-	}, rules.ShimName(drivertest.NetC), []string{"link " + rules.ShimName(drivertest.NetC) + ", which carries this instance's mark but is not this network's host link",
-		"ip route del 192.0.2.10/32 dev " + rules.ShimName(drivertest.NetC)}},
+	}, config.ShimName(drivertest.NetC), []string{"link " + config.ShimName(drivertest.NetC) + ", which carries this instance's mark but is not this network's host link",
+		"ip route del 192.0.2.10/32 dev " + config.ShimName(drivertest.NetC)}},
 	{"a blackhole route", func(*testing.T, *fixture) {}, "", []string{"no link (a blackhole route)", "ip route del blackhole 192.0.2.10/32"}},
 }
 

@@ -3,7 +3,7 @@ package reconcile
 import (
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -28,7 +28,7 @@ func (x *Executor) MigrateConfig() (int, error) {
 			return err
 		}
 		for _, n := range old {
-			c, err := rules.ConfigFromOptions(n.Options, n.Type)
+			c, err := config.ConfigFromOptions(n.Options, n.Type)
 			if err != nil {
 				x.Log.Warn("a stored network's option no longer parses: its default is used", "network", n.ID, "error", err)
 			}

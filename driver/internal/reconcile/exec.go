@@ -31,7 +31,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/links"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
 )
@@ -73,33 +73,33 @@ type Executor struct {
 	failures links.FailureLog
 }
 
-// Outcome is how far a plan got: busy when a parent lock was taken by a
+// Outcome is how far a steps got: busy when a parent lock was taken by a
 // request (try again shortly), failed when a link could not be made (its
 // base is missing: try again when links come back).
 type Outcome struct{ Busy, Failed bool }
 
-// Execute carries out a plan in order. held is the parent link whose lock
+// Execute carries out a steps in order. held is the parent link whose lock
 // the caller holds ("" for none); the lock of every other link a step
 // makes or deletes is only tried, and the first busy one ends those steps.
-// Every such step re-checks the store under the lock, since the plan was
+// Every such step re-checks the store under the lock, since the steps was
 // made from a snapshot. Failed steps are logged (store errors joined); the
 // others still run.
-func (x *Executor) Execute(ctx context.Context, plan []rules.Step, held string) (Outcome, error) {
-	return x.ExecuteCounted(ctx, plan, held, nil)
+func (x *Executor) Execute(ctx context.Context, steps []plan.Step, held string) (Outcome, error) {
+	return x.ExecuteCounted(ctx, steps, held, nil)
 }
 
 // ExecuteCounted is Execute telling done (when not nil) the op of every
 // step it carried out: not skipped or busy behind a request's lock, not
 // failed.
-func (x *Executor) ExecuteCounted(ctx context.Context, plan []rules.Step, held string, done func(op string)) (Outcome, error) {
+func (x *Executor) ExecuteCounted(ctx context.Context, steps []plan.Step, held string, done func(op string)) (Outcome, error) {
 	var errs []error
 	var out Outcome
 	busy := false
-	for _, s := range plan {
+	for _, s := range steps {
 		log := x.Log.With("step", s.Op.String(), "link", s.Name, "why", s.Why)
 		var err error // the step's failure; links.ErrBusy when it waits for a lock
 		switch s.Op {
-		case rules.OpRollback:
+		case plan.OpRollback:
 			log.Warn("rolling back network left half-created by a previous run", "network", s.Name)
 			var parent string
 			if parent, err = x.DropPending(s.Name, ""); err != nil {
@@ -107,15 +107,15 @@ func (x *Executor) ExecuteCounted(ctx context.Context, plan []rules.Step, held s
 			} else if parent != "" {
 				x.Events.ReservationRolledBack("network")
 			}
-		case rules.OpRecreate, rules.OpShim, rules.OpRoutes, rules.OpHeal, rules.OpFollow:
+		case plan.OpRecreate, plan.OpShim, plan.OpRoutes, plan.OpHeal, plan.OpFollow:
 			// Steps that make or heal a link under its parent's lock: a
 			// failure waits for the watcher (the base may be gone; the
 			// networks stay, and the next request on them reports it).
 			run, failure := x.recreate, "could not re-create a parent link underlay created"
 			switch s.Op {
-			case rules.OpShim, rules.OpRoutes:
+			case plan.OpShim, plan.OpRoutes:
 				run, failure = x.repairShim, "could not make the host link of a network"
-			case rules.OpHeal, rules.OpFollow:
+			case plan.OpHeal, plan.OpFollow:
 				run, failure = x.heal, "could not put an owned link back in order"
 			}
 			var ran bool
@@ -127,13 +127,13 @@ func (x *Executor) ExecuteCounted(ctx context.Context, plan []rules.Step, held s
 				out.Failed = true
 			} else {
 				x.failures.Clear(s.Name)
-				if s.Op == rules.OpShim {
+				if s.Op == plan.OpShim {
 					log.Warn("made the missing host link of a network, with its routes")
 				}
 			}
-		case rules.OpKeep:
+		case plan.OpKeep:
 			log.Warn("keeping a link underlay created that no network needs")
-		case rules.OpForget, rules.OpRelease:
+		case plan.OpForget, plan.OpRelease:
 			var ran bool
 			if ran, err = tryLocked(&busy, func() error { return x.release(ctx, s, held) }); !ran {
 				continue
@@ -141,12 +141,12 @@ func (x *Executor) ExecuteCounted(ctx context.Context, plan []rules.Step, held s
 			if err != nil {
 				errs = append(errs, err)
 			}
-		case rules.OpRepoint:
+		case plan.OpRepoint:
 			log.Warn("moving networks recorded on an altname to the link's kernel name", "to", s.To)
 			if err = x.Owned.Repoint(s.Name, s.To); err != nil {
 				errs = append(errs, fmt.Errorf("move the networks on %s to %s: %w", s.Name, s.To, err))
 			}
-		case rules.OpDeleteStray:
+		case plan.OpDeleteStray:
 			log.Warn("deleting link no record owns")
 			if err = x.Owned.Delete(ctx, s.Name, false); err != nil {
 				errs = append(errs, err)

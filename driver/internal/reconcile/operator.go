@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/doctor"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/links"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -53,7 +53,7 @@ func (o *Operator) Inventory(ctx context.Context) (doctor.Inventory, error) {
 		if err := tx.ForEachNetwork(func(n record.Network) error {
 			inv.Networks = append(inv.Networks, n)
 			if n.HostAddress != "" {
-				inv.HostLinks[n.ID] = rules.ShimName(n.ID)
+				inv.HostLinks[n.ID] = config.ShimName(n.ID)
 			}
 			eps, err := o.Joins.Endpoints(tx, n.ID)
 			inv.Endpoints = append(inv.Endpoints, eps...)

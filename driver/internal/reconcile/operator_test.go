@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
@@ -163,14 +163,14 @@ func TestInventory(t *testing.T) {
 	withHost := drivertest.Macvlan(drivertest.NetB, "eth1", "bridge", "198.18.2.0/24")
 	withHost.HostAddress = "198.18.2.5"
 	netA := onParent(drivertest.NetA, "eth0.10")
-	epA := record.Endpoint{NetworkID: drivertest.NetA, ID: drivertest.EpA, Link: rules.EndpointLinkName(drivertest.EpA), IPv4: "198.18.1.10/24"}
-	epB := record.Endpoint{NetworkID: drivertest.NetB, ID: drivertest.EpB, Link: rules.EndpointLinkName(drivertest.EpB), IPv4: "198.18.2.10/24"}
+	epA := record.Endpoint{NetworkID: drivertest.NetA, ID: drivertest.EpA, Link: config.EndpointLinkName(drivertest.EpA), IPv4: "198.18.1.10/24"}
+	epB := record.Endpoint{NetworkID: drivertest.NetB, ID: drivertest.EpB, Link: config.EndpointLinkName(drivertest.EpB), IPv4: "198.18.2.10/24"}
 	drivertest.Put(t, f.db, []record.Network{netA, withHost, onParent(drivertest.NetC, "eth0.10")}, epA, epB)
 	// A join of a network without a host address is kept in memory only.
 	if commit := f.joins.Join(netA, epA, "/var/run/docker/netns/abc", "boot-1"); commit != nil {
 		t.Fatal("a join of a network without a host address is committed")
 	}
-	shim := rules.ShimName(drivertest.NetB)
+	shim := config.ShimName(drivertest.NetB)
 	if err := f.k.AddShim(ctx, vocab.Endpoint{Name: shim, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: opMark}, netip.MustParseAddr("198.18.2.5")); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestRecreateParent(t *testing.T) {
 // DeleteOrphanLink deletes a link with this instance's mark no record
 // owns, and refuses every other.
 func TestDeleteOrphanLink(t *testing.T) {
-	ep := rules.EndpointLinkName(drivertest.EpA)
+	ep := config.EndpointLinkName(drivertest.EpA)
 	for _, tc := range []struct {
 		name, link string
 		setup      func(t *testing.T, f *opFixture)

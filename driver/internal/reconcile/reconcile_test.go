@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/links"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
-	"github.com/underlay-net/underlay/driver/internal/rules"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
@@ -148,7 +149,7 @@ func vlan(name, base string, id int) record.ParentLink {
 
 func onParent(id, parent string) record.Network {
 	n := drivertest.Macvlan(id, parent, "bridge", "198.18.1.0/24")
-	n.Options = map[string]string{rules.OptParent: parent}
+	n.Options = map[string]string{config.OptParent: parent}
 	return n
 }
 
@@ -165,7 +166,7 @@ func TestExecuteSteps(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		setup   func(t *testing.T, f *fixture)
-		step    rules.Step
+		step    plan.Step
 		links   []string // besides eth0, eth1, lo
 		parents []string
 		nets    []string
@@ -176,13 +177,13 @@ func TestExecuteSteps(t *testing.T) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
 				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			},
-			step:  rules.Step{Op: rules.OpRecreate, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
+			step:  plan.Step{Op: plan.OpRecreate, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 			links: []string{"eth0.10"}, parents: []string{"eth0.10"}, nets: []string{drivertest.NetA},
 		},
 		{
 			name:    "recreate an owned VLAN no network needs any more",
 			setup:   func(t *testing.T, f *fixture) { f.putParent(t, vlan("eth0.10", "eth0", 10)) },
-			step:    rules.Step{Op: rules.OpRecreate, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
+			step:    plan.Step{Op: plan.OpRecreate, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 			parents: []string{"eth0.10"},
 		},
 		{
@@ -191,7 +192,7 @@ func TestExecuteSteps(t *testing.T) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
 				f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 			},
-			step: rules.Step{Op: rules.OpRelease, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
+			step: plan.Step{Op: plan.OpRelease, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 		},
 		{
 			name: "release an owned VLAN a network needs again",
@@ -200,7 +201,7 @@ func TestExecuteSteps(t *testing.T) {
 				f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			},
-			step:  rules.Step{Op: rules.OpRelease, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
+			step:  plan.Step{Op: plan.OpRelease, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 			links: []string{"eth0.10"}, parents: []string{"eth0.10"}, nets: []string{drivertest.NetA},
 		},
 		{
@@ -209,7 +210,7 @@ func TestExecuteSteps(t *testing.T) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
 				f.addVLAN(t, "eth0.10", "eth0", 10, otherMark)
 			},
-			step:  rules.Step{Op: rules.OpRelease, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
+			step:  plan.Step{Op: plan.OpRelease, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 			links: []string{"eth0.10"},
 		},
 		{
@@ -218,24 +219,24 @@ func TestExecuteSteps(t *testing.T) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
 				f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 			},
-			step:  rules.Step{Op: rules.OpForget, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
+			step:  plan.Step{Op: plan.OpForget, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
 			links: []string{"eth0.10"},
 		},
 		{
 			name:  "delete a stray with the mark",
 			setup: func(t *testing.T, f *fixture) { f.addVLAN(t, "eth0.10", "eth0", 10, mark) },
-			step:  rules.Step{Op: rules.OpDeleteStray, Name: "eth0.10"},
+			step:  plan.Step{Op: plan.OpDeleteStray, Name: "eth0.10"},
 		},
 		{
 			name:  "delete a stray without a mark",
 			setup: func(t *testing.T, f *fixture) { f.addVLAN(t, "eth0.10", "eth0", 10, "") },
-			step:  rules.Step{Op: rules.OpDeleteStray, Name: "eth0.10"},
+			step:  plan.Step{Op: plan.OpDeleteStray, Name: "eth0.10"},
 			links: []string{"eth0.10"},
 		},
 		{
 			name:  "delete a stray with another instance's mark",
 			setup: func(t *testing.T, f *fixture) { f.addVLAN(t, "eth0.10", "eth0", 10, otherMark) },
-			step:  rules.Step{Op: rules.OpDeleteStray, Name: "eth0.10"},
+			step:  plan.Step{Op: plan.OpDeleteStray, Name: "eth0.10"},
 			links: []string{"eth0.10"},
 		},
 		{
@@ -244,7 +245,7 @@ func TestExecuteSteps(t *testing.T) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
 				f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 			},
-			step:  rules.Step{Op: rules.OpKeep, Name: "eth0.10"},
+			step:  plan.Step{Op: plan.OpKeep, Name: "eth0.10"},
 			links: []string{"eth0.10"}, parents: []string{"eth0.10"},
 		},
 		{
@@ -252,7 +253,7 @@ func TestExecuteSteps(t *testing.T) {
 			setup: func(t *testing.T, f *fixture) {
 				drivertest.Put(t, f.db, []record.Network{pending(onParent(drivertest.NetA, "eth0"), "t", f.clock.Now()), onParent(drivertest.NetB, "eth0")})
 			},
-			step: rules.Step{Op: rules.OpRollback, Name: drivertest.NetA},
+			step: plan.Step{Op: plan.OpRollback, Name: drivertest.NetA},
 			nets: []string{drivertest.NetB},
 		},
 		{
@@ -260,7 +261,7 @@ func TestExecuteSteps(t *testing.T) {
 			setup: func(t *testing.T, f *fixture) {
 				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0")})
 			},
-			step: rules.Step{Op: rules.OpRollback, Name: drivertest.NetA},
+			step: plan.Step{Op: plan.OpRollback, Name: drivertest.NetA},
 			nets: []string{drivertest.NetA},
 		},
 	} {
@@ -268,7 +269,7 @@ func TestExecuteSteps(t *testing.T) {
 			f := newFixture(t)
 			tc.setup(t, f)
 			var done []string
-			out, err := f.x.ExecuteCounted(context.Background(), []rules.Step{tc.step}, "", func(op string) { done = append(done, op) })
+			out, err := f.x.ExecuteCounted(context.Background(), []plan.Step{tc.step}, "", func(op string) { done = append(done, op) })
 			if err != nil || out != (reconcile.Outcome{}) {
 				t.Fatalf("Execute = %+v, %v", out, err)
 			}
@@ -280,7 +281,7 @@ func TestExecuteSteps(t *testing.T) {
 			if got := f.networks(t); !slices.Equal(got, tc.nets) {
 				t.Errorf("networks %v, want %v", got, tc.nets)
 			}
-			if l, ok := f.k.Link("eth0.10"); ok && tc.step.Op == rules.OpRecreate && (l.Alias != mark || l.VLAN != 10 || f.k.Parent("eth0.10") != "eth0") {
+			if l, ok := f.k.Link("eth0.10"); ok && tc.step.Op == plan.OpRecreate && (l.Alias != mark || l.VLAN != 10 || f.k.Parent("eth0.10") != "eth0") {
 				t.Errorf("re-created %+v on %s, want VLAN 10 on eth0 with the mark", l, f.k.Parent("eth0.10"))
 			}
 		})
@@ -288,24 +289,24 @@ func TestExecuteSteps(t *testing.T) {
 }
 
 // A step that fails (the kernel refuses the VLAN) is reported as Failed
-// and the plan's other steps still run; a step whose parent lock a request
-// holds is left, with the locked steps after it, and the plan is Busy.
+// and the steps's other steps still run; a step whose parent lock a request
+// holds is left, with the locked steps after it, and the steps is Busy.
 func TestExecuteFailedAndBusySteps(t *testing.T) {
 	ctx := context.Background()
-	setup := func(t *testing.T) (*fixture, []rules.Step) {
+	setup := func(t *testing.T) (*fixture, []plan.Step) {
 		f := newFixture(t)
 		f.putParent(t, vlan("eth0.10", "eth0", 10), vlan("eth1.20", "eth1", 20))
 		f.addVLAN(t, "eth1.20", "eth1", 20, mark)
 		f.addVLAN(t, "eth0.99", "eth0", 99, mark)
 		drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
-		return f, []rules.Step{
-			{Op: rules.OpRecreate, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
-			{Op: rules.OpRelease, Name: "eth1.20", Parent: vlan("eth1.20", "eth1", 20)},
-			{Op: rules.OpDeleteStray, Name: "eth0.99"},
+		return f, []plan.Step{
+			{Op: plan.OpRecreate, Name: "eth0.10", Parent: vlan("eth0.10", "eth0", 10)},
+			{Op: plan.OpRelease, Name: "eth1.20", Parent: vlan("eth1.20", "eth1", 20)},
+			{Op: plan.OpDeleteStray, Name: "eth0.99"},
 		}
 	}
 	t.Run("failed", func(t *testing.T) {
-		f, plan := setup(t)
+		f, steps := setup(t)
 		f.k.SetFault(func(op, name string) error {
 			if op == "vlan" {
 				return errors.New("operation not permitted")
@@ -313,7 +314,7 @@ func TestExecuteFailedAndBusySteps(t *testing.T) {
 			return nil
 		})
 		var done []string
-		out, err := f.x.ExecuteCounted(ctx, plan, "", func(op string) { done = append(done, op) })
+		out, err := f.x.ExecuteCounted(ctx, steps, "", func(op string) { done = append(done, op) })
 		if err != nil || !out.Failed || out.Busy {
 			t.Fatalf("Execute = %+v, %v; want Failed, no error (the watcher tries again)", out, err)
 		}
@@ -324,10 +325,10 @@ func TestExecuteFailedAndBusySteps(t *testing.T) {
 		f.wantParents(t, "eth0.10")
 	})
 	t.Run("busy", func(t *testing.T) {
-		f, plan := setup(t)
+		f, steps := setup(t)
 		unlock, _ := f.locks.TryExclusive(keylock.ParentKey("eth0.10"))
 		defer unlock()
-		out, err := f.x.Execute(ctx, plan, "")
+		out, err := f.x.Execute(ctx, steps, "")
 		if err != nil || !out.Busy || out.Failed {
 			t.Fatalf("Execute = %+v, %v; want Busy", out, err)
 		}
@@ -336,10 +337,10 @@ func TestExecuteFailedAndBusySteps(t *testing.T) {
 		f.wantParents(t, "eth0.10", "eth1.20")
 	})
 	t.Run("held by the caller", func(t *testing.T) {
-		f, plan := setup(t)
+		f, steps := setup(t)
 		unlock, _ := f.locks.TryExclusive(keylock.ParentKey("eth0.10"))
 		defer unlock()
-		out, err := f.x.Execute(ctx, plan, "eth0.10")
+		out, err := f.x.Execute(ctx, steps, "eth0.10")
 		if err != nil || out != (reconcile.Outcome{}) {
 			t.Fatalf("Execute = %+v, %v", out, err)
 		}
@@ -354,7 +355,7 @@ func TestExecuteFailedAndBusySteps(t *testing.T) {
 			}
 			return nil
 		})
-		_, err := f.x.Execute(ctx, []rules.Step{{Op: rules.OpRelease, Name: "eth1.20", Parent: vlan("eth1.20", "eth1", 20)}}, "")
+		_, err := f.x.Execute(ctx, []plan.Step{{Op: plan.OpRelease, Name: "eth1.20", Parent: vlan("eth1.20", "eth1", 20)}}, "")
 		drivertest.WantErr(t, err, nil, "delete parent link eth1.20", "device or resource busy")
 		f.wantParents(t, "eth0.10", "eth1.20")
 	})
@@ -496,8 +497,8 @@ func TestJanitorTick(t *testing.T) {
 func TestRelevant(t *testing.T) {
 	f := newFixture(t)
 	vlanLink := vocab.Link{Name: "eth0.10", Index: 40, Kind: vocab.KindVLAN, Alias: mark}
-	ep := vocab.Link{Name: rules.EndpointLinkName(drivertest.EpA), Index: 41, Kind: "macvlan", Alias: mark}
-	shim := vocab.Link{Name: rules.ShimName(drivertest.NetA), Index: 42, Kind: "macvlan", Alias: mark}
+	ep := vocab.Link{Name: config.EndpointLinkName(drivertest.EpA), Index: 41, Kind: "macvlan", Alias: mark}
+	shim := vocab.Link{Name: config.ShimName(drivertest.NetA), Index: 42, Kind: "macvlan", Alias: mark}
 	user := vocab.Link{Name: "user0", Index: 43, Kind: "device"}
 	foreign := vocab.Link{Name: "eth0.12", Index: 45, Kind: vocab.KindVLAN, Alias: otherMark}
 	self := vocab.Link{Name: "eth0.11", Index: 44, Kind: vocab.KindVLAN, Alias: mark}
@@ -574,7 +575,7 @@ func TestWatchRemakesDeletedOwnedLink(t *testing.T) {
 	f.ev.mu.Lock()
 	repaired := slices.Clone(f.ev.repair)
 	f.ev.mu.Unlock()
-	if !slices.Contains(repaired, rules.OpRecreate.String()) {
+	if !slices.Contains(repaired, plan.OpRecreate.String()) {
 		t.Errorf("repairs counted %v, want a recreate", repaired)
 	}
 }
@@ -614,7 +615,7 @@ func TestRepairHostLink(t *testing.T) {
 	n := drivertest.Macvlan(drivertest.NetA, "eth1", "bridge", "198.18.2.0/24")
 	n.HostAddress = "198.18.2.5"
 	drivertest.Put(t, f.db, []record.Network{n})
-	shim := rules.ShimName(drivertest.NetA)
+	shim := config.ShimName(drivertest.NetA)
 	if out, err := f.x.Repair(ctx); err != nil || out != (reconcile.Outcome{}) {
 		t.Fatalf("Repair = %+v, %v", out, err)
 	}

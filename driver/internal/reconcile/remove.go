@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
@@ -29,8 +29,8 @@ func (x *Executor) RemoveNetwork(ctx context.Context, n record.Network) error {
 		}
 	}
 	if n.HostAddress != "" {
-		if err := x.Owned.Delete(ctx, rules.ShimName(n.ID), true); err != nil {
-			return fmt.Errorf("delete the host's link %s of network %s: %w", rules.ShimName(n.ID), dockerid.Short(n.ID), err)
+		if err := x.Owned.Delete(ctx, config.ShimName(n.ID), true); err != nil {
+			return fmt.Errorf("delete the host's link %s of network %s: %w", config.ShimName(n.ID), dockerid.Short(n.ID), err)
 		}
 	}
 	x.point("delete-network/after-link-delete")

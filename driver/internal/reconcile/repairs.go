@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
@@ -29,9 +29,9 @@ func (o *Operator) HealLink(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	o.Reconcile.ReadShimAddrs(ctx, &s, links)
-	var todo []rules.Step
-	for _, st := range rules.PlanRepair(s, links, o.Mark) {
-		if (st.Op == rules.OpHeal || st.Op == rules.OpShim || st.Op == rules.OpFollow) && (st.Name == name || st.To == name) {
+	var todo []plan.Step
+	for _, st := range plan.PlanRepair(s, links, o.Mark) {
+		if (st.Op == plan.OpHeal || st.Op == plan.OpShim || st.Op == plan.OpFollow) && (st.Name == name || st.To == name) {
 			todo = append(todo, st)
 		}
 	}
@@ -47,7 +47,7 @@ func (o *Operator) HealLink(ctx context.Context, name string) (string, error) {
 	case out.Failed:
 		return "", fmt.Errorf("could not heal link %s: see the daemon's log", name)
 	}
-	return "healed " + name + " (" + rules.StepsString(todo) + ")", nil
+	return "healed " + name + " (" + plan.StepsString(todo) + ")", nil
 }
 
 // RemoveStaleNetwork removes a network Docker does not know, as
@@ -119,7 +119,7 @@ func (o *Operator) RecreateParent(ctx context.Context, name string) (string, err
 	if _, err := o.Kernel.Get(ctx, name); err == nil {
 		return "no longer needed: it is there", nil
 	}
-	out, err := o.Reconcile.Execute(ctx, []rules.Step{{Op: rules.OpRecreate, Name: name, Parent: owned, Why: "doctor --repair"}}, "")
+	out, err := o.Reconcile.Execute(ctx, []plan.Step{{Op: plan.OpRecreate, Name: name, Parent: owned, Why: "doctor --repair"}}, "")
 	if err == nil && (out.Busy || out.Failed) {
 		err = fmt.Errorf("parent link %s could not be re-created now (a request holds it, or its base is missing): see the daemon's log", name)
 	}
@@ -151,7 +151,7 @@ func (o *Operator) DeleteOrphanLink(ctx context.Context, name string) (string, e
 		return "", refusef("link %s does not carry this underlay's mark %q: not touched", name, o.Mark)
 	}
 	locks := []keylock.Req{keylock.Exclusive(keylock.ParentKey(l.Name))}
-	if lower, ok := rules.LinkByIndex(links, l.ParentIndex); ok && l.ParentIndex > 0 {
+	if lower, ok := plan.LinkByIndex(links, l.ParentIndex); ok && l.ParentIndex > 0 {
 		locks = append(locks, keylock.Exclusive(keylock.ParentKey(lower.Name)))
 	}
 	_, unlock, err := o.Locks.Acquire(ctx, locks...)
@@ -167,12 +167,12 @@ func (o *Operator) DeleteOrphanLink(ctx context.Context, name string) (string, e
 	if s.Recorded(name) {
 		return "no longer needed: a record owns link " + name + " now", nil
 	}
-	for _, st := range rules.PlanFollow(s, links, o.Mark) {
+	for _, st := range plan.PlanFollow(s, links, o.Mark) {
 		if st.To == name {
 			return "", refusef("link %s is the VLAN %s that underlay created, renamed (%s): its record follows it; not deleted", name, st.Name, st.Why)
 		}
 	}
-	if on := rules.StandsOn(links, l); len(on) > 0 {
+	if on := plan.StandsOn(links, l); len(on) > 0 {
 		return "", refusef("links stand on %s (%v): deleting it would take them with it; not deleted", name, on)
 	}
 	if err := o.Owned.Delete(ctx, name, false); err != nil {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 )
 
-// Restore carries out the restore plan (rules.PlanRestore) over one
+// Restore carries out the restore plan (plan.PlanRestore) over one
 // snapshot of the store and one list of links, before the socket is served
 // (driver.Driver.Restore: every pending reservation rolled back, missing
 // owned parents re-created, unneeded ones released, this instance's strays
@@ -28,7 +28,7 @@ func (x *Executor) Restore(ctx context.Context) error {
 		return fmt.Errorf("read state: %w", err)
 	}
 	x.ReadShimAddrs(ctx, &s, links)
-	plan := rules.PlanRestore(s, links, x.Mark)
+	plan := plan.PlanRestore(s, links, x.Mark)
 	x.Log.Info("reconcile plan", "steps", len(plan), "plan", fmt.Sprint(plan))
 	if _, err := x.ExecuteCounted(ctx, plan, "", x.Events.ReconcileAction); err != nil {
 		return fmt.Errorf("reconcile state with the kernel: %w", err)
@@ -75,7 +75,7 @@ func (x *Executor) JanitorTick(ctx context.Context) {
 	for name := range s.Owned {
 		owned = append(owned, name)
 	}
-	if _, err := x.Execute(ctx, rules.PlanRelease(s, links, x.Mark, owned), ""); err != nil {
+	if _, err := x.Execute(ctx, plan.PlanRelease(s, links, x.Mark, owned), ""); err != nil {
 		x.Log.Error("janitor: release parent links", "error", err)
 	}
 }

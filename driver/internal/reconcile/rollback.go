@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/underlay-net/underlay/driver/internal/links"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -27,7 +27,7 @@ func (x *Executor) ReleaseParent(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	_, err = x.Execute(ctx, rules.PlanRelease(s, links, x.Mark, []string{name}), name)
+	_, err = x.Execute(ctx, plan.PlanRelease(s, links, x.Mark, []string{name}), name)
 	return err
 }
 

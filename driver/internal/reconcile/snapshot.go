@@ -6,7 +6,8 @@ import (
 	"maps"
 	"net/netip"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
@@ -20,8 +21,8 @@ import (
 // carrying this instance's mark are endpoint links on record, and the
 // networks with a host address: nothing it reads grows with the number of
 // endpoints.
-func (x *Executor) Snapshot(withEndpoints bool, links ...vocab.Link) (rules.Snapshot, error) {
-	s := rules.Snapshot{Owned: map[string]record.ParentLink{}}
+func (x *Executor) Snapshot(withEndpoints bool, links ...vocab.Link) (plan.Snapshot, error) {
+	s := plan.Snapshot{Owned: map[string]record.ParentLink{}}
 	err := x.Store.View(func(tx *store.Tx) error {
 		var err error
 		if s.Pending, err = tx.Pending(); err != nil {
@@ -55,14 +56,14 @@ func (x *Executor) Snapshot(withEndpoints bool, links ...vocab.Link) (rules.Snap
 }
 
 // readShims lists the networks with a host address and their routes.
-func (x *Executor) readShims(tx *store.Tx) (map[string]rules.ShimState, error) {
-	out := map[string]rules.ShimState{}
+func (x *Executor) readShims(tx *store.Tx) (map[string]plan.ShimState, error) {
+	out := map[string]plan.ShimState{}
 	err := tx.ForEachNetworkWithHostAddress(func(n record.Network) error {
 		if n.HostAddress == "" || n.Pending != nil {
 			return nil
 		}
 		routes, err := x.Joins.JoinedV4(tx, n.ID, x.Boot)
-		out[rules.ShimName(n.ID)] = rules.ShimState{Network: n, Routes: routes}
+		out[config.ShimName(n.ID)] = plan.ShimState{Network: n, Routes: routes}
 		return err
 	})
 	return out, err
@@ -70,7 +71,7 @@ func (x *Executor) readShims(tx *store.Tx) (map[string]rules.ShimState, error) {
 
 // ReadShimAddrs reads the kernel's addresses of the host links that exist,
 // for the planners (a link gone meanwhile has none).
-func (x *Executor) ReadShimAddrs(ctx context.Context, s *rules.Snapshot, links []vocab.Link) {
+func (x *Executor) ReadShimAddrs(ctx context.Context, s *plan.Snapshot, links []vocab.Link) {
 	s.ShimAddrs = x.HostLinkAddrs(ctx, links, maps.Keys(s.Shims))
 }
 
@@ -79,7 +80,7 @@ func (x *Executor) ReadShimAddrs(ctx context.Context, s *rules.Snapshot, links [
 func (x *Executor) HostLinkAddrs(ctx context.Context, links []vocab.Link, names iter.Seq[string]) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for name := range names {
-		if l, ok := rules.FindLink(links, name); ok && l.Name == name {
+		if l, ok := plan.FindLink(links, name); ok && l.Name == name {
 			if as, err := x.Kernel.LinkAddrs(ctx, name); err == nil {
 				out[name] = as
 			}

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/underlay-net/underlay/driver/internal/links"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
@@ -18,7 +18,7 @@ import (
 
 // recreate makes a missing parent link underlay owns, under its lock
 // (tried unless held), if a network still needs it.
-func (x *Executor) recreate(ctx context.Context, s rules.Step, held string) error {
+func (x *Executor) recreate(ctx context.Context, s plan.Step, held string) error {
 	unlock, err := x.Owned.TryParent(s.Name, held)
 	if err != nil {
 		return err
@@ -38,7 +38,7 @@ func (x *Executor) recreate(ctx context.Context, s rules.Step, held string) erro
 
 // release deletes (opRelease) or only forgets (opForget) an owned parent
 // link, under its lock, if the store still says nothing needs it.
-func (x *Executor) release(ctx context.Context, s rules.Step, held string) error {
+func (x *Executor) release(ctx context.Context, s plan.Step, held string) error {
 	unlock, err := x.Owned.TryParent(s.Name, held)
 	if err != nil {
 		return err
@@ -52,7 +52,7 @@ func (x *Executor) release(ctx context.Context, s rules.Step, held string) error
 	}); err != nil || !still {
 		return err
 	}
-	if s.Op == rules.OpRelease {
+	if s.Op == plan.OpRelease {
 		if err := x.Owned.Delete(ctx, s.Name, true); err != nil {
 			return fmt.Errorf("delete parent link %s: %w", s.Name, err)
 		}
@@ -70,9 +70,9 @@ func (x *Executor) release(ctx context.Context, s rules.Step, held string) error
 
 // heal carries out opHeal (an owned parent or a host link) and opFollow,
 // under the locks of the links involved (tried unless held).
-func (x *Executor) heal(ctx context.Context, s rules.Step, held string) error {
+func (x *Executor) heal(ctx context.Context, s plan.Step, held string) error {
 	switch {
-	case s.Op == rules.OpFollow:
+	case s.Op == plan.OpFollow:
 		return x.Owned.Follow(ctx, s.Name, s.To, held)
 	case s.Shim.Network.ID != "":
 		return x.repairShim(ctx, s, held) // links.Shims.Ensure logs what it healed
@@ -101,7 +101,7 @@ func (x *Executor) heal(ctx context.Context, s rules.Step, held string) error {
 
 // repairShim makes a host link (opShim) or puts its routes back (opRoutes)
 // under the network's parent lock, tried unless held.
-func (x *Executor) repairShim(ctx context.Context, s rules.Step, held string) error {
+func (x *Executor) repairShim(ctx context.Context, s plan.Step, held string) error {
 	n := s.Shim.Network
 	unlock, err := x.Owned.TryParent(n.Parent, held)
 	if err != nil {

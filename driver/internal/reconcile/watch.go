@@ -4,7 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/vocab"
 )
@@ -30,16 +31,16 @@ func (x *Executor) Repair(ctx context.Context) (Outcome, error) {
 		return Outcome{Failed: true}, err
 	}
 	x.ReadShimAddrs(ctx, &s, links)
-	var todo []rules.Step
-	for _, st := range rules.PlanRepair(s, links, x.Mark) {
-		if st.Op != rules.OpRoutes {
+	var todo []plan.Step
+	for _, st := range plan.PlanRepair(s, links, x.Mark) {
+		if st.Op != plan.OpRoutes {
 			todo = append(todo, st)
 		}
 	}
 	if len(todo) == 0 {
 		return Outcome{}, nil
 	}
-	x.Log.Debug("repair pass", "plan", rules.StepsString(todo))
+	x.Log.Debug("repair pass", "plan", plan.StepsString(todo))
 	return x.ExecuteCounted(ctx, todo, "", x.Events.RepairAction)
 }
 
@@ -125,7 +126,7 @@ func (x *Executor) Watch(ctx context.Context) error {
 // other than an endpoint's or a host link's may be it.
 func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	l := ev.Link
-	if rules.IsEndpointLinkName(l.Name) {
+	if config.IsEndpointLinkName(l.Name) {
 		return false
 	}
 	ours := l.Alias == x.Mark
@@ -141,7 +142,7 @@ func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	case ours:
 		return true
 	}
-	return waiting && !rules.IsShimName(l.Name)
+	return waiting && !config.IsShimName(l.Name)
 }
 
 // subscribe opens the link event stream.

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store/record"
@@ -48,7 +48,7 @@ type Holders struct {
 // they are removed; otherwise the create is refused naming them and
 // nothing changes. The returned function releases the holders' network
 // locks. The caller holds the parent lock.
-func (h *Holders) Clear(ctx context.Context, want record.Network, asked string, cs []rules.Conflict) (func(), error) {
+func (h *Holders) Clear(ctx context.Context, want record.Network, asked string, cs []plan.Conflict) (func(), error) {
 	var unlocks []func()
 	release := func() {
 		for _, u := range unlocks {
@@ -69,7 +69,7 @@ func (h *Holders) Clear(ctx context.Context, want record.Network, asked string, 
 	}
 	for _, c := range cs {
 		h.Log.Warn("removing stale holder: Docker no longer knows this network", "network", want.ID,
-			"holder", c.Holder.ID, "parent", c.Holder.Parent, "holder_config", rules.Describe(c.Holder))
+			"holder", c.Holder.ID, "parent", c.Holder.Parent, "holder_config", plan.Describe(c.Holder))
 		if err := h.Remover.RemoveNetwork(ctx, c.Holder); err != nil {
 			return release, fmt.Errorf("remove stale network %s from parent %s: %w", dockerid.Short(c.Holder.ID), c.Holder.Parent, err)
 		}

@@ -16,7 +16,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -49,11 +49,11 @@ type Checker struct {
 
 // Check returns nil when Docker no longer knows any of the holders of cs
 // and each is older than the grace period (waiting for the young ones and
-// asking again); otherwise the request's refusal (rules.ConflictError),
+// asking again); otherwise the request's refusal (plan.ConflictError),
 // saying when Docker could not be asked.
-func (c *Checker) Check(ctx context.Context, want record.Network, asked string, cs []rules.Conflict) error {
+func (c *Checker) Check(ctx context.Context, want record.Network, asked string, cs []plan.Conflict) error {
 	if c.Docker == nil {
-		return rules.ConflictError(want, asked, cs)
+		return plan.ConflictError(want, asked, cs)
 	}
 	holders := make([]record.Network, len(cs))
 	for i, cf := range cs {
@@ -125,12 +125,12 @@ func (c *Checker) askDocker(ctx context.Context, holders []record.Network) *answ
 
 // refuseIfLive asks Docker about holders and answers the refusal if any of
 // them is live or Docker could not say.
-func (c *Checker) refuseIfLive(ctx context.Context, want record.Network, asked string, cs []rules.Conflict, holders []record.Network) error {
+func (c *Checker) refuseIfLive(ctx context.Context, want record.Network, asked string, cs []plan.Conflict, holders []record.Network) error {
 	a := c.askDocker(ctx, holders)
 	if a == nil {
 		return nil
 	}
-	refusal := rules.ConflictError(want, asked, cs)
+	refusal := plan.ConflictError(want, asked, cs)
 	if a.err != nil {
 		c.Log.Warn("could not ask Docker whether a conflicting holder still exists; treating it as live",
 			"network", want.ID, "holder", a.holder.ID, "error", a.err)

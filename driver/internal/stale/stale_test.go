@@ -12,7 +12,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/rules"
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store/record"
@@ -111,10 +111,10 @@ var want = drivertest.Macvlan(drivertest.NetC, "eth0", "bridge", "192.0.2.0/24")
 
 // holder is a conflicting holder of eth0 created at created (zero: a
 // record of a version that did not keep the time).
-func holder(id string, created time.Time) rules.Conflict {
+func holder(id string, created time.Time) plan.Conflict {
 	n := drivertest.Macvlan(id, "eth0", "passthru", "198.51.100.0/24")
 	n.Created = created
-	return rules.Conflict{Holder: n, Reason: "passthru takes the whole parent"}
+	return plan.Conflict{Holder: n, Reason: "passthru takes the whole parent"}
 }
 
 func checker(d NetworkChecker, clock *fakeclock.Clock, log *logged, grace time.Duration) *Checker {
@@ -122,11 +122,11 @@ func checker(d NetworkChecker, clock *fakeclock.Clock, log *logged, grace time.D
 }
 
 func TestCheckNoDocker(t *testing.T) {
-	cs := []rules.Conflict{holder(drivertest.NetA, time.Time{})}
+	cs := []plan.Conflict{holder(drivertest.NetA, time.Time{})}
 	c := &Checker{Grace: time.Hour, Lookup: time.Hour, Now: time.Now, Log: slog.New(&logged{})}
 	err := c.Check(context.Background(), want, "eth0", cs)
-	if err == nil || err.Error() != rules.ConflictError(want, "eth0", cs).Error() {
-		t.Fatalf("Check without Docker = %v, want the refusal %v", err, rules.ConflictError(want, "eth0", cs))
+	if err == nil || err.Error() != plan.ConflictError(want, "eth0", cs).Error() {
+		t.Fatalf("Check without Docker = %v, want the refusal %v", err, plan.ConflictError(want, "eth0", cs))
 	}
 }
 
@@ -155,7 +155,7 @@ func TestCheckOld(t *testing.T) {
 			}
 			log := &logged{}
 			c := checker(d, fakeclock.New(t0), log, time.Hour)
-			cs := []rules.Conflict{holder(drivertest.NetA, old), holder(drivertest.NetB, time.Time{})}
+			cs := []plan.Conflict{holder(drivertest.NetA, old), holder(drivertest.NetB, time.Time{})}
 			err := c.Check(context.Background(), want, "eth0", cs)
 			if !tc.refused {
 				if err != nil {
@@ -192,7 +192,7 @@ func TestCheckFirstAnswerEnds(t *testing.T) {
 		return false, ctx.Err()
 	})
 	c := checker(d, fakeclock.New(t0), &logged{}, time.Hour)
-	cs := []rules.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
+	cs := []plan.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
 	err := c.Check(context.Background(), want, "eth0", cs)
 	drivertest.WantErr(t, err, pluginapi.ErrConflict, "aaaaaaaaaaaa")
 	<-cancelled // the unanswered question ends with the check
@@ -208,7 +208,7 @@ func TestCheckDeadline(t *testing.T) {
 	})
 	c := checker(d, fakeclock.New(t0), &logged{}, 0)
 	c.Lookup = time.Millisecond
-	err := c.Check(context.Background(), want, "eth0", []rules.Conflict{holder(drivertest.NetA, time.Time{})})
+	err := c.Check(context.Background(), want, "eth0", []plan.Conflict{holder(drivertest.NetA, time.Time{})})
 	drivertest.WantErr(t, err, pluginapi.ErrConflict, "could not be asked", context.DeadlineExceeded.Error())
 }
 
@@ -231,7 +231,7 @@ func TestCheckYoung(t *testing.T) {
 			d.say(drivertest.NetC, unknown, live)    // old: asked once
 			log := &logged{}
 			c := checker(d, fakeclock.New(t0), log, grace)
-			var cs []rules.Conflict
+			var cs []plan.Conflict
 			if tc.refused { // the youngest first: it decides the wait
 				cs = append(cs, holder(drivertest.NetB, t0.Add(-grace/4)))
 			}
@@ -281,7 +281,7 @@ func TestCheckClockBack(t *testing.T) {
 		}
 	}}
 	c := checker(d, fakeclock.New(t0), log, grace)
-	err := c.Check(ctx, want, "eth0", []rules.Conflict{holder(drivertest.NetA, t0.Add(24*time.Hour))})
+	err := c.Check(ctx, want, "eth0", []plan.Conflict{holder(drivertest.NetA, t0.Add(24*time.Hour))})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Check = %v, want it cut short in the grace wait", err)
 	}
@@ -298,7 +298,7 @@ func TestCheckDeadlineSum(t *testing.T) {
 		d.say(drivertest.NetA, unknown) // answers only while the deadline has not passed
 		c := checker(d, fakeclock.New(t0), &logged{}, tc.grace)
 		c.Lookup = tc.lookup
-		if err := c.Check(context.Background(), want, "eth0", []rules.Conflict{holder(drivertest.NetA, t0.Add(-2*time.Hour))}); err != nil {
+		if err := c.Check(context.Background(), want, "eth0", []plan.Conflict{holder(drivertest.NetA, t0.Add(-2*time.Hour))}); err != nil {
 			t.Errorf("Lookup %v, Grace %v: Check = %v, want no refusal", tc.lookup, tc.grace, err)
 		}
 	}
@@ -343,7 +343,7 @@ func TestCheckCancelledWhileWaiting(t *testing.T) {
 		}
 	}}
 	c := checker(d, fakeclock.New(t0), log, time.Hour)
-	err := c.Check(ctx, want, "eth0", []rules.Conflict{holder(drivertest.NetA, t0.Add(-time.Minute))})
+	err := c.Check(ctx, want, "eth0", []plan.Conflict{holder(drivertest.NetA, t0.Add(-time.Minute))})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Check = %v, want the context's end", err)
 	}
@@ -424,7 +424,7 @@ func TestClearStale(t *testing.T) {
 	f := newHolders(t, nil)
 	f.d.say(drivertest.NetA, unknown)
 	f.d.say(drivertest.NetB, unknown)
-	cs := []rules.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
+	cs := []plan.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
 	release, err := f.h.Clear(context.Background(), want, "eth0", cs)
 	if err != nil {
 		t.Fatalf("Clear = %v", err)
@@ -453,7 +453,7 @@ func TestClearLive(t *testing.T) {
 	f := newHolders(t, nil)
 	f.d.say(drivertest.NetA, unknown)
 	f.d.say(drivertest.NetB, live)
-	cs := []rules.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
+	cs := []plan.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
 	release, err := f.h.Clear(context.Background(), want, "eth0", cs)
 	drivertest.WantErr(t, err, pluginapi.ErrConflict, "bbbbbbbbbbbb")
 	release()
@@ -469,7 +469,7 @@ func TestClearBusy(t *testing.T) {
 	f.d.say(drivertest.NetA, unknown)
 	f.d.say(drivertest.NetB, unknown)
 	f.locks.busy[drivertest.NetB] = true
-	cs := []rules.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
+	cs := []plan.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
 	release, err := f.h.Clear(context.Background(), want, "eth0", cs)
 	drivertest.WantErr(t, err, pluginapi.ErrConflict, "bbbbbbbbbbbb", "another request is using right now")
 	if len(f.removed) != 0 {
@@ -489,7 +489,7 @@ func TestClearRemoveFails(t *testing.T) {
 	f := newHolders(t, boom)
 	f.d.say(drivertest.NetA, unknown)
 	f.d.say(drivertest.NetB, unknown)
-	cs := []rules.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
+	cs := []plan.Conflict{holder(drivertest.NetA, time.Time{}), holder(drivertest.NetB, time.Time{})}
 	release, err := f.h.Clear(context.Background(), want, "eth0", cs)
 	if !errors.Is(err, boom) {
 		t.Fatalf("Clear = %v, want the removal's error", err)
@@ -506,7 +506,7 @@ func TestClearRemoveFails(t *testing.T) {
 
 func TestRefused(t *testing.T) {
 	f := newHolders(t, nil)
-	conflict := rules.ConflictError(want, "eth0", []rules.Conflict{holder(drivertest.NetA, time.Time{})})
+	conflict := plan.ConflictError(want, "eth0", []plan.Conflict{holder(drivertest.NetA, time.Time{})})
 	other := errors.New("netlink: no buffer space")
 	for _, err := range []error{conflict, other, nil} {
 		if got := f.h.Refused(err); got != err {
