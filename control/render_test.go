@@ -11,7 +11,7 @@ import (
 
 	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/ipam"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -31,7 +31,7 @@ func TestListing(t *testing.T) {
 				Lease: &record.Lease{Addr: "198.18.1.11/24", Expiry: now.Add(time.Hour), Lost: now.Add(-time.Minute)}},
 		},
 		Owned: []record.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
-		Links: []vocab.Link{{Name: "eth0"}},
+		Links: []kernel.Link{{Name: "eth0"}},
 	}, Pools: []ipam.PoolState{{IPAMPool: store.IPAMPool{ID: "p1", Space: "underlay-local", Prefix: "198.18.1.0/24", Auto: true}, Addresses: []string{"198.18.1.1", "198.18.1.10"}}},
 		Names: []ipam.NameState{{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "web-1", Address: "198.18.1.10", LastUsed: now, Held: true},
 			{Space: "underlay-local", Subnet: "198.18.1.0/24", Name: "db-1", Address: "198.18.1.11", LastUsed: now, Until: now.Add(720 * time.Hour)}}}

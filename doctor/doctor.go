@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -36,7 +36,7 @@ type Input struct {
 	Endpoints []record.Endpoint
 	Owned     []record.ParentLink
 	Pools     []store.IPAMPool
-	Links     []vocab.Link
+	Links     []kernel.Link
 	// HostLinks are the host links (host_address) of networks, by network
 	// ID, as the driver names them; HostLinkAddrs the addresses the kernel
 	// shows on those that exist, by link name.
@@ -289,7 +289,7 @@ func overlapsAny(prefix string, subnets []netip.Prefix) bool {
 	return false
 }
 
-func hasLink(links []vocab.Link, name string) bool {
+func hasLink(links []kernel.Link, name string) bool {
 	for _, l := range links {
 		if l.HasName(name) {
 			return true

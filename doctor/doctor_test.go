@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -34,7 +34,7 @@ func healthy() Input {
 		Endpoints: []record.Endpoint{{NetworkID: netA, ID: epA, Link: "uleeaeaeaeaeaea", Sandbox: "/run/docker/netns/x", Boot: "boot-2"}},
 		Owned:     []record.ParentLink{{Name: "eth0.10", Kind: "vlan", Base: "eth0", VLAN: 10}},
 		Pools:     []store.IPAMPool{{ID: "underlay-local/198.18.1.0/24", Prefix: "198.18.1.0/24", Created: now.Add(-time.Hour)}},
-		Links: []vocab.Link{
+		Links: []kernel.Link{
 			{Name: "lo", Index: 1}, {Name: "eth0", Index: 2},
 			{Name: "eth0.10", Index: 3, Kind: "vlan", Alias: mark},
 			{Name: "ulhbbbbbbbbbbbb", Index: 4, Kind: "macvlan", Alias: mark},
@@ -79,7 +79,7 @@ func TestCheck(t *testing.T) {
 		{name: "user's parent missing: a finding without repair", change: func(in *Input) { in.Links = in.Links[2:] },
 			want: []string{"parent-gone eth0 "}},
 		{name: "marked link without a record", change: func(in *Input) {
-			in.Links = append(in.Links, vocab.Link{Name: "ulecccccccccccc", Index: 9, Kind: "macvlan", Alias: mark})
+			in.Links = append(in.Links, kernel.Link{Name: "ulecccccccccccc", Index: 9, Kind: "macvlan", Alias: mark})
 		}, want: []string{"orphan-link ulecccccccccccc delete-orphan-link"}},
 		{name: "host link of a removed network", change: func(in *Input) { delete(in.HostLinks, netB) },
 			want: []string{"orphan-link ulhbbbbbbbbbbbb delete-orphan-link"}},

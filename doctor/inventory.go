@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -26,7 +26,7 @@ type Inventory struct {
 	// Use counts the networks on each parent link.
 	Use map[string]int `json:"parent_use"`
 	// Links are the kernel's links in the daemon's namespace.
-	Links []vocab.Link `json:"links"`
+	Links []kernel.Link `json:"links"`
 	// HostLinks are the host links of networks with a host address, by
 	// network ID.
 	HostLinks map[string]string `json:"host_links"`

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/underlay-net/underlay/driver/internal/leases"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/dockerid"
@@ -124,7 +124,7 @@ func TestSiblingEndpointsNeverShareAnAddress(t *testing.T) {
 		t.Fatalf("DHCPv6 endpoint after a static one took ::101: %+v, %v, declined %v: want ::101 declined", r, err, fl6.declined)
 	}
 	// Another parent is another LAN: the same address is free there.
-	f.k.AddLink(vocab.Link{Name: "lan1", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:ab"})
+	f.k.AddLink(kernel.Link{Name: "lan1", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:ab"})
 	f.mustCreate(netReq{ID: netD4, Opts: map[string]string{"parent": "lan1", probeopt.Name: "0"}, V4: []string{"198.18.180.0/24,198.18.180.1/24"}})
 	const epG = "7777777777770000000000000000000000000000000000000000000000000007"
 	if _, err := f.endpoint(netD4, epG, "198.18.180.100/24", ""); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -151,7 +151,7 @@ func dhcpFixture(t *testing.T) (*fixture, *fakeLeases) {
 	f := newFixture(t)
 	fl := &fakeLeases{now: f.clock.Now, byClient: map[string]string{}}
 	f.d.leases.V4.Family = leases.DHCP{Client: fl}
-	f.k.AddLink(vocab.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
+	f.k.AddLink(kernel.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
 	return f, fl
 }
 

@@ -30,7 +30,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -211,7 +211,7 @@ func New(c Config) (*Driver, error) {
 	announcer, _ := c.Prober.(lan.Announcer)
 	d := &Driver{
 		lan:   &lan.LAN{Links: c.Links, Routes: c.Routes, Prober: c.Prober, Announcer: announcer, Log: c.Logger},
-		store: c.Store, links: c.Links, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: vocab.Mark(c.Instance), boot: c.BootID,
+		store: c.Store, links: c.Links, grace: c.StaleGrace, lookup: c.LookupTimeout, mark: kernel.Mark(c.Instance), boot: c.BootID,
 		scope: c.Scope, pending: c.PendingTimeout,
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: joins.NewTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),

@@ -12,7 +12,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -62,7 +62,7 @@ func (d *Driver) newEndpoint(ctx context.Context, n record.Network, req *network
 	}
 	ep = record.Endpoint{NetworkID: n.ID, ID: req.EndpointID}
 	switch {
-	case iface.MacAddress != "" && n.Type == vocab.KindIpvlan:
+	case iface.MacAddress != "" && n.Type == kernel.KindIpvlan:
 		return ep, "", false, config.Invalidf("endpoint %s asks for MAC %s, but ipvlan endpoints share the MAC address of parent %s: drop --mac-address, or use a macvlan network", dockerid.Short(req.EndpointID), iface.MacAddress, n.Parent)
 	case iface.MacAddress != "":
 		mac, err := net.ParseMAC(iface.MacAddress)
@@ -83,7 +83,7 @@ func (d *Driver) newEndpoint(ctx context.Context, n record.Network, req *network
 	if ep.IPv6, err = config.EndpointAddr(iface.AddressIPv6, true); err != nil {
 		return ep, "", false, err
 	}
-	if ep.MAC == "" && n.Type == vocab.KindMacvlan {
+	if ep.MAC == "" && n.Type == kernel.KindMacvlan {
 		ep.MAC, generated = d.macs.Choose(ctx, n, ep, existing), true
 	}
 	return ep, ifname, generated, nil

@@ -10,7 +10,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 func TestCreateEndpointAnswersOnlyWhatDockerLeftEmpty(t *testing.T) {
@@ -155,7 +155,7 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 	// A link with epB's name and underlay's mark but no record (the record
 	// was lost).
 	stray := config.EndpointLinkName(epB)
-	if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}); err != nil {
+	if err := f.k.AddEndpoint(ctx, kernel.Endpoint{Name: stray, Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}); err != nil {
 		t.Fatal(err)
 	}
 	// A host link that merely has the name form is never touched, nor is a
@@ -163,10 +163,10 @@ func TestDeleteEndpointOfUnknownRecordRemovesItsLink(t *testing.T) {
 	// instance's.
 	f.k.AddHostLink(config.EndpointLinkName(epA), "veth", 1500)
 	unmarked, foreign := config.EndpointLinkName(epC), config.EndpointLinkName(netC)
-	if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: unmarked, Parent: "eth1", Type: "macvlan", Mode: "bridge"}); err != nil {
+	if err := f.k.AddEndpoint(ctx, kernel.Endpoint{Name: unmarked, Parent: "eth1", Type: "macvlan", Mode: "bridge"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: foreign, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: vocab.Mark("another")}); err != nil {
+	if err := f.k.AddEndpoint(ctx, kernel.Endpoint{Name: foreign, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: kernel.Mark("another")}); err != nil {
 		t.Fatal(err)
 	}
 	for _, ep := range []string{epA, epB, epC, netC} {

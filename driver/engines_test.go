@@ -10,7 +10,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // What current engines offer remote drivers: GwAllocCheck (no gateway
@@ -119,7 +119,7 @@ func TestAnnouncementsEndAndSkip(t *testing.T) {
 	if got := an.got(); len(got) != 0 {
 		t.Fatalf("announced %v: want nothing after Leave, with nmsgs=0, or on an internal network", got)
 	}
-	f.k.AddLink(vocab.Link{Name: "lan9", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:09"})
+	f.k.AddLink(kernel.Link{Name: "lan9", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:09"})
 	f.mustCreate(netReq{ID: "dddddddddddd0000000000000000000000000000000000000000000000000004", Opts: map[string]string{"parent": "lan9", "type": "ipvlan"}, V4: []string{"198.18.4.0/24,198.18.4.1/24"}})
 	f.mustEndpoint("dddddddddddd0000000000000000000000000000000000000000000000000004", epD, "198.18.4.10/24")
 	waitFor(t, "the ipvlan announcement", func() bool { return len(an.got()) == 1 })

@@ -11,7 +11,7 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"golang.org/x/sys/unix"
 )
@@ -22,10 +22,10 @@ import (
 func TestRelevantLinkEvents(t *testing.T) {
 	f := newFixture(t)
 	mark := f.d.mark
-	vlan := vocab.Link{Name: "eth0.10", Index: 40, Kind: vocab.KindVLAN, Alias: mark}
-	ep := vocab.Link{Name: config.EndpointLinkName(epA), Index: 41, Kind: "macvlan", Alias: mark}
-	shim := vocab.Link{Name: config.ShimName(netA), Index: 42, Kind: "macvlan", Alias: mark}
-	user := vocab.Link{Name: "user0", Index: 43, Kind: "device"}
+	vlan := kernel.Link{Name: "eth0.10", Index: 40, Kind: kernel.KindVLAN, Alias: mark}
+	ep := kernel.Link{Name: config.EndpointLinkName(epA), Index: 41, Kind: "macvlan", Alias: mark}
+	shim := kernel.Link{Name: config.ShimName(netA), Index: 42, Kind: "macvlan", Alias: mark}
+	user := kernel.Link{Name: "user0", Index: 43, Kind: "device"}
 	f.d.deleting.Add(44, time.Now())
 	for _, tc := range []struct {
 		name    string
@@ -34,22 +34,22 @@ func TestRelevantLinkEvents(t *testing.T) {
 		want    bool
 	}{
 		{"an owned VLAN deleted by someone", netlinkutil.LinkEvent{Deleted: true, Link: vlan}, false, true},
-		{"an owned link underlay deleted itself", netlinkutil.LinkEvent{Deleted: true, Link: vocab.Link{Name: "eth0.11", Index: 44, Kind: vocab.KindVLAN, Alias: mark}}, false, false},
+		{"an owned link underlay deleted itself", netlinkutil.LinkEvent{Deleted: true, Link: kernel.Link{Name: "eth0.11", Index: 44, Kind: kernel.KindVLAN, Alias: mark}}, false, false},
 		{"an endpoint link deleted", netlinkutil.LinkEvent{Deleted: true, Link: ep}, false, false},
-		{"an owned VLAN set down or renamed", netlinkutil.LinkEvent{Link: func() vocab.Link { l := vlan; l.Down = true; return l }()}, false, true},
+		{"an owned VLAN set down or renamed", netlinkutil.LinkEvent{Link: func() kernel.Link { l := vlan; l.Down = true; return l }()}, false, true},
 		{"a host link's address removed", netlinkutil.LinkEvent{AddrRemoved: true, Link: shim}, false, true},
 		{"an address removed from a user's link", netlinkutil.LinkEvent{AddrRemoved: true, Link: user}, true, false},
 		{"a user's link deleted", netlinkutil.LinkEvent{Deleted: true, Link: user}, true, false},
 		{"a new user link while waiting for a base", netlinkutil.LinkEvent{Link: user}, true, true},
 		{"a new user link when not waiting", netlinkutil.LinkEvent{Link: user}, false, false},
-		{"an endpoint link made while waiting for a base", netlinkutil.LinkEvent{Link: func() vocab.Link { l := ep; l.Alias = ""; return l }()}, true, false},
+		{"an endpoint link made while waiting for a base", netlinkutil.LinkEvent{Link: func() kernel.Link { l := ep; l.Alias = ""; return l }()}, true, false},
 	} {
 		if got := f.d.reconcile.Relevant(tc.ev, tc.waiting); got != tc.want {
 			t.Errorf("%s: relevant %v, want %v", tc.name, got, tc.want)
 		}
 	}
 	// The index is claimed once: a second deletion of that index is news.
-	if !f.d.reconcile.Relevant(netlinkutil.LinkEvent{Deleted: true, Link: vocab.Link{Name: "eth0.11", Index: 44, Kind: vocab.KindVLAN, Alias: mark}}, false) {
+	if !f.d.reconcile.Relevant(netlinkutil.LinkEvent{Deleted: true, Link: kernel.Link{Name: "eth0.11", Index: 44, Kind: kernel.KindVLAN, Alias: mark}}, false) {
 		t.Error("a claimed self-deletion hid a later one")
 	}
 }
@@ -133,7 +133,7 @@ func TestJoinHealsABrokenHostLink(t *testing.T) {
 	f.wantRoutes(map[string]string{"198.18.1.10": shim, "198.18.1.11": shim})
 	// An unmarked leftover of the host link's name is replaced.
 	f.k.Remove(shim)
-	f.k.AddLink(vocab.Link{Name: shim, Kind: "macvlan", ParentIndex: 2})
+	f.k.AddLink(kernel.Link{Name: shim, Kind: "macvlan", ParentIndex: 2})
 	f.mustEndpoint(netA, epC, "198.18.1.12/24")
 	if l, _ := f.k.Link(shim); l.Alias != f.d.mark || len(f.k.Addrs(shim)) != 1 {
 		t.Fatalf("leftover host link not replaced: %+v", l)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -62,8 +62,8 @@ func TestDoctorRepairs(t *testing.T) {
 	}
 
 	// Orphans: only marked links no record owns.
-	f.k.AddLink(vocab.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: f.d.mark})
-	f.k.AddLink(vocab.Link{Name: "ulh000000000000", Kind: "macvlan", Alias: "underlay:someone-else"})
+	f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: f.d.mark})
+	f.k.AddLink(kernel.Link{Name: "ulh000000000000", Kind: "macvlan", Alias: "underlay:someone-else"})
 	if res, err := f.d.DeleteOrphanLink(ctx, "uleffffffffffff"); err != nil || res != "deleted uleffffffffffff" {
 		t.Errorf("DeleteOrphanLink: %q, %v", res, err)
 	}
@@ -71,7 +71,7 @@ func TestDoctorRepairs(t *testing.T) {
 		t.Errorf("foreign link: %v", err)
 	}
 	if _, ok := f.k.Link(link); !ok { // in the container: put one back in the host namespace
-		f.k.AddLink(vocab.Link{Name: link, Kind: "macvlan", Alias: f.d.mark})
+		f.k.AddLink(kernel.Link{Name: link, Kind: "macvlan", Alias: f.d.mark})
 	}
 	if res, err := f.d.DeleteOrphanLink(ctx, link); err != nil || !strings.Contains(res, "a record owns link") {
 		t.Errorf("recorded endpoint link: %q, %v", res, err)

@@ -16,7 +16,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -115,7 +115,7 @@ func lan6Fixture(t *testing.T) (*fixture, *fakeLeases6) {
 	f.close()
 	f.dhcp6 = fl
 	f.open()
-	f.k.AddLink(vocab.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
+	f.k.AddLink(kernel.Link{Name: "lan0", Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"})
 	return f, fl
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 	"golang.org/x/sys/unix"
@@ -45,7 +45,7 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*plan.Join
 			return nil, err
 		}
 	}
-	spec := vocab.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
+	spec := kernel.Endpoint{Name: ep.Link, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, MAC: ep.MAC, Mark: d.mark}
 	d.point("join/before-link")
 	if err := d.addEndpointLink(ctx, *n, spec); err != nil {
 		return nil, fmt.Errorf("join endpoint %s to network %s: %w%s", dockerid.Short(ep.ID), dockerid.Short(n.ID), err, mtuHint(ctx, d.links, *n, err))
@@ -144,7 +144,7 @@ func (d *Driver) unjoin(ctx context.Context, n record.Network, ep record.Endpoin
 
 // addEndpointLink creates the link, replacing a leftover of an earlier
 // attempt and re-creating a parent link underlay owns if it vanished.
-func (d *Driver) addEndpointLink(ctx context.Context, n record.Network, spec vocab.Endpoint) error {
+func (d *Driver) addEndpointLink(ctx context.Context, n record.Network, spec kernel.Endpoint) error {
 	err := d.links.AddEndpoint(ctx, spec)
 	if errors.Is(err, unix.EEXIST) {
 		// A link of this name left in the host namespace by an earlier

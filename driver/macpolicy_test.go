@@ -7,13 +7,13 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // macFixture is a fixture whose parent eth2 has a permanent MAC, as a NIC.
 func macFixture(t *testing.T) *fixture {
 	f := newFixture(t)
-	f.k.AddLink(vocab.Link{Name: "eth2", Kind: "device", MTU: 1500, MAC: "52:54:00:12:34:56", PermMAC: "52:54:00:aa:bb:cc"})
+	f.k.AddLink(kernel.Link{Name: "eth2", Kind: "device", MTU: 1500, MAC: "52:54:00:12:34:56", PermMAC: "52:54:00:aa:bb:cc"})
 	return f
 }
 
@@ -87,7 +87,7 @@ func TestStableMACInUseFallsBackToRandom(t *testing.T) {
 	stable := f.macOf(netA, epA, "198.18.1.10/24")
 	f.deleteEndpoint(netA, epA)
 	p, _ := f.k.Link("eth2")
-	f.k.AddLink(vocab.Link{Name: "theirs", Kind: vocab.KindMacvlan, ParentIndex: p.Index, MTU: 1500, MAC: stable})
+	f.k.AddLink(kernel.Link{Name: "theirs", Kind: kernel.KindMacvlan, ParentIndex: p.Index, MTU: 1500, MAC: stable})
 	got := f.macOf(netA, epB, "198.18.1.10/24")
 	if got == stable {
 		t.Fatalf("endpoint got MAC %s, which link theirs holds on the parent", got)

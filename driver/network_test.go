@@ -13,7 +13,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 	"golang.org/x/sys/unix"
@@ -441,7 +441,7 @@ func TestOwnedVLANKeptWhileForeignLinksStandOnIt(t *testing.T) {
 // A link someone else makes under the planned name between the decision and
 // the kernel call is refused, never adopted, and the rollback leaves it.
 func TestForeignLinkUnderThePlannedNameIsNeverAdoptedOrDeleted(t *testing.T) {
-	for _, foreign := range []vocab.Link{
+	for _, foreign := range []kernel.Link{
 		{Name: "eth0.10", Kind: "dummy", MTU: 1500},                          // another kind
 		{Name: "eth0.10", Kind: "vlan", VLAN: 10, ParentIndex: 2, MTU: 1500}, // a user's identical VLAN, unmarked
 	} {

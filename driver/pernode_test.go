@@ -11,7 +11,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // An internal network's endpoint reports no parent_option: it has none.
@@ -32,11 +32,11 @@ func TestEndpointInfoOfInternalNetwork(t *testing.T) {
 const netD4 = "dddddddddddd0000000000000000000000000000000000000000000000000004"
 
 // routeList is a fixed RouteLister.
-type routeList []vocab.Route
+type routeList []kernel.Route
 
-func (r routeList) Routes(context.Context) ([]vocab.Route, error) { return r, nil }
-func (r routeList) RoutesVia(_ context.Context, index int) ([]vocab.Route, error) {
-	var out []vocab.Route
+func (r routeList) Routes(context.Context) ([]kernel.Route, error) { return r, nil }
+func (r routeList) RoutesVia(_ context.Context, index int) ([]kernel.Route, error) {
+	var out []kernel.Route
 	for _, x := range r {
 		if x.LinkIndex == index {
 			out = append(out, x)
@@ -158,7 +158,7 @@ func TestRefusedMoveKeepsTheNetwork(t *testing.T) {
 func TestAutoParentThroughTheDriver(t *testing.T) {
 	f := newFixture(t)
 	eth1, _ := f.k.Link("eth1")
-	f.d.resolver.Routes = routeList{{Dst: netip.MustParsePrefix("198.18.1.0/24"), LinkIndex: eth1.Index, Table: vocab.MainTable}}
+	f.d.resolver.Routes = routeList{{Dst: netip.MustParsePrefix("198.18.1.0/24"), LinkIndex: eth1.Index, Table: kernel.MainTable}}
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{config.OptParent: "auto"}})
 	if n, _ := f.record(netA); n.Parent != "eth1" || n.Options[config.OptParent] != "auto" {
 		t.Fatalf("record: link %s, option %q; want eth1 (its connected route holds the subnet) and auto", n.Parent, n.Options[config.OptParent])

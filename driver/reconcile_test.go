@@ -12,7 +12,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -61,14 +61,14 @@ func TestRestoreRemovesStrayLinksOnly(t *testing.T) {
 	known := f.mustEndpoint(netA, epA, "")
 	ctx := context.Background()
 	mk := func(name, typ, mark string) {
-		if err := f.k.AddEndpoint(ctx, vocab.Endpoint{Name: name, Parent: "eth1", Type: typ, Mode: map[string]string{"macvlan": "bridge", "ipvlan": "l2"}[typ], Flag: "bridge", Mark: mark}); err != nil {
+		if err := f.k.AddEndpoint(ctx, kernel.Endpoint{Name: name, Parent: "eth1", Type: typ, Mode: map[string]string{"macvlan": "bridge", "ipvlan": "l2"}[typ], Flag: "bridge", Mark: mark}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mk("ule0123456789ab", "macvlan", f.d.mark)            // endpoint link nobody owns, ours
-	mk("ule0123456789ac", "macvlan", "")                  // the name form, no mark: not ours to judge
-	mk("ule0123456789ad", "macvlan", vocab.Mark("other")) // another instance's
-	mk("mymacvlan", "macvlan", "")                        // the administrator's
+	mk("ule0123456789ab", "macvlan", f.d.mark)             // endpoint link nobody owns, ours
+	mk("ule0123456789ac", "macvlan", "")                   // the name form, no mark: not ours to judge
+	mk("ule0123456789ad", "macvlan", kernel.Mark("other")) // another instance's
+	mk("mymacvlan", "macvlan", "")                         // the administrator's
 	f.k.AddHostLink("ule999999999999", "veth", 1500)
 	if err := f.k.AddDummy(ctx, "uli0123456789ab", 0, f.d.mark); err != nil { // our dummy, not owned any more
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -117,12 +117,12 @@ func TestHostLinkLifecycle(t *testing.T) {
 func TestStrayHostLinkRemovedAtStart(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	stray := vocab.Endpoint{Name: config.ShimName(netB), Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}
+	stray := kernel.Endpoint{Name: config.ShimName(netB), Parent: "eth0", Type: "macvlan", Mode: "bridge", Mark: f.d.mark}
 	if err := f.k.AddShim(ctx, stray, netip.MustParseAddr("198.18.1.9")); err != nil {
 		t.Fatal(err)
 	}
 	foreign := stray
-	foreign.Name, foreign.Mark = config.ShimName(netC), vocab.Mark("other")
+	foreign.Name, foreign.Mark = config.ShimName(netC), kernel.Mark("other")
 	if err := f.k.AddShim(ctx, foreign, netip.MustParseAddr("198.18.1.8")); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -59,7 +59,7 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 // addrsNearPool returns the host's addresses whose subnet overlaps the
 // pool's prefix (the host's own addresses in it among them); none for a
 // pool that is unknown (allocate refuses it).
-func (m *IPAM) addrsNearPool(ctx context.Context, poolID string) ([]vocab.Addr, error) {
+func (m *IPAM) addrsNearPool(ctx context.Context, poolID string) ([]kernel.Addr, error) {
 	var rec store.IPAMPool
 	var ok bool
 	if err := m.store.View(func(tx *store.Tx) (err error) {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -173,7 +173,7 @@ func overlapping(held []store.IPAMPool, p netip.Prefix, space string, sameParent
 // its addresses, its routes other than default routes (and routes that
 // together are one, see blockingRoutes), its nameservers. It returns the
 // routes as well, for the refusal.
-func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, []vocab.Route, error) {
+func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, []kernel.Route, error) {
 	addrs, err := m.host.Addrs(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -195,7 +195,7 @@ func (m *IPAM) hostPrefixes(ctx context.Context) ([]netip.Prefix, []vocab.Route,
 
 // coveringRoute finds a route that blocks automatic pools and covers a
 // whole base of the family: the one thing to name when none is free.
-func coveringRoute(routes []vocab.Route, bases []Base, v6 bool) (vocab.Route, Base, bool) {
+func coveringRoute(routes []kernel.Route, bases []Base, v6 bool) (kernel.Route, Base, bool) {
 	blocking := map[netip.Prefix]bool{}
 	for _, p := range blockingRoutes(routes) {
 		blocking[p] = true
@@ -207,5 +207,5 @@ func coveringRoute(routes []vocab.Route, bases []Base, v6 bool) (vocab.Route, Ba
 			}
 		}
 	}
-	return vocab.Route{}, Base{}, false
+	return kernel.Route{}, Base{}, false
 }

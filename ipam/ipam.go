@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -52,13 +52,13 @@ type Store interface {
 // RequestAddress reads only what does not grow with the host: a link by
 // name or index, and the addresses near its pool.
 type Host interface {
-	List(ctx context.Context) ([]vocab.Link, error)
-	Get(ctx context.Context, name string) (vocab.Link, error)
-	LinkByIndex(ctx context.Context, index int) (vocab.Link, error)
-	Addrs(ctx context.Context) ([]vocab.Addr, error)
+	List(ctx context.Context) ([]kernel.Link, error)
+	Get(ctx context.Context, name string) (kernel.Link, error)
+	LinkByIndex(ctx context.Context, index int) (kernel.Link, error)
+	Addrs(ctx context.Context) ([]kernel.Addr, error)
 	// AddrsNear returns the addresses whose subnet overlaps pool.
-	AddrsNear(ctx context.Context, pool netip.Prefix) ([]vocab.Addr, error)
-	Routes(ctx context.Context) ([]vocab.Route, error)
+	AddrsNear(ctx context.Context, pool netip.Prefix) ([]kernel.Addr, error)
+	Routes(ctx context.Context) ([]kernel.Route, error)
 }
 
 // Known tells of subnets in use that neither the host's kernel nor this

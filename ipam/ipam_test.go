@@ -18,7 +18,7 @@ import (
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -26,33 +26,33 @@ import (
 // fakeHost is the host as the IPAM reads it: links, addresses, routes.
 type fakeHost struct {
 	mu     sync.Mutex
-	links  []vocab.Link
-	addrs  []vocab.Addr
-	routes []vocab.Route
+	links  []kernel.Link
+	addrs  []kernel.Addr
+	routes []kernel.Route
 }
 
 // newHost has lo (1) and eth0 (2) with the given "index addr/len" and
 // routes added by the callers.
 func newHost() *fakeHost {
-	return &fakeHost{links: []vocab.Link{{Name: "lo", Index: 1, Kind: "device", Encap: "loopback"}, {Name: "eth0", Index: 2, Kind: "device"}, {Name: "eth1", Index: 3, Kind: "device"}}}
+	return &fakeHost{links: []kernel.Link{{Name: "lo", Index: 1, Kind: "device", Encap: "loopback"}, {Name: "eth0", Index: 2, Kind: "device"}, {Name: "eth1", Index: 3, Kind: "device"}}}
 }
 
-func (h *fakeHost) List(context.Context) ([]vocab.Link, error) {
+func (h *fakeHost) List(context.Context) ([]kernel.Link, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]vocab.Link(nil), h.links...), nil
+	return append([]kernel.Link(nil), h.links...), nil
 }
 
-func (h *fakeHost) Get(_ context.Context, name string) (vocab.Link, error) {
+func (h *fakeHost) Get(_ context.Context, name string) (kernel.Link, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if l, ok := vocab.FindLink(h.links, name); ok {
+	if l, ok := kernel.FindLink(h.links, name); ok {
 		return l, nil
 	}
-	return vocab.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
+	return kernel.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
 }
 
-func (h *fakeHost) LinkByIndex(_ context.Context, index int) (vocab.Link, error) {
+func (h *fakeHost) LinkByIndex(_ context.Context, index int) (kernel.Link, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, l := range h.links {
@@ -60,13 +60,13 @@ func (h *fakeHost) LinkByIndex(_ context.Context, index int) (vocab.Link, error)
 			return l, nil
 		}
 	}
-	return vocab.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
+	return kernel.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
 }
 
-func (h *fakeHost) AddrsNear(_ context.Context, pool netip.Prefix) ([]vocab.Addr, error) {
+func (h *fakeHost) AddrsNear(_ context.Context, pool netip.Prefix) ([]kernel.Addr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []vocab.Addr
+	var out []kernel.Addr
 	for _, a := range h.addrs {
 		if a.Prefix.Masked().Overlaps(pool) {
 			out = append(out, a)
@@ -99,22 +99,22 @@ func (h *fakeHost) rename(index int, name string) *fakeHost {
 	return h
 }
 
-func (h *fakeHost) Addrs(context.Context) ([]vocab.Addr, error) {
+func (h *fakeHost) Addrs(context.Context) ([]kernel.Addr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]vocab.Addr(nil), h.addrs...), nil
+	return append([]kernel.Addr(nil), h.addrs...), nil
 }
 
-func (h *fakeHost) Routes(context.Context) ([]vocab.Route, error) {
+func (h *fakeHost) Routes(context.Context) ([]kernel.Route, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]vocab.Route(nil), h.routes...), nil
+	return append([]kernel.Route(nil), h.routes...), nil
 }
 
 func (h *fakeHost) addr(link int, prefix string) *fakeHost {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.addrs = append(h.addrs, vocab.Addr{Prefix: pfx(prefix), LinkIndex: link})
+	h.addrs = append(h.addrs, kernel.Addr{Prefix: pfx(prefix), LinkIndex: link})
 	return h
 }
 
@@ -122,7 +122,7 @@ func (h *fakeHost) addr(link int, prefix string) *fakeHost {
 func (h *fakeHost) route(link, table int, dst, gw string) *fakeHost {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	r := vocab.Route{Dst: pfx(dst), LinkIndex: link, Table: table}
+	r := kernel.Route{Dst: pfx(dst), LinkIndex: link, Table: table}
 	if table == 0 {
 		r.Table = 254
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/probeopt"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -86,13 +86,13 @@ func probeBudget(rec store.IPAMPool) time.Duration {
 // --ipam-opt parent= pool), or else the link of a host address in the
 // pool's subnet (the host is on that LAN); none for other pools, the
 // loopback and links without an Ethernet MAC.
-func lanLink(rec store.IPAMPool, pool netip.Prefix, links []vocab.Link, addrs []vocab.Addr) (vocab.Link, bool) {
-	ok := func(l vocab.Link) bool {
+func lanLink(rec store.IPAMPool, pool netip.Prefix, links []kernel.Link, addrs []kernel.Addr) (kernel.Link, bool) {
+	ok := func(l kernel.Link) bool {
 		mac, err := net.ParseMAC(l.MAC)
 		return l.Ethernet() && !loopback(l) && err == nil && len(mac) == 6
 	}
 	if rec.Parent != "" {
-		l, found := vocab.FindLink(links, rec.Parent)
+		l, found := kernel.FindLink(links, rec.Parent)
 		return l, found && ok(l)
 	}
 	for _, a := range addrs {
@@ -105,12 +105,12 @@ func lanLink(rec store.IPAMPool, pool netip.Prefix, links []vocab.Link, addrs []
 			}
 		}
 	}
-	return vocab.Link{}, false
+	return kernel.Link{}, false
 }
 
 // nearHost reports whether a host address's prefix overlaps pool (what
 // lanLink looks for without a parent).
-func nearHost(pool netip.Prefix, addrs []vocab.Addr) bool {
+func nearHost(pool netip.Prefix, addrs []kernel.Addr) bool {
 	for _, a := range addrs {
 		if a.Prefix.Bits() != a.Prefix.Addr().BitLen() && a.Prefix.Masked().Overlaps(pool) && !a.Prefix.Addr().IsLinkLocalUnicast() {
 			return true

@@ -12,7 +12,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/internal/probeopt"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store"
 )
@@ -79,9 +79,9 @@ func lanEnv(t *testing.T, p *fakeProber) (*env, *memoLog, *lanEvents) {
 }
 
 func TestLANLink(t *testing.T) {
-	links := []vocab.Link{{Name: "lo", Index: 1, Encap: "loopback", MAC: "00:00:00:00:00:00"},
+	links := []kernel.Link{{Name: "lo", Index: 1, Encap: "loopback", MAC: "00:00:00:00:00:00"},
 		{Name: "eth0", Index: 2, MAC: "02:00:00:00:00:01", AltNames: []string{"enp1s0"}}, {Name: "wg0", Index: 3, Encap: "none"}}
-	addrs := []vocab.Addr{{Prefix: pfx("127.0.0.1/8"), LinkIndex: 1}, {Prefix: pfx("198.18.9.2/24"), LinkIndex: 2},
+	addrs := []kernel.Addr{{Prefix: pfx("127.0.0.1/8"), LinkIndex: 1}, {Prefix: pfx("198.18.9.2/24"), LinkIndex: 2},
 		{Prefix: pfx("198.18.10.1/32"), LinkIndex: 2}, {Prefix: pfx("198.18.11.1/24"), LinkIndex: 3}, {Prefix: pfx("fe80::1/64"), LinkIndex: 2}}
 	for _, c := range []struct {
 		name   string

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/netip"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // Pools of a parent (--ipam-opt parent=): the link it names and its LAN.
@@ -24,7 +24,7 @@ func (m *IPAM) resolveParent(ctx context.Context, req poolRequest) (parentRef, e
 		return parentRef{}, err
 	}
 	ref.links = links
-	ref.Link, ref.Found = vocab.FindLink(links, req.Parent)
+	ref.Link, ref.Found = kernel.FindLink(links, req.Parent)
 	switch {
 	case !ref.Found && req.Space != GlobalSpace:
 		return parentRef{}, invalidf("--ipam-opt parent=%s: no such interface on this host (no link has that name or altname): name the interface whose LAN the network is on (ip link shows them), or drop --ipam-opt parent", req.Parent)
@@ -38,7 +38,7 @@ func (m *IPAM) resolveParent(ctx context.Context, req poolRequest) (parentRef, e
 // default route through it, when that gateway is on the prefix. l is the
 // parent's link, resolveParent's; a zero l (a parent of the global space
 // no link has) has no LAN.
-func (m *IPAM) parentLAN(ctx context.Context, parent string, l vocab.Link) (netip.Prefix, netip.Addr, error) {
+func (m *IPAM) parentLAN(ctx context.Context, parent string, l kernel.Link) (netip.Prefix, netip.Addr, error) {
 	if l.Index == 0 {
 		return netip.Prefix{}, netip.Addr{}, invalidf("--ipam-opt parent=%s: no such interface on this host: name the interface whose LAN the network is on", parent)
 	}
@@ -61,7 +61,7 @@ func (m *IPAM) parentLAN(ctx context.Context, parent string, l vocab.Link) (neti
 		return netip.Prefix{}, netip.Addr{}, err
 	}
 	for _, r := range routes {
-		if r.Default() && r.Table == vocab.MainTable && r.LinkIndex == l.Index && r.Gateway.IsValid() && lan.Contains(r.Gateway) {
+		if r.Default() && r.Table == kernel.MainTable && r.LinkIndex == l.Index && r.Gateway.IsValid() && lan.Contains(r.Gateway) {
 			return lan, r.Gateway, nil
 		}
 	}

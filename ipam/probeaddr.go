@@ -11,7 +11,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store"
 )
@@ -23,7 +23,7 @@ const maxRaces = 8
 // requestProbed is RequestAddress without an address on a pool that may
 // be a LAN pool (lan.go): choose (outside any write), claim, probe, then
 // record in a transaction that checks the address is still free.
-func (m *IPAM) requestProbed(ctx context.Context, r addrRequest, addrs []vocab.Addr) (netip.Prefix, error) {
+func (m *IPAM) requestProbed(ctx context.Context, r addrRequest, addrs []kernel.Addr) (netip.Prefix, error) {
 	var rec store.IPAMPool
 	if err := m.store.View(func(tx *store.Tx) (err error) {
 		rec, _, err = tx.IPAMPool(r.poolID)
@@ -141,13 +141,13 @@ func lanRefusal(rec store.IPAMPool, link string, conflicts []*probe.ConflictErro
 // poolLAN is the LAN link of a pool (lanLink), listing the host's links
 // only for a pool that can have one: a parent pool, or one a host address
 // is near.
-func (m *IPAM) poolLAN(ctx context.Context, rec store.IPAMPool, pool netip.Prefix, addrs []vocab.Addr) (vocab.Link, bool, error) {
+func (m *IPAM) poolLAN(ctx context.Context, rec store.IPAMPool, pool netip.Prefix, addrs []kernel.Addr) (kernel.Link, bool, error) {
 	if rec.Parent == "" && !nearHost(pool, addrs) {
-		return vocab.Link{}, false, nil
+		return kernel.Link{}, false, nil
 	}
 	links, err := m.lanCandidates(ctx, rec, addrs)
 	if err != nil {
-		return vocab.Link{}, false, err
+		return kernel.Link{}, false, err
 	}
 	l, ok := lanLink(rec, pool, links, addrs)
 	return l, ok, nil
@@ -155,15 +155,15 @@ func (m *IPAM) poolLAN(ctx context.Context, rec store.IPAMPool, pool netip.Prefi
 
 // lanCandidates reads the links lanLink chooses among: the pool's parent,
 // or the links of the host's addresses near the pool (addrs).
-func (m *IPAM) lanCandidates(ctx context.Context, rec store.IPAMPool, addrs []vocab.Addr) ([]vocab.Link, error) {
+func (m *IPAM) lanCandidates(ctx context.Context, rec store.IPAMPool, addrs []kernel.Addr) ([]kernel.Link, error) {
 	if rec.Parent != "" {
 		l, err := m.host.Get(ctx, rec.Parent)
 		if errors.Is(err, netlinkutil.ErrNotFound) {
 			return nil, nil
 		}
-		return []vocab.Link{l}, err
+		return []kernel.Link{l}, err
 	}
-	var out []vocab.Link
+	var out []kernel.Link
 	seen := map[int]bool{}
 	for _, a := range addrs {
 		if seen[a.LinkIndex] {
@@ -189,7 +189,7 @@ func (m *IPAM) lanCandidates(ctx context.Context, rec store.IPAMPool, addrs []vo
 // --ipam-opt parent= pool on a link without a host address is not. An
 // address the pool already holds, or outside it, is left to allocate's
 // refusal (no probe: an endpoint of ours would answer for it).
-func (m *IPAM) probeWanted(ctx context.Context, r addrRequest, addrs []vocab.Addr) error {
+func (m *IPAM) probeWanted(ctx context.Context, r addrRequest, addrs []kernel.Addr) error {
 	var rec store.IPAMPool
 	free := false
 	if err := m.store.View(func(tx *store.Tx) (err error) {

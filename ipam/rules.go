@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"sort"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // Pure rules over the host's state and the pools asked for: which routes
@@ -20,7 +20,7 @@ import (
 // def1 (0.0.0.0/1 and 128.0.0.0/1 instead of 0.0.0.0/0) and its IPv6 twin
 // (::/1 and 8000::/1). Those widest routes block nothing, as a default
 // route; the routes inside them still do.
-func blockingRoutes(routes []vocab.Route) []netip.Prefix {
+func blockingRoutes(routes []kernel.Route) []netip.Prefix {
 	type group struct {
 		table int
 		v6    bool
@@ -104,9 +104,9 @@ type parentRef struct {
 	// Asked is the option as given; "" for no parent.
 	Asked string
 	// Link is the kernel link it names, when Found.
-	Link  vocab.Link
+	Link  kernel.Link
 	Found bool
-	links []vocab.Link
+	links []kernel.Link
 }
 
 // Name is what a pool records as its parent: the link's kernel name, or
@@ -129,14 +129,14 @@ func (p parentRef) Same(held string) bool {
 	case !p.Found:
 		return held == p.Asked
 	}
-	if l, ok := vocab.FindLink(p.links, held); ok {
+	if l, ok := kernel.FindLink(p.links, held); ok {
 		return l.Index == p.Link.Index
 	}
 	return p.Link.HasName(held)
 }
 
 // loopback reports whether a link is a loopback interface.
-func loopback(l vocab.Link) bool { return l.Name == "lo" || l.Encap == "loopback" }
+func loopback(l kernel.Link) bool { return l.Name == "lo" || l.Encap == "loopback" }
 
 // special is an address range no pool may overlap.
 type special struct {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -41,9 +41,9 @@ func TestBlockingRoutes(t *testing.T) {
 		{name: "IPv4 halves do not cover IPv6", routes: []rt{{"0.0.0.0/1", 254}, {"128.0.0.0/1", 254}, {"::/1", 254}}, want: []string{"::/1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var routes []vocab.Route
+			var routes []kernel.Route
 			for _, r := range tc.routes {
-				routes = append(routes, vocab.Route{Dst: pfx(r.dst), Table: r.table, LinkIndex: 2})
+				routes = append(routes, kernel.Route{Dst: pfx(r.dst), Table: r.table, LinkIndex: 2})
 			}
 			var got []string
 			for _, p := range blockingRoutes(routes) {

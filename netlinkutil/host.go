@@ -6,7 +6,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -17,13 +17,13 @@ import (
 // Addrs returns every address of every link, both families, in the
 // kernel's order (a link's primary address first): it asks the kernel
 // (RequestPool and CreateNetwork's parent=auto, not a container's start).
-func (k *Kernel) Addrs(ctx context.Context) ([]vocab.Addr, error) {
+func (k *Kernel) Addrs(ctx context.Context) ([]kernel.Addr, error) {
 	return k.readAddrs(ctx)
 }
 
 // AddrsNear returns the addresses whose subnet overlaps pool: those in it,
 // and those on a LAN that holds it.
-func (k *Kernel) AddrsNear(ctx context.Context, pool netip.Prefix) ([]vocab.Addr, error) {
+func (k *Kernel) AddrsNear(ctx context.Context, pool netip.Prefix) ([]kernel.Addr, error) {
 	if s := k.kept.Load(); s != nil {
 		if as, err := s.addrsNear(ctx, pool); err == nil {
 			return as, nil
@@ -33,7 +33,7 @@ func (k *Kernel) AddrsNear(ctx context.Context, pool netip.Prefix) ([]vocab.Addr
 	if err != nil {
 		return nil, err
 	}
-	var out []vocab.Addr
+	var out []kernel.Addr
 	for _, a := range as {
 		if a.Prefix.Masked().Overlaps(pool) {
 			out = append(out, a)
@@ -43,15 +43,15 @@ func (k *Kernel) AddrsNear(ctx context.Context, pool netip.Prefix) ([]vocab.Addr
 }
 
 // readAddrs lists every address of every link from the kernel.
-func (k *Kernel) readAddrs(ctx context.Context) ([]vocab.Addr, error) {
+func (k *Kernel) readAddrs(ctx context.Context) ([]kernel.Addr, error) {
 	var as []netlink.Addr
 	if err := k.retry(ctx, func(h *netlink.Handle) (err error) { as, err = h.AddrList(nil, netlink.FAMILY_ALL); return err }); err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
 	}
-	out := make([]vocab.Addr, 0, len(as))
+	out := make([]kernel.Addr, 0, len(as))
 	for _, a := range as {
 		if p, ok := prefixOf(a.IPNet, false); ok {
-			out = append(out, vocab.Addr{Prefix: p, LinkIndex: a.LinkIndex})
+			out = append(out, kernel.Addr{Prefix: p, LinkIndex: a.LinkIndex})
 		}
 	}
 	return out, nil
@@ -60,12 +60,12 @@ func (k *Kernel) readAddrs(ctx context.Context) ([]vocab.Addr, error) {
 // Routes returns the IPv4 and IPv6 routes of every table, in the kernel's
 // order: it asks the kernel (RequestPool and CreateNetwork's parent=auto,
 // not a container's start).
-func (k *Kernel) Routes(ctx context.Context) ([]vocab.Route, error) {
+func (k *Kernel) Routes(ctx context.Context) ([]kernel.Route, error) {
 	rs, err := k.readRoutes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]vocab.Route, 0, len(rs))
+	out := make([]kernel.Route, 0, len(rs))
 	for _, r := range rs {
 		_, each := routeOf(r) // one per next hop of a multipath (ECMP) route
 		out = append(out, each...)
@@ -94,7 +94,7 @@ func (k *Kernel) readRoutes(ctx context.Context) ([]netlink.Route, error) {
 
 // RoutesVia returns the routes (of every table, both families) through the
 // link with the index.
-func (k *Kernel) RoutesVia(ctx context.Context, index int) ([]vocab.Route, error) {
+func (k *Kernel) RoutesVia(ctx context.Context, index int) ([]kernel.Route, error) {
 	if s := k.kept.Load(); s != nil {
 		if rs, err := s.routesVia(ctx, index); err == nil {
 			return rs, nil
@@ -104,7 +104,7 @@ func (k *Kernel) RoutesVia(ctx context.Context, index int) ([]vocab.Route, error
 	if err != nil {
 		return nil, err
 	}
-	var out []vocab.Route
+	var out []kernel.Route
 	for _, r := range rs {
 		if r.LinkIndex == index {
 			out = append(out, r)

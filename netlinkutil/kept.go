@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -63,13 +63,13 @@ type kept struct {
 	// mu is held while messages are taken off the socket and applied, and
 	// while the state is read.
 	mu       sync.Mutex
-	links    map[int]vocab.Link
+	links    map[int]kernel.Link
 	children map[int]map[int]struct{}
 	addrs    map[int]map[netip.Prefix]struct{}
 	// near indexes the addresses for AddrsNear: by their subnet, and by
 	// the /24 (IPv4) or /64 (IPv6) they are in.
-	bySubnet, byBucket map[netip.Prefix]map[vocab.Addr]struct{}
-	routes             map[routeID][]vocab.Route
+	bySubnet, byBucket map[netip.Prefix]map[kernel.Addr]struct{}
+	routes             map[routeID][]kernel.Route
 	byLink             map[int]map[routeID]struct{}
 	// routesStale is set when the kernel may have changed routes without
 	// an event that says which (below): the next route read reads them
@@ -308,9 +308,9 @@ func (s *kept) reread(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.links, s.children = map[int]vocab.Link{}, map[int]map[int]struct{}{}
+	s.links, s.children = map[int]kernel.Link{}, map[int]map[int]struct{}{}
 	s.addrs = map[int]map[netip.Prefix]struct{}{}
-	s.bySubnet, s.byBucket = map[netip.Prefix]map[vocab.Addr]struct{}{}, map[netip.Prefix]map[vocab.Addr]struct{}{}
+	s.bySubnet, s.byBucket = map[netip.Prefix]map[kernel.Addr]struct{}{}, map[netip.Prefix]map[kernel.Addr]struct{}{}
 	for _, l := range ls {
 		s.putLink(convert(l))
 	}
@@ -333,7 +333,7 @@ func (s *kept) rereadRoutes(ctx context.Context) error {
 }
 
 func (s *kept) setRoutes(rs []netlink.Route) {
-	s.routes, s.byLink = map[routeID][]vocab.Route{}, map[int]map[routeID]struct{}{}
+	s.routes, s.byLink = map[routeID][]kernel.Route{}, map[int]map[routeID]struct{}{}
 	for _, r := range rs {
 		id, out := routeOf(r)
 		s.putRoute(id, out)
@@ -383,7 +383,7 @@ func (s *kept) apply(m syscall.NetlinkMessage) {
 		idx := int(nl.DeserializeIfInfomsg(m.Data).Index)
 		s.dropLink(idx)
 		for p := range s.addrs[idx] {
-			s.dropAddr(vocab.Addr{Prefix: p, LinkIndex: idx})
+			s.dropAddr(kernel.Addr{Prefix: p, LinkIndex: idx})
 		}
 		// A link that goes takes its routes: IPv6 has told of them (unless
 		// skip_notify_on_dev_down), IPv4 has not, and a multipath route
@@ -445,12 +445,12 @@ func wireless(b []byte) bool {
 // Unannounced clears what the kernel's events do not keep exact, what
 // LinkByIndex and LinksOn leave out (nltest's too): the kernel announces a change of the alias, the altnames or a macvlan/ipvlan mode
 // only while the link is up.
-func Unannounced(l vocab.Link) vocab.Link {
+func Unannounced(l kernel.Link) kernel.Link {
 	l.Alias, l.AltNames, l.Mode, l.Flag = "", nil, "", ""
 	return l
 }
 
-func (s *kept) putLink(l vocab.Link) {
+func (s *kept) putLink(l kernel.Link) {
 	l = Unannounced(l)
 	s.links[l.Index] = l
 	if l.ParentIndex != 0 && l.ParentIndex != l.Index {
@@ -477,7 +477,7 @@ func (s *kept) dropLink(idx int) {
 	}
 }
 
-func (s *kept) putAddr(a vocab.Addr) {
+func (s *kept) putAddr(a kernel.Addr) {
 	as := s.addrs[a.LinkIndex]
 	if as == nil {
 		as = map[netip.Prefix]struct{}{}
@@ -488,7 +488,7 @@ func (s *kept) putAddr(a vocab.Addr) {
 	indexAddr(s.byBucket, bucketOf(a.Prefix.Addr()), a)
 }
 
-func (s *kept) dropAddr(a vocab.Addr) {
+func (s *kept) dropAddr(a kernel.Addr) {
 	as := s.addrs[a.LinkIndex]
 	if _, ok := as[a.Prefix]; !ok {
 		return
@@ -501,16 +501,16 @@ func (s *kept) dropAddr(a vocab.Addr) {
 	unindexAddr(s.byBucket, bucketOf(a.Prefix.Addr()), a)
 }
 
-func indexAddr(m map[netip.Prefix]map[vocab.Addr]struct{}, key netip.Prefix, a vocab.Addr) {
+func indexAddr(m map[netip.Prefix]map[kernel.Addr]struct{}, key netip.Prefix, a kernel.Addr) {
 	set := m[key]
 	if set == nil {
-		set = map[vocab.Addr]struct{}{}
+		set = map[kernel.Addr]struct{}{}
 		m[key] = set
 	}
 	set[a] = struct{}{}
 }
 
-func unindexAddr(m map[netip.Prefix]map[vocab.Addr]struct{}, key netip.Prefix, a vocab.Addr) {
+func unindexAddr(m map[netip.Prefix]map[kernel.Addr]struct{}, key netip.Prefix, a kernel.Addr) {
 	if set := m[key]; set != nil {
 		delete(set, a)
 		if len(set) == 0 {
@@ -533,11 +533,11 @@ func bucketOf(a netip.Addr) netip.Prefix {
 // subnet holds the pool (one lookup per prefix length up to the pool's),
 // and those in the pool (its /24s or /64s, or every bucket when there are
 // fewer). Neither grows with the host's addresses elsewhere.
-func (s *kept) near(pool netip.Prefix) []vocab.Addr {
+func (s *kept) near(pool netip.Prefix) []kernel.Addr {
 	pool = pool.Masked()
-	seen := map[vocab.Addr]struct{}{}
-	var out []vocab.Addr
-	add := func(set map[vocab.Addr]struct{}) {
+	seen := map[kernel.Addr]struct{}{}
+	var out []kernel.Addr
+	add := func(set map[kernel.Addr]struct{}) {
 		for a := range set {
 			if _, dup := seen[a]; !dup && a.Prefix.Masked().Overlaps(pool) {
 				seen[a] = struct{}{}
@@ -574,8 +574,8 @@ func (s *kept) near(pool netip.Prefix) []vocab.Addr {
 }
 
 // sortAddrs orders addresses as a dump lists them: by link, then address.
-func sortAddrs(as []vocab.Addr) {
-	slices.SortFunc(as, func(a, b vocab.Addr) int {
+func sortAddrs(as []kernel.Addr) {
+	slices.SortFunc(as, func(a, b kernel.Addr) int {
 		if a.LinkIndex != b.LinkIndex {
 			return a.LinkIndex - b.LinkIndex
 		}
@@ -600,7 +600,7 @@ func nextBucket(a netip.Addr, bits int) netip.Addr {
 	return out
 }
 
-func (s *kept) putRoute(id routeID, rs []vocab.Route) {
+func (s *kept) putRoute(id routeID, rs []kernel.Route) {
 	if len(rs) == 0 {
 		return
 	}
@@ -633,7 +633,7 @@ func (s *kept) dropRoute(id routeID) {
 }
 
 // routeOf converts a route of a dump.
-func routeOf(r netlink.Route) (routeID, []vocab.Route) {
+func routeOf(r netlink.Route) (routeID, []kernel.Route) {
 	dst, ok := prefixOf(r.Dst, true)
 	if !ok {
 		dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
@@ -647,19 +647,19 @@ func routeOf(r netlink.Route) (routeID, []vocab.Route) {
 	if len(r.MultiPath) == 0 {
 		gw, _ := netip.AddrFromSlice(r.Gw)
 		id.oif, id.gw = r.LinkIndex, gw.Unmap()
-		return id, []vocab.Route{{Dst: dst, Gateway: id.gw, LinkIndex: r.LinkIndex, Table: r.Table, Priority: r.Priority}}
+		return id, []kernel.Route{{Dst: dst, Gateway: id.gw, LinkIndex: r.LinkIndex, Table: r.Table, Priority: r.Priority}}
 	}
-	out := make([]vocab.Route, 0, len(r.MultiPath))
+	out := make([]kernel.Route, 0, len(r.MultiPath))
 	for _, nh := range r.MultiPath {
 		gw, _ := netip.AddrFromSlice(nh.Gw)
-		out = append(out, vocab.Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: nh.LinkIndex, Table: r.Table, Priority: r.Priority})
+		out = append(out, kernel.Route{Dst: dst, Gateway: gw.Unmap(), LinkIndex: nh.LinkIndex, Table: r.Table, Priority: r.Priority})
 	}
 	return id, out
 }
 
 // parseRoute reads a route event as a dump would have listed it; cloned
 // routes (the kernel's cache, which dumps leave out) are not routes.
-func parseRoute(b []byte) (id routeID, out []vocab.Route, multipath, ok bool) {
+func parseRoute(b []byte) (id routeID, out []kernel.Route, multipath, ok bool) {
 	if len(b) < unix.SizeofRtMsg {
 		return routeID{}, nil, false, false
 	}
@@ -730,14 +730,14 @@ func nexthopsOf(b []byte) []*netlink.NexthopInfo {
 
 // addrOf reads an address event as Addrs lists it (IFA_LOCAL, the
 // address itself, before IFA_ADDRESS, a point-to-point peer's).
-func addrOf(b []byte) (vocab.Addr, bool) {
+func addrOf(b []byte) (kernel.Addr, bool) {
 	if len(b) < unix.SizeofIfAddrmsg {
-		return vocab.Addr{}, false
+		return kernel.Addr{}, false
 	}
 	msg := nl.DeserializeIfAddrmsg(b)
 	attrs, err := nl.ParseRouteAttr(b[msg.Len():])
 	if err != nil {
-		return vocab.Addr{}, false
+		return kernel.Addr{}, false
 	}
 	var local, address []byte
 	for _, a := range attrs {
@@ -753,42 +753,42 @@ func addrOf(b []byte) (vocab.Addr, bool) {
 	}
 	ip, ok := netip.AddrFromSlice(local)
 	if !ok {
-		return vocab.Addr{}, false
+		return kernel.Addr{}, false
 	}
 	p, err := ip.Unmap().Prefix(int(msg.Prefixlen))
 	if err != nil {
-		return vocab.Addr{}, false
+		return kernel.Addr{}, false
 	}
-	return vocab.Addr{Prefix: netip.PrefixFrom(ip.Unmap(), p.Bits()), LinkIndex: int(msg.Index)}, true
+	return kernel.Addr{Prefix: netip.PrefixFrom(ip.Unmap(), p.Bits()), LinkIndex: int(msg.Index)}, true
 }
 
 // The reads, answered from the kept state.
 
-func (s *kept) byIndex(ctx context.Context, idx int) (vocab.Link, bool, error) {
+func (s *kept) byIndex(ctx context.Context, idx int) (kernel.Link, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.sync(ctx); err != nil {
-		return vocab.Link{}, false, err
+		return kernel.Link{}, false, err
 	}
 	l, ok := s.links[idx]
 	return l, ok, nil
 }
 
-func (s *kept) on(ctx context.Context, parent int) ([]vocab.Link, error) {
+func (s *kept) on(ctx context.Context, parent int) ([]kernel.Link, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.sync(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]vocab.Link, 0, len(s.children[parent]))
+	out := make([]kernel.Link, 0, len(s.children[parent]))
 	for idx := range s.children[parent] {
 		out = append(out, s.links[idx])
 	}
-	slices.SortFunc(out, func(a, b vocab.Link) int { return a.Index - b.Index })
+	slices.SortFunc(out, func(a, b kernel.Link) int { return a.Index - b.Index })
 	return out, nil
 }
 
-func (s *kept) addrsNear(ctx context.Context, pool netip.Prefix) ([]vocab.Addr, error) {
+func (s *kept) addrsNear(ctx context.Context, pool netip.Prefix) ([]kernel.Addr, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.sync(ctx); err != nil {
@@ -797,13 +797,13 @@ func (s *kept) addrsNear(ctx context.Context, pool netip.Prefix) ([]vocab.Addr, 
 	return s.near(pool), nil
 }
 
-func (s *kept) routesVia(ctx context.Context, idx int) ([]vocab.Route, error) {
+func (s *kept) routesVia(ctx context.Context, idx int) ([]kernel.Route, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.sync(ctx); err != nil {
 		return nil, err
 	}
-	var out []vocab.Route
+	var out []kernel.Route
 	for id := range s.byLink[idx] {
 		for _, r := range s.routes[id] {
 			if r.LinkIndex == idx {

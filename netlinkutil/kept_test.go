@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // AddrsNear's index answers what a scan of every address would: the
@@ -16,14 +16,14 @@ import (
 func TestNearAnswersAsAScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, hostSize := range []int{3, 40, 3000} {
-		s := &kept{addrs: map[int]map[netip.Prefix]struct{}{}, bySubnet: map[netip.Prefix]map[vocab.Addr]struct{}{}, byBucket: map[netip.Prefix]map[vocab.Addr]struct{}{}}
-		var all []vocab.Addr
+		s := &kept{addrs: map[int]map[netip.Prefix]struct{}{}, bySubnet: map[netip.Prefix]map[kernel.Addr]struct{}{}, byBucket: map[netip.Prefix]map[kernel.Addr]struct{}{}}
+		var all []kernel.Addr
 		for i := range hostSize {
-			var a vocab.Addr
+			var a kernel.Addr
 			if i%3 == 2 {
-				a = vocab.Addr{Prefix: netip.MustParsePrefix(fmt.Sprintf("2001:db8:%x:%x::%x/%d", rng.IntN(4), rng.IntN(8), 1+rng.IntN(200), []int{48, 56, 64, 120, 128}[rng.IntN(5)])), LinkIndex: 1 + rng.IntN(50)}
+				a = kernel.Addr{Prefix: netip.MustParsePrefix(fmt.Sprintf("2001:db8:%x:%x::%x/%d", rng.IntN(4), rng.IntN(8), 1+rng.IntN(200), []int{48, 56, 64, 120, 128}[rng.IntN(5)])), LinkIndex: 1 + rng.IntN(50)}
 			} else {
-				a = vocab.Addr{Prefix: netip.MustParsePrefix(fmt.Sprintf("198.%d.%d.%d/%d", 18+rng.IntN(2), rng.IntN(40), 1+rng.IntN(250), []int{8, 15, 16, 20, 24, 28, 32}[rng.IntN(7)])), LinkIndex: 1 + rng.IntN(50)}
+				a = kernel.Addr{Prefix: netip.MustParsePrefix(fmt.Sprintf("198.%d.%d.%d/%d", 18+rng.IntN(2), rng.IntN(40), 1+rng.IntN(250), []int{8, 15, 16, 20, 24, 28, 32}[rng.IntN(7)])), LinkIndex: 1 + rng.IntN(50)}
 			}
 			if _, dup := s.addrs[a.LinkIndex][a.Prefix]; dup {
 				continue
@@ -40,7 +40,7 @@ func TestNearAnswersAsAScan(t *testing.T) {
 			"2001:db8::/32", "2001:db8:1::/48", "2001:db8:2:3::/64", "2001:db8:1:2::/96", "2001:db8:0:1::/60", "::/0"}
 		for _, p := range pools {
 			pool := netip.MustParsePrefix(p)
-			var want []vocab.Addr
+			var want []kernel.Addr
 			for _, a := range all {
 				if a.Prefix.Masked().Overlaps(pool) {
 					want = append(want, a)
@@ -55,8 +55,8 @@ func TestNearAnswersAsAScan(t *testing.T) {
 	}
 }
 
-func minus(a, b []vocab.Addr) []vocab.Addr {
-	var out []vocab.Addr
+func minus(a, b []kernel.Addr) []kernel.Addr {
+	var out []kernel.Addr
 	for _, x := range a {
 		if !slices.Contains(b, x) {
 			out = append(out, x)

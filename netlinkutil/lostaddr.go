@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,7 +58,7 @@ func lostTable(tag string) *nftables.Table {
 			return r
 		}
 		return -1
-	}, strings.TrimPrefix(tag, vocab.MarkPrefix))
+	}, strings.TrimPrefix(tag, kernel.MarkPrefix))
 	return &nftables.Table{Family: nftables.TableFamilyNetdev, Name: lostTablePrefix + name}
 }
 

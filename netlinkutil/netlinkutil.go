@@ -22,7 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -36,16 +36,16 @@ var ErrNotFound = errors.New("link not found")
 type Links interface {
 	// Get returns the link with the name or altname, or an error wrapping
 	// ErrNotFound.
-	Get(ctx context.Context, name string) (vocab.Link, error)
+	Get(ctx context.Context, name string) (kernel.Link, error)
 	// List returns every link.
-	List(ctx context.Context) ([]vocab.Link, error)
+	List(ctx context.Context) ([]kernel.Link, error)
 	// LinkByIndex returns the link with the index, or an error wrapping
 	// ErrNotFound, without its Alias, AltNames, Mode and Flag (kept.go:
 	// ask Get for them).
-	LinkByIndex(ctx context.Context, index int) (vocab.Link, error)
+	LinkByIndex(ctx context.Context, index int) (kernel.Link, error)
 	// LinksOn returns the links whose lower link is parent (by index),
 	// without their Alias, AltNames, Mode and Flag (kept.go: ask Get).
-	LinksOn(ctx context.Context, parent int) ([]vocab.Link, error)
+	LinksOn(ctx context.Context, parent int) ([]kernel.Link, error)
 	// AddVLAN creates an up VLAN link name on base with the given ID,
 	// marked with mark.
 	AddVLAN(ctx context.Context, name, base string, id, mtu int, mark string) error
@@ -53,17 +53,17 @@ type Links interface {
 	AddDummy(ctx context.Context, name string, mtu int, mark string) error
 	// AddEndpoint creates a macvlan or ipvlan link, left down, marked with
 	// ep.Mark.
-	AddEndpoint(ctx context.Context, ep vocab.Endpoint) error
+	AddEndpoint(ctx context.Context, ep kernel.Endpoint) error
 	// Delete removes the named link; a missing link is not an error.
 	Delete(ctx context.Context, name string) error
 	// DeleteLink removes the link Get returned, by its index, without
 	// looking it up again; a link gone since is not an error. It returns
 	// once the link is out of the namespace (name, index and MAC free),
 	// possibly before the kernel has finished freeing it.
-	DeleteLink(ctx context.Context, l vocab.Link) error
+	DeleteLink(ctx context.Context, l kernel.Link) error
 	// AddShim creates a macvlan or ipvlan link of the host (marked with
 	// ep.Mark) with addr as a host address, up.
-	AddShim(ctx context.Context, ep vocab.Endpoint, addr netip.Addr) error
+	AddShim(ctx context.Context, ep kernel.Endpoint, addr netip.Addr) error
 	// AddHostRoute routes one address through a link; a route to it
 	// through another link (or none) is refused with a *RouteHeldError,
 	// never replaced.
@@ -114,16 +114,16 @@ func NewAt(ns netns.NsHandle) *Kernel {
 }
 
 var macvlanModes = map[string]netlink.MacvlanMode{
-	vocab.MacvlanBridge: netlink.MACVLAN_MODE_BRIDGE, vocab.MacvlanPrivate: netlink.MACVLAN_MODE_PRIVATE,
-	vocab.MacvlanVEPA: netlink.MACVLAN_MODE_VEPA, vocab.MacvlanPassthru: netlink.MACVLAN_MODE_PASSTHRU,
+	kernel.MacvlanBridge: netlink.MACVLAN_MODE_BRIDGE, kernel.MacvlanPrivate: netlink.MACVLAN_MODE_PRIVATE,
+	kernel.MacvlanVEPA: netlink.MACVLAN_MODE_VEPA, kernel.MacvlanPassthru: netlink.MACVLAN_MODE_PASSTHRU,
 }
 
 var ipvlanModes = map[string]netlink.IPVlanMode{
-	vocab.IpvlanL2: netlink.IPVLAN_MODE_L2, vocab.IpvlanL3: netlink.IPVLAN_MODE_L3, vocab.IpvlanL3S: netlink.IPVLAN_MODE_L3S,
+	kernel.IpvlanL2: netlink.IPVLAN_MODE_L2, kernel.IpvlanL3: netlink.IPVLAN_MODE_L3, kernel.IpvlanL3S: netlink.IPVLAN_MODE_L3S,
 }
 
 var ipvlanFlags = map[string]netlink.IPVlanFlag{
-	vocab.IpvlanFlagBridge: netlink.IPVLAN_FLAG_BRIDGE, vocab.IpvlanFlagPrivate: netlink.IPVLAN_FLAG_PRIVATE, vocab.IpvlanFlagVEPA: netlink.IPVLAN_FLAG_VEPA,
+	kernel.IpvlanFlagBridge: netlink.IPVLAN_FLAG_BRIDGE, kernel.IpvlanFlagPrivate: netlink.IPVLAN_FLAG_PRIVATE, kernel.IpvlanFlagVEPA: netlink.IPVLAN_FLAG_VEPA,
 }
 
 func nameOf[K comparable](m map[string]K, v K) string {
@@ -179,9 +179,9 @@ func (k *Kernel) retry(ctx context.Context, op func(h *netlink.Handle) error) er
 // dumpAttempts bounds the retries of an interrupted dump.
 const dumpAttempts = 100
 
-func convert(l netlink.Link) vocab.Link {
+func convert(l netlink.Link) kernel.Link {
 	a := l.Attrs()
-	out := vocab.Link{Name: a.Name, Index: a.Index, Kind: l.Type(), ParentIndex: a.ParentIndex, MTU: a.MTU,
+	out := kernel.Link{Name: a.Name, Index: a.Index, Kind: l.Type(), ParentIndex: a.ParentIndex, MTU: a.MTU,
 		Alias: a.Alias, AltNames: a.AltNames, Encap: a.EncapType, Down: a.Flags&net.FlagUp == 0}
 	if a.HardwareAddr != nil {
 		out.MAC = a.HardwareAddr.String()
@@ -201,26 +201,26 @@ func convert(l netlink.Link) vocab.Link {
 }
 
 // Get implements Links.
-func (k *Kernel) Get(ctx context.Context, name string) (vocab.Link, error) {
+func (k *Kernel) Get(ctx context.Context, name string) (kernel.Link, error) {
 	var l netlink.Link
 	err := k.retry(ctx, func(h *netlink.Handle) (err error) { l, err = h.LinkByName(name); return err })
 	var nf netlink.LinkNotFoundError
 	if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
-		return vocab.Link{}, fmt.Errorf("%w: %s", ErrNotFound, name)
+		return kernel.Link{}, fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
 	if err != nil {
-		return vocab.Link{}, fmt.Errorf("look up link %s: %w", name, err)
+		return kernel.Link{}, fmt.Errorf("look up link %s: %w", name, err)
 	}
 	return convert(l), nil
 }
 
 // List implements Links.
-func (k *Kernel) List(ctx context.Context) ([]vocab.Link, error) {
+func (k *Kernel) List(ctx context.Context) ([]kernel.Link, error) {
 	var ls []netlink.Link
 	if err := k.retry(ctx, func(h *netlink.Handle) (err error) { ls, err = h.LinkList(); return err }); err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
-	out := make([]vocab.Link, 0, len(ls))
+	out := make([]kernel.Link, 0, len(ls))
 	for _, l := range ls {
 		out = append(out, convert(l))
 	}
@@ -228,12 +228,12 @@ func (k *Kernel) List(ctx context.Context) ([]vocab.Link, error) {
 }
 
 // LinkByIndex implements Links.
-func (k *Kernel) LinkByIndex(ctx context.Context, index int) (vocab.Link, error) {
+func (k *Kernel) LinkByIndex(ctx context.Context, index int) (kernel.Link, error) {
 	if s := k.kept.Load(); s != nil {
 		l, ok, err := s.byIndex(ctx, index)
 		switch {
 		case err == nil && !ok:
-			return vocab.Link{}, fmt.Errorf("%w: index %d", ErrNotFound, index)
+			return kernel.Link{}, fmt.Errorf("%w: index %d", ErrNotFound, index)
 		case err == nil:
 			return l, nil
 		}
@@ -242,16 +242,16 @@ func (k *Kernel) LinkByIndex(ctx context.Context, index int) (vocab.Link, error)
 	err := k.retry(ctx, func(h *netlink.Handle) (err error) { l, err = h.LinkByIndex(index); return err })
 	var nf netlink.LinkNotFoundError
 	if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
-		return vocab.Link{}, fmt.Errorf("%w: index %d", ErrNotFound, index)
+		return kernel.Link{}, fmt.Errorf("%w: index %d", ErrNotFound, index)
 	}
 	if err != nil {
-		return vocab.Link{}, fmt.Errorf("look up link %d: %w", index, err)
+		return kernel.Link{}, fmt.Errorf("look up link %d: %w", index, err)
 	}
 	return Unannounced(convert(l)), nil
 }
 
 // LinksOn implements Links.
-func (k *Kernel) LinksOn(ctx context.Context, parent int) ([]vocab.Link, error) {
+func (k *Kernel) LinksOn(ctx context.Context, parent int) ([]kernel.Link, error) {
 	if s := k.kept.Load(); s != nil {
 		if ls, err := s.on(ctx, parent); err == nil {
 			return ls, nil
@@ -261,7 +261,7 @@ func (k *Kernel) LinksOn(ctx context.Context, parent int) ([]vocab.Link, error) 
 	if err != nil {
 		return nil, err
 	}
-	var out []vocab.Link
+	var out []kernel.Link
 	for _, l := range ls {
 		if l.ParentIndex == parent && l.Index != parent {
 			out = append(out, Unannounced(l))
@@ -300,7 +300,7 @@ func (k *Kernel) add(ctx context.Context, l netlink.Link, mark string, up bool) 
 // explain says what a permanent refusal of a new link means.
 func explain(err error, l netlink.Link) string {
 	switch {
-	case errors.Is(err, unix.EBUSY) && (l.Type() == vocab.KindMacvlan || l.Type() == vocab.KindIpvlan):
+	case errors.Is(err, unix.EBUSY) && (l.Type() == kernel.KindMacvlan || l.Type() == kernel.KindIpvlan):
 		return " (the parent link carries links of the other type, macvlan or ipvlan, or is taken by a macvlan passthru link: the kernel allows one kind per parent)"
 	case errors.Is(err, unix.EADDRINUSE):
 		return fmt.Sprintf(" (MAC %s is already used by another link on the parent: use another MAC address)", l.Attrs().HardwareAddr)
@@ -331,7 +331,7 @@ func (k *Kernel) AddDummy(ctx context.Context, name string, mtu int, mark string
 }
 
 // AddEndpoint implements Links.
-func (k *Kernel) AddEndpoint(ctx context.Context, ep vocab.Endpoint) error {
+func (k *Kernel) AddEndpoint(ctx context.Context, ep kernel.Endpoint) error {
 	idx, err := k.index(ctx, ep.Parent)
 	if err != nil {
 		return fmt.Errorf("create %s link %s: parent: %w", ep.Type, ep.Name, err)
@@ -345,13 +345,13 @@ func (k *Kernel) AddEndpoint(ctx context.Context, ep vocab.Endpoint) error {
 		attrs.HardwareAddr = mac
 	}
 	switch ep.Type {
-	case vocab.KindMacvlan:
+	case kernel.KindMacvlan:
 		mode, ok := macvlanModes[ep.Mode]
 		if !ok {
 			return fmt.Errorf("create macvlan link %s: unknown mode %q", ep.Name, ep.Mode)
 		}
 		return k.add(ctx, &netlink.Macvlan{LinkAttrs: attrs, Mode: mode}, ep.Mark, false)
-	case vocab.KindIpvlan:
+	case kernel.KindIpvlan:
 		mode, ok := ipvlanModes[ep.Mode]
 		flag, okf := ipvlanFlags[ep.Flag]
 		if !ok || !okf {

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -22,7 +22,7 @@ import (
 // address (/32 or /128: no subnet route, so a LAN address the host may
 // already have on the parent keeps working) and brings it up. A failed add
 // leaves nothing.
-func (k *Kernel) AddShim(ctx context.Context, ep vocab.Endpoint, addr netip.Addr) error {
+func (k *Kernel) AddShim(ctx context.Context, ep kernel.Endpoint, addr netip.Addr) error {
 	// Marked last: a link deleted because it could not be set up carries
 	// no mark, so its deletion does not wake the repair watcher again.
 	mark := ep.Mark
@@ -66,7 +66,7 @@ var ErrRouteHeld = errors.New("host route held by another link")
 type RouteHeldError struct {
 	Dst    netip.Addr
 	Dev    string
-	Holder vocab.Link
+	Holder kernel.Link
 	Type   string // "" for a unicast route
 }
 
@@ -205,7 +205,7 @@ func routeLink(r netlink.Route) int {
 func (k *Kernel) routeHeld(dst netip.Addr, dev string, r netlink.Route) *RouteHeldError {
 	e := &RouteHeldError{Dst: dst, Dev: dev, Type: routeType(r.Type)}
 	if idx := routeLink(r); idx != 0 {
-		e.Holder = vocab.Link{Index: idx}
+		e.Holder = kernel.Link{Index: idx}
 		var l netlink.Link
 		if err := k.with(func(h *netlink.Handle) (err error) { l, err = h.LinkByIndex(idx); return err }); err == nil {
 			e.Holder = convert(l)
@@ -282,7 +282,7 @@ type LinkEvent struct {
 	// Name and Index are set, looked up at the event; the other fields are
 	// the link's then).
 	AddrRemoved bool
-	Link        vocab.Link
+	Link        kernel.Link
 }
 
 // Subscribe streams the link events of the namespace, and the removals of

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -54,7 +54,7 @@ func newDeletions() *deletions {
 }
 
 // DeleteLink implements Links.
-func (k *Kernel) DeleteLink(ctx context.Context, l vocab.Link) error {
+func (k *Kernel) DeleteLink(ctx context.Context, l kernel.Link) error {
 	d := k.deletions
 	select {
 	case d.slots <- struct{}{}:
@@ -126,7 +126,7 @@ func (k *Kernel) Close(ctx context.Context) error {
 // if none runs, and counts a deletion about to run in the background. It
 // returns no wait when there is no subscription, and background false
 // once the Kernel is closed.
-func (d *deletions) watch(ns netns.NsHandle, l vocab.Link) (w *deletion, background bool) {
+func (d *deletions) watch(ns netns.NsHandle, l kernel.Link) (w *deletion, background bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {

@@ -16,14 +16,14 @@ import (
 	"sync"
 
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"golang.org/x/sys/unix"
 )
 
 // Kernel is a fake kernel. The zero value is not usable; call New.
 type Kernel struct {
 	mu    sync.Mutex
-	links map[string]*vocab.Link
+	links map[string]*kernel.Link
 	next  int
 	fault func(op, name string) error
 	calls map[string]int
@@ -39,13 +39,13 @@ type Kernel struct {
 
 // New returns a kernel holding only lo.
 func New() *Kernel {
-	k := &Kernel{links: map[string]*vocab.Link{}, next: 1, calls: map[string]int{},
+	k := &Kernel{links: map[string]*kernel.Link{}, next: 1, calls: map[string]int{},
 		addrs: map[string][]netip.Addr{}, routes: map[netip.Addr]string{}}
-	k.put(vocab.Link{Name: "lo", Kind: "device", MTU: 65536})
+	k.put(kernel.Link{Name: "lo", Kind: "device", MTU: 65536})
 	return k
 }
 
-func (k *Kernel) put(l vocab.Link) {
+func (k *Kernel) put(l kernel.Link) {
 	l.Index = k.next
 	k.next++
 	k.links[l.Name] = &l
@@ -68,7 +68,7 @@ func (k *Kernel) emit(ev netlinkutil.LinkEvent) {
 func (k *Kernel) AddHostLink(name, kind string, mtu int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.put(vocab.Link{Name: name, Kind: kind, MTU: mtu})
+	k.put(kernel.Link{Name: name, Kind: kind, MTU: mtu})
 }
 
 // AddAltName gives a link an alternative name, as `ip link property add`.
@@ -82,14 +82,14 @@ func (k *Kernel) AddAltName(name, alt string) {
 
 // AddLink adds a link as given (Index is assigned), as if someone else had
 // created it: a user's VLAN, a link another underlay instance marked.
-func (k *Kernel) AddLink(l vocab.Link) {
+func (k *Kernel) AddLink(l kernel.Link) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.put(l)
 }
 
 // lookup finds a link by name or altname.
-func (k *Kernel) lookup(name string) *vocab.Link {
+func (k *Kernel) lookup(name string) *kernel.Link {
 	if l, ok := k.links[name]; ok {
 		return l
 	}
@@ -148,7 +148,7 @@ func (k *Kernel) begin(op, name string) error {
 	return nil
 }
 
-func (k *Kernel) byIndex(i int) *vocab.Link {
+func (k *Kernel) byIndex(i int) *kernel.Link {
 	for _, l := range k.links {
 		if l.Index == i {
 			return l
@@ -157,8 +157,8 @@ func (k *Kernel) byIndex(i int) *vocab.Link {
 	return nil
 }
 
-func (k *Kernel) children(parent *vocab.Link) []*vocab.Link {
-	var out []*vocab.Link
+func (k *Kernel) children(parent *kernel.Link) []*kernel.Link {
+	var out []*kernel.Link
 	for _, l := range k.links {
 		if l.ParentIndex == parent.Index && l.ParentIndex != 0 {
 			out = append(out, l)
@@ -186,7 +186,7 @@ func (k *Kernel) remove(name string) {
 }
 
 func (k *Kernel) checkNew(name string) error {
-	if len(name) > vocab.MaxNameLen || name == "" {
+	if len(name) > kernel.MaxNameLen || name == "" {
 		return fmt.Errorf("name %q: %w", name, unix.EINVAL)
 	}
 	if k.lookup(name) != nil {
@@ -196,27 +196,27 @@ func (k *Kernel) checkNew(name string) error {
 }
 
 // Get implements netlinkutil.Links.
-func (k *Kernel) Get(_ context.Context, name string) (vocab.Link, error) {
+func (k *Kernel) Get(_ context.Context, name string) (kernel.Link, error) {
 	if err := k.begin("get", name); err != nil {
-		return vocab.Link{}, err
+		return kernel.Link{}, err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l := k.lookup(name)
 	if l == nil {
-		return vocab.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
+		return kernel.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
 	}
 	return *l, nil
 }
 
 // List implements netlinkutil.Links.
-func (k *Kernel) List(_ context.Context) ([]vocab.Link, error) {
+func (k *Kernel) List(_ context.Context) ([]kernel.Link, error) {
 	if err := k.begin("list", ""); err != nil {
 		return nil, err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]vocab.Link, 0, len(k.links))
+	out := make([]kernel.Link, 0, len(k.links))
 	for _, l := range k.links {
 		out = append(out, *l)
 	}
@@ -225,28 +225,28 @@ func (k *Kernel) List(_ context.Context) ([]vocab.Link, error) {
 }
 
 // LinkByIndex implements netlinkutil.Links.
-func (k *Kernel) LinkByIndex(_ context.Context, index int) (vocab.Link, error) {
+func (k *Kernel) LinkByIndex(_ context.Context, index int) (kernel.Link, error) {
 	if err := k.begin("get", ""); err != nil {
-		return vocab.Link{}, err
+		return kernel.Link{}, err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l := k.byIndex(index)
 	if l == nil {
-		return vocab.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
+		return kernel.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
 	}
 	return netlinkutil.Unannounced(*l), nil
 }
 
 // LinksOn implements netlinkutil.Links.
-func (k *Kernel) LinksOn(_ context.Context, parent int) ([]vocab.Link, error) {
+func (k *Kernel) LinksOn(_ context.Context, parent int) ([]kernel.Link, error) {
 	if err := k.begin("list", ""); err != nil {
 		return nil, err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []vocab.Link
-	for _, l := range k.children(&vocab.Link{Index: parent}) {
+	var out []kernel.Link
+	for _, l := range k.children(&kernel.Link{Index: parent}) {
 		if l.Index != parent {
 			out = append(out, netlinkutil.Unannounced(*l))
 		}
@@ -280,7 +280,7 @@ func (k *Kernel) AddVLAN(_ context.Context, name, base string, id, mtu int, mark
 	if mtu == 0 {
 		mtu = b.MTU
 	}
-	k.put(vocab.Link{Name: name, Kind: vocab.KindVLAN, ParentIndex: b.Index, VLAN: id, MTU: mtu, Alias: mark})
+	k.put(kernel.Link{Name: name, Kind: kernel.KindVLAN, ParentIndex: b.Index, VLAN: id, MTU: mtu, Alias: mark})
 	return nil
 }
 
@@ -297,12 +297,12 @@ func (k *Kernel) AddDummy(_ context.Context, name string, mtu int, mark string) 
 	if mtu == 0 {
 		mtu = 1500
 	}
-	k.put(vocab.Link{Name: name, Kind: vocab.KindDummy, MTU: mtu, Alias: mark})
+	k.put(kernel.Link{Name: name, Kind: kernel.KindDummy, MTU: mtu, Alias: mark})
 	return nil
 }
 
 // AddEndpoint implements netlinkutil.Links.
-func (k *Kernel) AddEndpoint(_ context.Context, ep vocab.Endpoint) error {
+func (k *Kernel) AddEndpoint(_ context.Context, ep kernel.Endpoint) error {
 	if err := k.begin("endpoint", ep.Name); err != nil {
 		return err
 	}
@@ -315,7 +315,7 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep vocab.Endpoint) error {
 	if p == nil {
 		return fmt.Errorf("create %s link %s: parent: %w: %s", ep.Type, ep.Name, netlinkutil.ErrNotFound, ep.Parent)
 	}
-	if p.Kind == vocab.KindMacvlan && p.ParentIndex != 0 {
+	if p.Kind == kernel.KindMacvlan && p.ParentIndex != 0 {
 		if lower := k.byIndex(p.ParentIndex); lower != nil {
 			p = lower // the kernel puts links made on a macvlan on its lower link
 		}
@@ -325,11 +325,11 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep vocab.Endpoint) error {
 	}
 	for _, c := range k.children(p) {
 		switch {
-		case vocab.IsEndpointKind(c.Kind) && c.Kind != ep.Type:
+		case kernel.IsEndpointKind(c.Kind) && c.Kind != ep.Type:
 			return fmt.Errorf("%s on %s holding %s: %w", ep.Type, ep.Parent, c.Kind, unix.EBUSY)
 		case ep.MAC != "" && c.MAC == ep.MAC:
 			return fmt.Errorf("MAC %s on %s: %w", ep.MAC, ep.Parent, unix.EADDRINUSE)
-		case ep.Type == vocab.KindMacvlan && c.Kind == vocab.KindMacvlan && (c.Mode == vocab.MacvlanPassthru || ep.Mode == vocab.MacvlanPassthru):
+		case ep.Type == kernel.KindMacvlan && c.Kind == kernel.KindMacvlan && (c.Mode == kernel.MacvlanPassthru || ep.Mode == kernel.MacvlanPassthru):
 			return fmt.Errorf("passthru on %s: %w", ep.Parent, unix.EBUSY)
 		}
 	}
@@ -337,12 +337,12 @@ func (k *Kernel) AddEndpoint(_ context.Context, ep vocab.Endpoint) error {
 	if mtu == 0 {
 		mtu = p.MTU
 	}
-	l := vocab.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC, Alias: ep.Mark, Down: true}
-	if ep.Type == vocab.KindIpvlan {
+	l := kernel.Link{Name: ep.Name, Kind: ep.Type, ParentIndex: p.Index, MTU: mtu, Mode: ep.Mode, Flag: ep.Flag, MAC: ep.MAC, Alias: ep.Mark, Down: true}
+	if ep.Type == kernel.KindIpvlan {
 		// The port mode and flags belong to the parent: the newest link's
 		// settings silently apply to all of them.
 		for _, c := range k.children(p) {
-			if c.Kind == vocab.KindIpvlan {
+			if c.Kind == kernel.KindIpvlan {
 				c.Mode, c.Flag = ep.Mode, ep.Flag
 			}
 		}
@@ -364,7 +364,7 @@ func (k *Kernel) Delete(_ context.Context, name string) error {
 
 // DeleteLink implements netlinkutil.Links: the link of that name, if it is
 // still the one with that index.
-func (k *Kernel) DeleteLink(_ context.Context, l vocab.Link) error {
+func (k *Kernel) DeleteLink(_ context.Context, l kernel.Link) error {
 	if err := k.begin("delete", l.Name); err != nil {
 		return err
 	}
@@ -377,12 +377,12 @@ func (k *Kernel) DeleteLink(_ context.Context, l vocab.Link) error {
 }
 
 // Link returns the named link, or false.
-func (k *Kernel) Link(name string) (vocab.Link, bool) {
+func (k *Kernel) Link(name string) (kernel.Link, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l, ok := k.links[name]
 	if !ok {
-		return vocab.Link{}, false
+		return kernel.Link{}, false
 	}
 	return *l, true
 }
@@ -402,7 +402,7 @@ func (k *Kernel) Parent(name string) string {
 }
 
 // AddShim implements netlinkutil.Links.
-func (k *Kernel) AddShim(ctx context.Context, ep vocab.Endpoint, addr netip.Addr) error {
+func (k *Kernel) AddShim(ctx context.Context, ep kernel.Endpoint, addr netip.Addr) error {
 	if err := k.AddEndpoint(ctx, ep); err != nil {
 		return err
 	}

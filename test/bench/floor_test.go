@@ -12,7 +12,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
@@ -86,7 +86,7 @@ func (f *floor) endpointCycle(w, i int) error {
 // Against it, the cycle's ratio is the daemon's own cost.
 func (f *floor) endpointCycleUnlisted(w, i int) error {
 	return f.macvlanCycle(w, i, "fly", 1, func(l *netlink.Macvlan) error {
-		return f.kernel.DeleteLink(context.Background(), vocab.Link{Name: l.Name, Index: l.Index})
+		return f.kernel.DeleteLink(context.Background(), kernel.Link{Name: l.Name, Index: l.Index})
 	})
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -82,8 +82,8 @@ func TestHostRouteKernelRefusesAHeldRoute(t *testing.T) {
 	ns := itest.NewNetns(t)
 	ns.AddVeth("kp0", "kp0-peer", 1500)
 	ns.AddVeth("kop0", "kop0-peer", 1500) // the operator's link
-	addMarkedMacvlan(t, ns, "kshima", "kp0", vocab.Mark("aaaa"))
-	addMarkedMacvlan(t, ns, "kshimb", "kp0", vocab.Mark("bbbb"))
+	addMarkedMacvlan(t, ns, "kshima", "kp0", kernel.Mark("aaaa"))
+	addMarkedMacvlan(t, ns, "kshimb", "kp0", kernel.Mark("bbbb"))
 	for _, l := range []string{"kshima", "kshimb"} {
 		ns.Up(l)
 	}
@@ -100,7 +100,7 @@ func TestHostRouteKernelRefusesAHeldRoute(t *testing.T) {
 	}
 	// Through another instance's link: refused, naming it and its mark.
 	held := wantHeld(t, k.AddHostRoute(ctx, a, "kshimb"), "kshima", "")
-	if held.Holder.Alias != vocab.Mark("aaaa") {
+	if held.Holder.Alias != kernel.Mark("aaaa") {
 		t.Fatalf("the refusal names alias %q, want the holder's mark", held.Holder.Alias)
 	}
 	wantRoutesTo(t, ns, a, fmt.Sprintf("kshima 0 %d", unix.RTN_UNICAST))
@@ -177,7 +177,7 @@ func TestHostRouteKernelRaceOneWins(t *testing.T) {
 	ns.AddVeth("kp0", "kp0-peer", 1500)
 	links := []string{"kshima", "kshimb"}
 	for i, l := range links {
-		addMarkedMacvlan(t, ns, l, "kp0", vocab.Mark(fmt.Sprint(i)))
+		addMarkedMacvlan(t, ns, l, "kp0", kernel.Mark(fmt.Sprint(i)))
 		ns.Up(l)
 	}
 	ks := []*netlinkutil.Kernel{newKernel(t, ns), newKernel(t, ns)}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 )
 
@@ -20,7 +20,7 @@ import (
 
 // addMacvlan adds an up macvlan on kp0: the kernel refuses a MAC another
 // macvlan on the parent has when the second one comes up (EADDRINUSE).
-func addMacvlan(t *testing.T, ns *itest.Netns, name string, mac net.HardwareAddr) vocab.Link {
+func addMacvlan(t *testing.T, ns *itest.Netns, name string, mac net.HardwareAddr) kernel.Link {
 	t.Helper()
 	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: ns.MustLink("kp0").Attrs().Index, HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
 	if err := ns.NL.LinkAdd(l); err != nil {
@@ -29,7 +29,7 @@ func addMacvlan(t *testing.T, ns *itest.Netns, name string, mac net.HardwareAddr
 	if err := ns.NL.LinkSetUp(l); err != nil {
 		t.Fatalf("set macvlan %s up: %v", name, err)
 	}
-	return vocab.Link{Name: name, Index: ns.MustLink(name).Attrs().Index}
+	return kernel.Link{Name: name, Index: ns.MustLink(name).Attrs().Index}
 }
 
 func newKernel(t *testing.T, ns *itest.Netns) *netlinkutil.Kernel {
@@ -119,7 +119,7 @@ func TestConcurrentDeleteLinks(t *testing.T) {
 	ns.AddVeth("kp0", "kp0-peer", 1500)
 	k := netlinkutil.NewAt(ns.Handle())
 	const n = 80
-	links := make([]vocab.Link, n)
+	links := make([]kernel.Link, n)
 	for i := range links {
 		links[i] = addMacvlan(t, ns, fmt.Sprintf("kc%d", i), nil)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netlink"
 )
 
@@ -110,7 +110,7 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 	wantKeptAsKernel(t, "at start", kept, fresh)
 	// The kept links by index (Get and List ask the kernel).
 	p0 := ns.MustLink("p0").Attrs().Index
-	get := func(index int) vocab.Link {
+	get := func(index int) kernel.Link {
 		t.Helper()
 		l, err := kept.LinkByIndex(ctx, index)
 		if err != nil {
@@ -143,7 +143,7 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 		}
 		var out []string
 		for _, r := range rs {
-			if r.Dst.Addr().Is4() && r.Table == vocab.MainTable {
+			if r.Dst.Addr().Is4() && r.Table == kernel.MainTable {
 				out = append(out, r.Dst.String()+" via "+r.Gateway.String())
 			}
 		}
@@ -154,7 +154,7 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 		t.Fatalf("IPv4 routes through p0 right after adding them: %q", got)
 	}
 	as, err := kept.Addrs(ctx)
-	if err != nil || !slices.Contains(as, vocab.Addr{Prefix: mustPrefix("198.18.30.1/24"), LinkIndex: p0}) {
+	if err != nil || !slices.Contains(as, kernel.Addr{Prefix: mustPrefix("198.18.30.1/24"), LinkIndex: p0}) {
 		t.Fatalf("addresses right after adding 198.18.30.1/24 to p0: %v %v", as, err)
 	}
 	wantKeptAsKernel(t, "after the address and routes", kept, fresh)
@@ -291,7 +291,7 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 	if on := macvlansOn(); len(on) != 0 {
 		t.Fatalf("macvlan links on p0 right after deleting mv1: %q", on)
 	}
-	if as, _ := kept.Addrs(ctx); slices.ContainsFunc(as, func(a vocab.Addr) bool { return a.LinkIndex == p0 && a.Prefix.Addr().Is4() }) {
+	if as, _ := kept.Addrs(ctx); slices.ContainsFunc(as, func(a kernel.Addr) bool { return a.LinkIndex == p0 && a.Prefix.Addr().Is4() }) {
 		t.Fatalf("p0 still has an IPv4 address right after its deletion: %v", as)
 	}
 	wantKeptAsKernel(t, "after the deletions", kept, fresh)
@@ -301,7 +301,7 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 }
 
 // v4Routes are the IPv4 routes of rs, as sorted text.
-func v4Routes(rs []vocab.Route) []string {
+func v4Routes(rs []kernel.Route) []string {
 	var out []string
 	for _, r := range rs {
 		if r.Dst.Addr().Is4() {
@@ -342,7 +342,7 @@ func TestKeptHostRereadsAfterMissedEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v4 := slices.DeleteFunc(slices.Clone(as), func(a vocab.Addr) bool { return !a.Prefix.Addr().Is4() || a.Prefix.Addr().IsLoopback() }); len(v4) != pairs {
+	if v4 := slices.DeleteFunc(slices.Clone(as), func(a kernel.Addr) bool { return !a.Prefix.Addr().Is4() || a.Prefix.Addr().IsLoopback() }); len(v4) != pairs {
 		t.Fatalf("right after %d veth pairs with an IPv4 address each, the kept state has %d IPv4 addresses: %v", pairs, len(v4), v4)
 	}
 	last := ns.MustLink(fmt.Sprintf("s%d-peer", 2*pairs)).Attrs().Index

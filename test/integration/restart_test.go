@@ -11,7 +11,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/itest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/vishvananda/netlink"
 )
@@ -56,7 +56,7 @@ func TestStrayLinksRemovedBeforeServing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark := vocab.Mark(db.InstanceID())
+	mark := kernel.Mark(db.InstanceID())
 	db.Close()
 	if db.InstanceID() == "" {
 		t.Fatal("the state file has no instance ID")
@@ -74,7 +74,7 @@ func TestStrayLinksRemovedBeforeServing(t *testing.T) {
 		otherMarked = "ule0123456789ad"
 	)
 	parent := ns.MustLink("vp0").Attrs().Index
-	for name, alias := range map[string]string{marked: mark, unmarked: "", otherMarked: vocab.Mark("0123456789abcdef"), "mine0": ""} {
+	for name, alias := range map[string]string{marked: mark, unmarked: "", otherMarked: kernel.Mark("0123456789abcdef"), "mine0": ""} {
 		l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: parent}, Mode: netlink.MACVLAN_MODE_BRIDGE}
 		if err := ns.NL.LinkAdd(l); err != nil {
 			t.Fatal(err)
@@ -93,7 +93,7 @@ func TestStrayLinksRemovedBeforeServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.WantLinks(with(linkA, unmarked, otherMarked, "mine0")...)
-	if got := ns.MustLink(otherMarked).Attrs().Alias; got != vocab.Mark("0123456789abcdef") {
+	if got := ns.MustLink(otherMarked).Attrs().Alias; got != kernel.Mark("0123456789abcdef") {
 		t.Fatalf("the other instance's link carries %q after the start", got)
 	}
 	// The endpoint survived with its record: it leaves and is deleted.

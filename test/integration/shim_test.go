@@ -11,7 +11,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/itest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -353,7 +353,7 @@ func TestShimStrayHostLinkRemovedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark := vocab.Mark(db.InstanceID())
+	mark := kernel.Mark(db.InstanceID())
 	db.Close()
 	if mark != logged {
 		t.Fatalf("the state file's mark %q differs from the logged one %q", mark, logged)
@@ -361,7 +361,7 @@ func TestShimStrayHostLinkRemovedAtStart(t *testing.T) {
 	const marked, unmarked, other = "ulh0123456789ab", "ulh0123456789ac", "ulh0123456789ad"
 	addMarkedMacvlan(t, ns, marked, "vp0", mark)
 	addMarkedMacvlan(t, ns, unmarked, "vp0", "")
-	addMarkedMacvlan(t, ns, other, "vp0", vocab.Mark("0123456789abcdef"))
+	addMarkedMacvlan(t, ns, other, "vp0", kernel.Mark("0123456789abcdef"))
 	before := linkStates(t, ns, shim, unmarked, other)
 	d.Start()
 	ns.WantLinks(with(shim, unmarked, other)...)

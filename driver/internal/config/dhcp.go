@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -42,7 +42,7 @@ func CheckDHCPNetwork(c record.DHCPConfig, req *network.CreateNetworkRequest, o 
 		return Invalidf("dhcp=true takes the addresses from the LAN's DHCP server, but Docker's IPAM gave the network pool %s: create it with --ipam-driver null (and no --subnet)", pool)
 	case len(req.IPv6Data) > 0 && o.Config.IPv6Mode == IPv6Static:
 		return Invalidf("dhcp=true leases IPv4 addresses only: drop --ipv6, or take IPv6 from the LAN too with -o ipv6_mode=slaac or -o ipv6_mode=dhcpv6")
-	case o.Type == vocab.KindIpvlan && o.Mode != "l2":
+	case o.Type == kernel.KindIpvlan && o.Mode != "l2":
 		return Invalidf("dhcp=true needs ipvlan_mode=l2: in %s mode the host routes for the containers, and the LAN's DHCP server and router do not see them", o.Mode)
 	case internal || o.Parent == "":
 		return Invalidf("dhcp=true needs a parent on the LAN with the DHCP server: give -o parent=IFACE, and do not make the network --internal")

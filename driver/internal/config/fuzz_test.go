@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 func FuzzParseOptions(f *testing.F) {
@@ -20,7 +20,7 @@ func FuzzParseOptions(f *testing.F) {
 			}
 			return
 		}
-		if o.Type != vocab.KindMacvlan && o.Type != vocab.KindIpvlan {
+		if o.Type != kernel.KindMacvlan && o.Type != kernel.KindIpvlan {
 			t.Fatalf("accepted type %q", o.Type)
 		}
 		if o.MTU != 0 && (o.MTU < minMTU || o.MTU > maxMTU) {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/internal/netaddr"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -25,9 +25,9 @@ func parseHostAddress(o netOptions, v4 []record.Pool, data []*network.IPAMData) 
 		return "", Invalidf("host_address=%s needs an IPv4 subnet, and this network has none (IPv6 only, --ipv4=false): host_address6 is not supported yet; drop host_address, or give the network an IPv4 --subnet", a)
 	case o.Parent == "":
 		return "", Invalidf("host_address=%s needs a parent: an internal network has no wire for the host to join", a)
-	case o.Type == vocab.KindMacvlan && o.Mode != vocab.MacvlanBridge:
+	case o.Type == kernel.KindMacvlan && o.Mode != kernel.MacvlanBridge:
 		return "", Invalidf("host_address=%s needs macvlan_mode=bridge: in %s mode the kernel passes no traffic between the host's link and the containers' on one parent", a, o.Mode)
-	case o.Type == vocab.KindIpvlan && o.Flag != vocab.IpvlanFlagBridge:
+	case o.Type == kernel.KindIpvlan && o.Flag != kernel.IpvlanFlagBridge:
 		return "", Invalidf("host_address=%s needs ipvlan_flag=bridge: with %s the kernel passes no traffic between the host's link and the containers' on one parent", a, o.Flag)
 	}
 	for i, p := range v4 {

@@ -2,7 +2,7 @@ package config
 
 import (
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // IPv6 from the LAN (-o ipv6_mode): static (Docker's IPAM gives the
@@ -60,9 +60,9 @@ func CheckIPv6Mode(mode string, req *network.CreateNetworkRequest, o netOptions,
 		return Invalidf("ipv6_mode=%s needs Docker's null IPAM, but the network has the IPv4 pool %s: create it with --ipam-driver null (IPv4 from -o dhcp=true, or --ipv4=false)", mode, req.IPv4Data[0].Pool)
 	case internal || o.Parent == "":
 		return Invalidf("ipv6_mode=%s needs a parent on the LAN with the router (and DHCPv6 server): give -o parent=IFACE, and do not make the network --internal", mode)
-	case o.Type == vocab.KindIpvlan && o.Mode != "l2":
+	case o.Type == kernel.KindIpvlan && o.Mode != "l2":
 		return Invalidf("ipv6_mode=%s needs ipvlan_mode=l2: in %s mode the LAN's router advertisements and DHCPv6 server do not reach the containers", mode, o.Mode)
-	case mode == IPv6SLAAC && o.Type == vocab.KindIpvlan:
+	case mode == IPv6SLAAC && o.Type == kernel.KindIpvlan:
 		return Invalidf("ipv6_mode=slaac is not supported on ipvlan networks yet (their endpoints share the parent's MAC, so underlay cannot tell Docker the link-local address the kernel will form): use type=macvlan, or ipv6_mode=dhcpv6")
 	case o.Given[OptHostAddress] != "":
 		return Invalidf("host_address is not supported on ipv6_mode=%s networks: drop host_address, or use ipv6_mode=static", mode)

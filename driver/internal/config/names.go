@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // Link names underlay gives the links it creates. Both are 15 bytes: a
@@ -71,8 +71,8 @@ func checkParentName(name string) error {
 	switch {
 	case name == "":
 		return nil
-	case len(name) > vocab.MaxNameLen && !longVLAN(name):
-		return Invalidf("parent %q is %d bytes long; Linux interface names are at most %d bytes: use the interface's real name", name, len(name), vocab.MaxNameLen)
+	case len(name) > kernel.MaxNameLen && !longVLAN(name):
+		return Invalidf("parent %q is %d bytes long; Linux interface names are at most %d bytes: use the interface's real name", name, len(name), kernel.MaxNameLen)
 	case name == "lo":
 		return Invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")
 	case strings.ContainsAny(name, "/: \t\n") || name == "." || name == "..":
@@ -87,8 +87,8 @@ func checkIfName(name string) error {
 	switch {
 	case name == "":
 		return Invalidf("%s is given without a name: give the container's interface name, such as lan0", OptEndpointIfName)
-	case len(name) > vocab.MaxNameLen:
-		return Invalidf("interface name %q (%s) is %d bytes long; Linux interface names are at most %d bytes: use a shorter name", name, OptEndpointIfName, len(name), vocab.MaxNameLen)
+	case len(name) > kernel.MaxNameLen:
+		return Invalidf("interface name %q (%s) is %d bytes long; Linux interface names are at most %d bytes: use a shorter name", name, OptEndpointIfName, len(name), kernel.MaxNameLen)
 	case name == "lo" || name == "." || name == "..":
 		return Invalidf("interface name %q (%s) is reserved in every container: use another name, such as lan0", name, OptEndpointIfName)
 	case strings.ContainsAny(name, "/: \t\n\r") || !utf8.ValidString(name):

@@ -11,7 +11,7 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -42,11 +42,11 @@ const (
 	maxMTU = 65535
 )
 
-// The mode and flag names come from the one list in vocab.
+// The mode and flag names come from the one list in netlinkutil/kernel.
 var (
-	macvlanModes = vocab.MacvlanModes
-	ipvlanModes  = vocab.IpvlanModes
-	ipvlanFlags  = vocab.IpvlanFlags
+	macvlanModes = kernel.MacvlanModes
+	ipvlanModes  = kernel.IpvlanModes
+	ipvlanFlags  = kernel.IpvlanFlags
 )
 
 func oneOf(value string, valid []string) bool { return slices.Contains(valid, value) }
@@ -109,7 +109,7 @@ func ParseOptions(given map[string]string) (netOptions, error) {
 // valid IFACE: the resolver explains that the VLAN needs a shorter name.
 func longVLAN(name string) bool {
 	base, _, ok := SplitVLAN(name)
-	return ok && len(base) <= vocab.MaxNameLen
+	return ok && len(base) <= kernel.MaxNameLen
 }
 
 func ValueOr(v, def string) string {

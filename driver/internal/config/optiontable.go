@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/probeopt"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -78,8 +78,8 @@ var DriverOptions = []DriverOption{
 		},
 	},
 	{
-		Name: OptType, Values: code(vocab.KindMacvlan, vocab.KindIpvlan), Valid: []string{vocab.KindMacvlan, vocab.KindIpvlan},
-		Default: code(vocab.KindMacvlan) + " (" + code(vocab.KindIpvlan) + " if `ipvlan_mode`/`ipvlan_flag` is given)",
+		Name: OptType, Values: code(kernel.KindMacvlan, kernel.KindIpvlan), Valid: []string{kernel.KindMacvlan, kernel.KindIpvlan},
+		Default: code(kernel.KindMacvlan) + " (" + code(kernel.KindIpvlan) + " if `ipvlan_mode`/`ipvlan_flag` is given)",
 		Doc:     "Link type.",
 		parse:   parseType,
 	},
@@ -87,7 +87,7 @@ var DriverOptions = []DriverOption{
 		Name: OptMacvlanMode, Values: code(macvlanModes...), Valid: macvlanModes, Default: code(macvlanModes[0]),
 		Doc: "macvlan mode. Refused with `type=ipvlan`.",
 		parse: func(p *parsing, v string) error {
-			if p.o.Type != vocab.KindMacvlan {
+			if p.o.Type != kernel.KindMacvlan {
 				return nil
 			}
 			p.o.Mode = ValueOr(v, macvlanModes[0])
@@ -101,7 +101,7 @@ var DriverOptions = []DriverOption{
 		Name: OptIpvlanMode, Values: code(ipvlanModes...), Valid: ipvlanModes, Default: code(ipvlanModes[0]),
 		Doc: "ipvlan mode. Refused with `type=macvlan`.",
 		parse: func(p *parsing, v string) error {
-			if p.o.Type != vocab.KindIpvlan {
+			if p.o.Type != kernel.KindIpvlan {
 				return nil
 			}
 			p.o.Mode = ValueOr(v, ipvlanModes[0])
@@ -115,7 +115,7 @@ var DriverOptions = []DriverOption{
 		Name: OptIpvlanFlag, Values: code(ipvlanFlags...), Valid: ipvlanFlags, Default: code(ipvlanFlags[0]),
 		Doc: "ipvlan flag. Refused with `type=macvlan`.",
 		parse: func(p *parsing, v string) error {
-			if p.o.Type != vocab.KindIpvlan {
+			if p.o.Type != kernel.KindIpvlan {
 				return nil
 			}
 			p.o.Flag = ValueOr(v, ipvlanFlags[0])
@@ -221,7 +221,7 @@ var DriverOptions = []DriverOption{
 			if !oneOf(v, macPolicies) {
 				return Invalidf("mac_address_policy %q is not valid: use one of %s", v, strings.Join(macPolicies, ", "))
 			}
-			if p.o.Type == vocab.KindIpvlan {
+			if p.o.Type == kernel.KindIpvlan {
 				return Invalidf("mac_address_policy=%s does not apply to type=ipvlan: ipvlan endpoints share the MAC address of their parent; drop the option, or use a macvlan network", v)
 			}
 			p.o.Config.MACPolicy = v
@@ -268,18 +268,18 @@ func parseType(p *parsing, v string) error {
 	hasMacvlanMode, hasIpvlanMode, hasIpvlanFlag := p.has(OptMacvlanMode), p.has(OptIpvlanMode), p.has(OptIpvlanFlag)
 	switch o.Type {
 	case "":
-		o.Type = vocab.KindMacvlan
+		o.Type = kernel.KindMacvlan
 		if hasIpvlanMode || hasIpvlanFlag {
-			o.Type = vocab.KindIpvlan
+			o.Type = kernel.KindIpvlan
 		}
-	case vocab.KindMacvlan, vocab.KindIpvlan:
+	case kernel.KindMacvlan, kernel.KindIpvlan:
 	default:
 		return Invalidf("type %q is not a link type underlay creates: use type=macvlan or type=ipvlan", o.Type)
 	}
-	if o.Type == vocab.KindIpvlan && hasMacvlanMode {
+	if o.Type == kernel.KindIpvlan && hasMacvlanMode {
 		return Invalidf("macvlan_mode=%s does not apply to type=ipvlan: drop it, or use ipvlan_mode (%s)", p.opts[OptMacvlanMode], strings.Join(ipvlanModes, ", "))
 	}
-	if o.Type == vocab.KindMacvlan && (hasIpvlanMode || hasIpvlanFlag) {
+	if o.Type == kernel.KindMacvlan && (hasIpvlanMode || hasIpvlanFlag) {
 		key := OptIpvlanMode
 		if !hasIpvlanMode {
 			key = OptIpvlanFlag

@@ -9,7 +9,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/internal/mdtable"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -42,7 +42,7 @@ func TestDriverOptionTable(t *testing.T) {
 		for _, v := range opt.Valid {
 			given := map[string]string{opt.Name: v}
 			if opt.Name == OptIpvlanMode || opt.Name == OptIpvlanFlag {
-				given[OptType] = vocab.KindIpvlan
+				given[OptType] = kernel.KindIpvlan
 			}
 			if _, err := ParseOptions(given); err != nil {
 				t.Errorf("%s=%s, a listed value, is refused: %v", opt.Name, v, err)
@@ -102,7 +102,7 @@ func TestNetworkConfig(t *testing.T) {
 	}
 	// Stored options that no longer parse keep their defaults (a MAC
 	// policy its value: any but stable draws random MACs).
-	got, err := ConfigFromOptions(map[string]string{"dhcp": "maybe", "address_probe": "1m", "ipv6_mode": "dhcp6", "mac_address_policy": "bogus"}, vocab.KindMacvlan)
+	got, err := ConfigFromOptions(map[string]string{"dhcp": "maybe", "address_probe": "1m", "ipv6_mode": "dhcp6", "mac_address_policy": "bogus"}, kernel.KindMacvlan)
 	want := DefaultConfig()
 	want.MACPolicy = "bogus"
 	if err == nil || got != want {

@@ -2,7 +2,7 @@ package config
 
 import (
 	"github.com/docker/go-plugins-helpers/network"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // The swarm manager's calls (global scope) and the gateway check current
@@ -68,6 +68,6 @@ func GwAllocCheck(req *GwAllocCheckRequest) (*GwAllocCheckResponse, error) {
 	// An internal network with a parent is on the LAN all the same: its
 	// subnet's gateway address may be a router there, which no container
 	// must be given.
-	skip := o.Parent == "" || (o.Type == vocab.KindIpvlan && o.Mode != vocab.IpvlanL2)
+	skip := o.Parent == "" || (o.Type == kernel.KindIpvlan && o.Mode != kernel.IpvlanL2)
 	return &GwAllocCheckResponse{SkipIPv4: skip, SkipIPv6: skip}, nil
 }

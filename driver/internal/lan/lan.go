@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -40,8 +40,8 @@ type Announcer interface {
 // RouteLister lists the routes of every table (netlinkutil.Kernel), all
 // of them or those through one link.
 type RouteLister interface {
-	Routes(ctx context.Context) ([]vocab.Route, error)
-	RoutesVia(ctx context.Context, index int) ([]vocab.Route, error)
+	Routes(ctx context.Context) ([]kernel.Route, error)
+	RoutesVia(ctx context.Context, index int) ([]kernel.Route, error)
 }
 
 // LAN probes and announces endpoints' addresses. Prober, Announcer and
@@ -61,7 +61,7 @@ type LAN struct {
 // its own (macvlan), the parent's (ipvlan endpoints share it).
 func (l *LAN) MAC(ctx context.Context, n record.Network, ep record.Endpoint) (net.HardwareAddr, error) {
 	mac := ep.MAC
-	if n.Type == vocab.KindIpvlan {
+	if n.Type == kernel.KindIpvlan {
 		p, err := l.Links.Get(ctx, n.Parent)
 		if err != nil {
 			return nil, err

@@ -16,8 +16,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/internal/probeopt"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -83,10 +83,10 @@ func TestClaimsConcurrent(t *testing.T) {
 	}
 }
 
-func kernel(t *testing.T) *nltest.Kernel {
+func fakeKernel(t *testing.T) *nltest.Kernel {
 	t.Helper()
 	k := nltest.New()
-	k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
+	k.AddLink(kernel.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
 	k.AddHostLink("eth1", "device", 1500)
 	return k
 }
@@ -107,7 +107,7 @@ func endpoint(ipv4, ipv6 string) record.Endpoint {
 }
 
 func TestMAC(t *testing.T) {
-	k := kernel(t)
+	k := fakeKernel(t)
 	l := &LAN{Links: k, Log: slog.New(slog.DiscardHandler)}
 	ctx := context.Background()
 	if got, err := l.MAC(ctx, macvlan(nil), endpoint("", "")); err != nil || got.String() != epMAC {
@@ -130,13 +130,13 @@ func TestMAC(t *testing.T) {
 
 // routes answers a fixed route table.
 type routes struct {
-	rs  []vocab.Route
+	rs  []kernel.Route
 	err error
 }
 
-func (r routes) Routes(context.Context) ([]vocab.Route, error) { return r.rs, r.err }
-func (r routes) RoutesVia(_ context.Context, index int) ([]vocab.Route, error) {
-	var out []vocab.Route
+func (r routes) Routes(context.Context) ([]kernel.Route, error) { return r.rs, r.err }
+func (r routes) RoutesVia(_ context.Context, index int) ([]kernel.Route, error) {
+	var out []kernel.Route
 	for _, x := range r.rs {
 		if x.LinkIndex == index {
 			out = append(out, x)
@@ -146,18 +146,18 @@ func (r routes) RoutesVia(_ context.Context, index int) ([]vocab.Route, error) {
 }
 
 func TestBudget(t *testing.T) {
-	k := kernel(t)
+	k := fakeKernel(t)
 	eth0, _ := k.Link("eth0")
 	eth1, _ := k.Link("eth1")
-	connected := func(dst string, link int) vocab.Route {
-		return vocab.Route{Dst: netip.MustParsePrefix(dst), LinkIndex: link, Table: vocab.MainTable}
+	connected := func(dst string, link int) kernel.Route {
+		return kernel.Route{Dst: netip.MustParsePrefix(dst), LinkIndex: link, Table: kernel.MainTable}
 	}
-	lanRoutes := routes{rs: []vocab.Route{
+	lanRoutes := routes{rs: []kernel.Route{
 		connected("192.0.2.0/24", eth0.Index),
 		connected("2001:db8::/64", eth0.Index),
 		connected("198.51.100.0/24", eth1.Index),
-		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("192.0.2.1"), LinkIndex: eth0.Index, Table: vocab.MainTable},
-		{Dst: netip.MustParsePrefix("203.0.113.0/24"), Gateway: netip.MustParseAddr("192.0.2.1"), LinkIndex: eth0.Index, Table: vocab.MainTable},
+		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("192.0.2.1"), LinkIndex: eth0.Index, Table: kernel.MainTable},
+		{Dst: netip.MustParsePrefix("203.0.113.0/24"), Gateway: netip.MustParseAddr("192.0.2.1"), LinkIndex: eth0.Index, Table: kernel.MainTable},
 		{Dst: netip.MustParsePrefix("10.9.0.0/16"), LinkIndex: eth0.Index, Table: 100},
 	}}
 	internal := macvlan(nil, "192.0.2.0/24")
@@ -285,7 +285,7 @@ func TestProbe(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &prober{answer: func(context.Context, call) error { return tc.answer }}
-			l := &LAN{Links: kernel(t), Prober: p, Log: slog.New(slog.DiscardHandler)}
+			l := &LAN{Links: fakeKernel(t), Prober: p, Log: slog.New(slog.DiscardHandler)}
 			err := l.Probe(context.Background(), tc.n, endpoint("", ""), tc.addr, tc.budget)
 			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Fatalf("Probe = %v, want %v", err, tc.err)
@@ -296,13 +296,13 @@ func TestProbe(t *testing.T) {
 		})
 	}
 	// No prober: nothing probed, the address taken.
-	l := &LAN{Links: kernel(t), Log: slog.New(slog.DiscardHandler)}
+	l := &LAN{Links: fakeKernel(t), Log: slog.New(slog.DiscardHandler)}
 	if err := l.Probe(context.Background(), macvlan(nil), endpoint("", ""), v4, time.Second); err != nil {
 		t.Fatalf("Probe without a prober = %v", err)
 	}
 	// No MAC to probe from: taken unprobed.
 	p := &prober{}
-	l = &LAN{Links: kernel(t), Prober: p, Log: slog.New(slog.DiscardHandler)}
+	l = &LAN{Links: fakeKernel(t), Prober: p, Log: slog.New(slog.DiscardHandler)}
 	gone := ipvlan("l2")
 	gone.Parent = "eth9"
 	if err := l.Probe(context.Background(), gone, endpoint("", ""), v4, time.Second); err != nil || len(p.got()) != 0 {
@@ -337,7 +337,7 @@ func TestProbeStatic(t *testing.T) {
 				}
 				return nil
 			}}
-			l := &LAN{Links: kernel(t), Prober: p, Log: slog.New(slog.DiscardHandler)}
+			l := &LAN{Links: fakeKernel(t), Prober: p, Log: slog.New(slog.DiscardHandler)}
 			err := l.ProbeStatic(context.Background(), tc.n, tc.ep)
 			if tc.err != nil {
 				drivertest.WantErr(t, err, pluginapi.ErrConflict, tc.err...)
@@ -384,7 +384,7 @@ func TestAnnounce(t *testing.T) {
 				<-ctx.Done()
 				return ctx.Err()
 			}}
-			l := &LAN{Links: kernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
+			l := &LAN{Links: fakeKernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
 			l.Announce(context.Background(), tc.n, tc.ep)
 			<-first
 			l.Close()
@@ -421,7 +421,7 @@ func TestAnnounceNot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &prober{}
-			l := &LAN{Links: kernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
+			l := &LAN{Links: fakeKernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
 			if tc.noAnnouncer {
 				l.Announcer = nil
 			}
@@ -446,7 +446,7 @@ func TestAnnounceNot(t *testing.T) {
 func TestStopAnnouncing(t *testing.T) {
 	t.Run("before the first message", func(t *testing.T) {
 		p := &prober{}
-		l := &LAN{Links: kernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
+		l := &LAN{Links: fakeKernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
 		l.Announce(context.Background(), macvlan(nil), endpoint("192.0.2.10/24", ""))
 		l.StopAnnouncing(drivertest.EpA)
 		l.Close()
@@ -466,7 +466,7 @@ func TestStopAnnouncing(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}}
-		l := &LAN{Links: kernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
+		l := &LAN{Links: fakeKernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
 		a := endpoint("192.0.2.10/24", "")
 		b := endpoint("192.0.2.11/24", "")
 		b.ID, b.MAC = drivertest.EpB, "02:00:00:00:00:0b"
@@ -501,7 +501,7 @@ func TestAnnounceAgain(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	l := &LAN{Links: kernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
+	l := &LAN{Links: fakeKernel(t), Announcer: p, Log: slog.New(slog.DiscardHandler)}
 	l.Announce(context.Background(), macvlan(nil), endpoint("192.0.2.10/24", ""))
 	first := <-ctxs
 	l.Announce(context.Background(), macvlan(nil), endpoint("192.0.2.10/24", ""))

@@ -10,7 +10,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -38,8 +38,8 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 	// The links MACBase and MACTaken look at: a VLAN's lower link, and
 	// the links on the parent.
 	links, err := c.Links.LinksOn(ctx, p.Index)
-	if err == nil && p.Kind == vocab.KindVLAN && p.ParentIndex != 0 {
-		var lower vocab.Link
+	if err == nil && p.Kind == kernel.KindVLAN && p.ParentIndex != 0 {
+		var lower kernel.Link
 		if lower, err = c.Links.LinkByIndex(ctx, p.ParentIndex); err == nil {
 			links = append(links, lower)
 		} else if errors.Is(err, netlinkutil.ErrNotFound) {

@@ -11,8 +11,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/plan"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -27,11 +27,11 @@ const (
 func macKernel(t *testing.T) *nltest.Kernel {
 	t.Helper()
 	k := nltest.New()
-	k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: nicMAC, PermMAC: nicPerm})
+	k.AddLink(kernel.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: nicMAC, PermMAC: nicPerm})
 	eth0, _ := k.Link("eth0")
-	k.AddLink(vocab.Link{Name: "eth0.10", Kind: vocab.KindVLAN, ParentIndex: eth0.Index, VLAN: 10, MTU: 1500, MAC: nicMAC})
-	k.AddLink(vocab.Link{Name: "veth0", Kind: "veth", MTU: 1500, MAC: "52:54:00:00:00:02"})
-	k.AddLink(vocab.Link{Name: "nomac0", Kind: "device", MTU: 1500})
+	k.AddLink(kernel.Link{Name: "eth0.10", Kind: kernel.KindVLAN, ParentIndex: eth0.Index, VLAN: 10, MTU: 1500, MAC: nicMAC})
+	k.AddLink(kernel.Link{Name: "veth0", Kind: "veth", MTU: 1500, MAC: "52:54:00:00:00:02"})
+	k.AddLink(kernel.Link{Name: "nomac0", Kind: "device", MTU: 1500})
 	return k
 }
 
@@ -169,12 +169,12 @@ func TestChooseRandom(t *testing.T) {
 		{name: "the stable MAC is on a link of the parent", n: network("eth0", nil), ep: ep("192.0.2.10/24", ""), reads: true,
 			setup: func(k *nltest.Kernel) {
 				eth0, _ := k.Link("eth0")
-				k.AddLink(vocab.Link{Name: "mv0", Kind: vocab.KindMacvlan, ParentIndex: eth0.Index, MTU: 1500, MAC: want})
+				k.AddLink(kernel.Link{Name: "mv0", Kind: kernel.KindMacvlan, ParentIndex: eth0.Index, MTU: 1500, MAC: want})
 			}},
 		{name: "the stable MAC is the parent's own", n: network("eth0", nil), ep: ep("192.0.2.10/24", ""), reads: true,
 			setup: func(k *nltest.Kernel) {
 				k.Remove("eth0")
-				k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: want, PermMAC: nicPerm})
+				k.AddLink(kernel.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: want, PermMAC: nicPerm})
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,7 +202,7 @@ func TestChooseCollisionOtherParent(t *testing.T) {
 	k := macKernel(t)
 	want := stable(nicPerm, 0, "192.0.2.10")
 	veth, _ := k.Link("veth0")
-	k.AddLink(vocab.Link{Name: "mv0", Kind: vocab.KindMacvlan, ParentIndex: veth.Index, MTU: 1500, MAC: want})
+	k.AddLink(kernel.Link{Name: "mv0", Kind: kernel.KindMacvlan, ParentIndex: veth.Index, MTU: 1500, MAC: want})
 	c := &Chooser{Links: k, Log: slog.New(slog.DiscardHandler)}
 	if got := c.Choose(context.Background(), network("eth0", nil), ep("192.0.2.10/24", ""), nil); got != want {
 		t.Fatalf("Choose = %s, want the stable %s (its twin is on another parent)", got, want)

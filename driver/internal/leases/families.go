@@ -15,7 +15,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -101,7 +101,7 @@ func (DHCP) Exchange(ctx context.Context, n record.Network, l record.Lease, now 
 // Request: on ipvlan the parent's MAC and a client ID of the endpoint's.
 func (DHCP) Request(ctx context.Context, links LinkGetter, n record.Network, ep record.Endpoint) (Request, error) {
 	r := Request{Parent: n.Parent}
-	if n.Type == vocab.KindIpvlan {
+	if n.Type == kernel.KindIpvlan {
 		l, err := links.Get(ctx, n.Parent)
 		if err != nil {
 			return r, fmt.Errorf("parent %s of DHCP network %s: %w", n.Parent, dockerid.Short(n.ID), err)
@@ -275,7 +275,7 @@ func (DHCP6) Exchange(ctx context.Context, _ record.Network, _ record.Lease6, _ 
 // endpoint's ID. The IAID is derived from the endpoint's ID.
 func (DHCP6) Request(ctx context.Context, links LinkGetter, n record.Network, ep record.Endpoint) (dhcp6.Request, error) {
 	r := dhcp6.Request{Parent: n.Parent, IAID: dhcp6.EndpointIAID(ep.ID)}
-	if n.Type == vocab.KindIpvlan {
+	if n.Type == kernel.KindIpvlan {
 		l, err := links.Get(ctx, n.Parent)
 		if err != nil {
 			return r, fmt.Errorf("read the MAC of parent %s for the DHCPv6 lease of endpoint %s: %w", n.Parent, dockerid.Short(ep.ID), err)

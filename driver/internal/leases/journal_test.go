@@ -15,8 +15,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/internal/fakeclock"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -82,7 +82,7 @@ type journalFixture struct {
 func newJournal(t *testing.T, withClient bool) *journalFixture {
 	t.Helper()
 	f := &journalFixture{db: drivertest.Store(t), k: nltest.New(), c: &client{err: map[string]error{}}, clock: fakeclock.New(t0)}
-	f.k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
+	f.k.AddLink(kernel.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
 	cfg := Config{Store: f.db, Links: f.k, Log: slog.New(slog.DiscardHandler), Now: f.clock.Now, Mark: "underlay:test"}
 	if withClient {
 		cfg.DHCP = f.c
@@ -93,7 +93,7 @@ func newJournal(t *testing.T, withClient bool) *journalFixture {
 
 func dhcpNet(id, typ string) record.Network {
 	mode, flag := "bridge", ""
-	if typ == vocab.KindIpvlan {
+	if typ == kernel.KindIpvlan {
 		mode, flag = "l2", "bridge"
 	}
 	n := drivertest.Record(id, typ, "eth0", mode, flag)
@@ -143,8 +143,8 @@ func TestJournal(t *testing.T) {
 		mac      string
 		clientID string
 	}{
-		{vocab.KindMacvlan, epMAC, ""},
-		{vocab.KindIpvlan, parentMAC, hex.EncodeToString(append([]byte{0}, "underlay-"+drivertest.EpA...))},
+		{kernel.KindMacvlan, epMAC, ""},
+		{kernel.KindIpvlan, parentMAC, hex.EncodeToString(append([]byte{0}, "underlay-"+drivertest.EpA...))},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			f := newJournal(t, true)
@@ -175,7 +175,7 @@ func equalPending(a, b record.PendingRelease) bool {
 
 func TestJournalNoRequest(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	ep.MAC = ""
 	if err := f.ls.Journal(context.Background(), n, ep); err == nil || !strings.Contains(err.Error(), "no usable MAC") {
@@ -190,7 +190,7 @@ func TestJournalNoRequest(t *testing.T) {
 // its held lease; none without one, or for a lost one.
 func TestJournalDeletion(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	ep := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	got := f.ls.JournalDeletion(context.Background(), n, ep)
 	want := record.PendingRelease{NetworkID: n.ID, EndpointID: ep.ID, Parent: "eth0", MAC: epMAC, Lease: *ep.Lease, Since: t0, Deletion: true}
@@ -216,7 +216,7 @@ func TestJournalDeletion(t *testing.T) {
 
 func TestUnjournalOnlyItsLease(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	a := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	b := leasedEndpoint(n, drivertest.EpB, "192.0.2.11/24")
 	older := leasedEndpoint(n, drivertest.EpA, "192.0.2.12/24") // A's lease before a NAK
@@ -237,8 +237,8 @@ func TestUnjournalOnlyItsLease(t *testing.T) {
 // unreleased; one whose release fails, or without a client, is kept.
 func TestReleaseJournaled(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
-	v := dhcpNet(drivertest.NetB, vocab.KindIpvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
+	v := dhcpNet(drivertest.NetB, kernel.KindIpvlan)
 	drivertest.Put(t, f.db, []record.Network{n, v})
 
 	held := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")        // recorded: forget
@@ -295,7 +295,7 @@ func TestReleaseJournaled(t *testing.T) {
 // released; what needs a release is kept, the rest forgotten.
 func TestReleaseJournaledNoClient(t *testing.T) {
 	f := newJournal(t, false)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	drivertest.Put(t, f.db, []record.Network{n})
 	held := leasedEndpoint(n, drivertest.EpA, "192.0.2.10/24")
 	crashed := leasedEndpoint(n, drivertest.EpB, "192.0.2.11/24")
@@ -323,7 +323,7 @@ func TestReleaseJournaledEmpty(t *testing.T) {
 // forgets the journal's DHCPv6 entries (the DHCPv6 family gives them back).
 func TestReleaseJournaledSkipsDHCPv6(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	drivertest.Put(t, f.db, []record.Network{n})
 	v6 := record.PendingRelease{NetworkID: n.ID, EndpointID: drivertest.EpA, Parent: "eth0", MAC: epMAC,
 		Lease6: &record.Lease6{Addr: "2001:db8::10", Acquired: t0, Valid: time.Minute}, Since: t0}
@@ -344,7 +344,7 @@ func TestReleaseJournaledSkipsDHCPv6(t *testing.T) {
 // filter, holder test, expiry and release, keyed by the entry's address.
 func TestReleaseJournaledFamily(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	drivertest.Put(t, f.db, []record.Network{n})
 	entry := func(ep, addr string) record.PendingRelease {
 		return record.PendingRelease{NetworkID: n.ID, EndpointID: ep, Parent: "eth0", MAC: epMAC,
@@ -432,7 +432,7 @@ func (l *logRecords) lines() []string {
 // JSON), as a crash between the exchange and the record, as before.
 func TestReleaseJournaledNamesTheCase(t *testing.T) {
 	f := newJournal(t, true)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	drivertest.Put(t, f.db, []record.Network{n})
 	entry := func(ep, addr string, deletion bool) record.PendingRelease {
 		return record.PendingRelease{NetworkID: n.ID, EndpointID: ep, Parent: "eth0", MAC: epMAC,

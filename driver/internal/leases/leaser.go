@@ -23,7 +23,7 @@ import (
 
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -69,7 +69,7 @@ type Store interface {
 // LinkGetter reads a link (netlinkutil.Links): an ipvlan lease asks with
 // its parent's MAC.
 type LinkGetter interface {
-	Get(ctx context.Context, name string) (vocab.Link, error)
+	Get(ctx context.Context, name string) (kernel.Link, error)
 }
 
 // LockEndpoint takes an endpoint's lock and reads its records; the

@@ -18,8 +18,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -169,8 +169,8 @@ const tag = "underlay:test"
 func newLife(t *testing.T) *life {
 	t.Helper()
 	f := &life{db: drivertest.Store(t), k: nltest.New(), clock: fakeclock.New(t0), s4: &script{}, s6: &script{}}
-	f.k.AddLink(vocab.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
-	f.n = dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	f.k.AddLink(kernel.Link{Name: "eth0", Kind: "device", MTU: 1500, MAC: parentMAC})
+	f.n = dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	f.n.Options[config.OptIPv6Mode] = config.IPv6DHCPv6
 	f.ep = record.Endpoint{NetworkID: f.n.ID, ID: "e1" + strings.Repeat("0", 62), Link: config.EndpointLinkName("e1"), MAC: epMAC}
 	drivertest.Put(t, f.db, []record.Network{f.n})

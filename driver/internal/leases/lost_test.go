@@ -9,8 +9,8 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -21,7 +21,7 @@ import (
 // nothing.
 func TestBlockOnParentBlocksUnderTheNameAfterAFollow(t *testing.T) {
 	db := drivertest.Store(t)
-	n := dhcpNet(drivertest.NetA, vocab.KindMacvlan)
+	n := dhcpNet(drivertest.NetA, kernel.KindMacvlan)
 	n.Parent = "eth0.10"
 	if err := db.Update(func(tx *store.Tx) error { return tx.PutNetwork(n) }); err != nil {
 		t.Fatal(err)

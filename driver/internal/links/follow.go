@@ -7,7 +7,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -39,7 +39,7 @@ func (o *Owned) Follow(ctx context.Context, from, to, held string) error {
 	var moved []netip.Addr
 	err = o.Store.Update(func(tx *store.Tx) error {
 		p, ok, err := tx.ParentLink(from)
-		if err != nil || !ok || p.Kind != vocab.KindVLAN || p.VLAN != l.VLAN {
+		if err != nil || !ok || p.Kind != kernel.KindVLAN || p.VLAN != l.VLAN {
 			return err
 		}
 		if _, taken, err := tx.ParentLink(to); err != nil || taken {

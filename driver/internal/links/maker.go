@@ -8,7 +8,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 	"golang.org/x/sys/unix"
 )
@@ -26,9 +26,9 @@ type Maker struct {
 func (m *Maker) Create(ctx context.Context, p record.ParentLink) error {
 	var err error
 	switch p.Kind {
-	case vocab.KindVLAN:
+	case kernel.KindVLAN:
 		err = m.Links.AddVLAN(ctx, p.Name, p.Base, p.VLAN, p.MTU, m.Mark)
-	case vocab.KindDummy:
+	case kernel.KindDummy:
 		err = m.Links.AddDummy(ctx, p.Name, p.MTU, m.Mark)
 	default:
 		return fmt.Errorf("parent link %s has unknown kind %q", p.Name, p.Kind)
@@ -43,10 +43,10 @@ func (m *Maker) Create(ctx context.Context, p record.ParentLink) error {
 	if l, ok := plan.FindLink(links, p.Name); ok && plan.IsPlanned(l, p, links, m.Mark) {
 		return nil
 	}
-	if p.Kind == vocab.KindVLAN {
+	if p.Kind == kernel.KindVLAN {
 		b, bok := plan.FindLink(links, p.Base)
 		for _, l := range links {
-			if !bok || l.Kind != vocab.KindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
+			if !bok || l.Kind != kernel.KindVLAN || l.ParentIndex != b.Index || l.VLAN != p.VLAN {
 				continue
 			}
 			if l.Alias == m.Mark {

@@ -11,8 +11,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store/record"
 	"golang.org/x/sys/unix"
 )
@@ -23,7 +23,7 @@ const (
 )
 
 func vlan(name, base string, id int) record.ParentLink {
-	return record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: base, VLAN: id}
+	return record.ParentLink{Name: name, Kind: kernel.KindVLAN, Base: base, VLAN: id}
 }
 
 // kernelWith holds eth0 (MTU 1500) and what add adds.
@@ -41,22 +41,22 @@ func kernelWith(t *testing.T, add func(k *nltest.Kernel, eth0 int)) *nltest.Kern
 func TestCreateMakes(t *testing.T) {
 	k := kernelWith(t, nil)
 	m := &Maker{Links: k, Mark: mark}
-	if err := m.Create(context.Background(), record.ParentLink{Name: "eth0.10", Kind: vocab.KindVLAN, Base: "eth0", VLAN: 10, MTU: 1400}); err != nil {
+	if err := m.Create(context.Background(), record.ParentLink{Name: "eth0.10", Kind: kernel.KindVLAN, Base: "eth0", VLAN: 10, MTU: 1400}); err != nil {
 		t.Fatalf("Create VLAN: %v", err)
 	}
 	l, ok := k.Link("eth0.10")
 	if !ok {
 		t.Fatalf("no eth0.10 after Create; links %v", k.Names())
 	}
-	if l.Kind != vocab.KindVLAN || l.VLAN != 10 || l.MTU != 1400 || l.Alias != mark || k.Parent("eth0.10") != "eth0" {
+	if l.Kind != kernel.KindVLAN || l.VLAN != 10 || l.MTU != 1400 || l.Alias != mark || k.Parent("eth0.10") != "eth0" {
 		t.Fatalf("eth0.10 = %+v on %q, want VLAN 10 on eth0, MTU 1400, mark %q", l, k.Parent("eth0.10"), mark)
 	}
 
 	name := "uli" + drivertest.NetA[:12]
-	if err := m.Create(context.Background(), record.ParentLink{Name: name, Kind: vocab.KindDummy, MTU: 9000}); err != nil {
+	if err := m.Create(context.Background(), record.ParentLink{Name: name, Kind: kernel.KindDummy, MTU: 9000}); err != nil {
 		t.Fatalf("Create dummy: %v", err)
 	}
-	if l, ok := k.Link(name); !ok || l.Kind != vocab.KindDummy || l.MTU != 9000 || l.Alias != mark {
+	if l, ok := k.Link(name); !ok || l.Kind != kernel.KindDummy || l.MTU != 9000 || l.Alias != mark {
 		t.Fatalf("%s = %+v (exists %v), want a dummy, MTU 9000, mark %q", name, l, ok, mark)
 	}
 }
@@ -84,50 +84,50 @@ func TestCreateExisting(t *testing.T) {
 	}{
 		{name: "the VLAN a previous attempt made", p: vlan("eth0.10", "eth0", 10), ok: true,
 			add: func(k *nltest.Kernel, eth0 int) {
-				k.AddLink(vocab.Link{Name: "eth0.10", Kind: vocab.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500, Alias: mark})
+				k.AddLink(kernel.Link{Name: "eth0.10", Kind: kernel.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500, Alias: mark})
 			}},
-		{name: "the dummy a previous attempt made", p: record.ParentLink{Name: "uli000000000001", Kind: vocab.KindDummy}, ok: true,
+		{name: "the dummy a previous attempt made", p: record.ParentLink{Name: "uli000000000001", Kind: kernel.KindDummy}, ok: true,
 			add: func(k *nltest.Kernel, _ int) {
-				k.AddLink(vocab.Link{Name: "uli000000000001", Kind: vocab.KindDummy, MTU: 1500, Alias: mark})
+				k.AddLink(kernel.Link{Name: "uli000000000001", Kind: kernel.KindDummy, MTU: 1500, Alias: mark})
 			}},
 		{name: "the VLAN renamed by an operator", p: vlan("eth0.10", "eth0", 10), renamed: "lan10",
 			add: func(k *nltest.Kernel, eth0 int) {
-				k.AddLink(vocab.Link{Name: "lan10", Kind: vocab.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500, Alias: mark})
+				k.AddLink(kernel.Link{Name: "lan10", Kind: kernel.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500, Alias: mark})
 			}},
 		{name: "the VLAN ID under another name, someone else's", p: vlan("eth0.10", "eth0", 10),
 			want: []string{"VLAN 10 on eth0", "as lan10", `mark ""`, "-o parent=lan10"},
 			add: func(k *nltest.Kernel, eth0 int) {
-				k.AddLink(vocab.Link{Name: "lan10", Kind: vocab.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500})
+				k.AddLink(kernel.Link{Name: "lan10", Kind: kernel.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500})
 			}},
 		{name: "the VLAN ID under another name, another instance's", p: vlan("eth0.10", "eth0", 10),
 			want: []string{"as lan10", fmt.Sprintf("mark %q", other)},
 			add: func(k *nltest.Kernel, eth0 int) {
-				k.AddLink(vocab.Link{Name: "lan10", Kind: vocab.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500, Alias: other})
+				k.AddLink(kernel.Link{Name: "lan10", Kind: kernel.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500, Alias: other})
 			}},
 		{name: "the name, another instance's VLAN", p: vlan("eth0.10", "eth0", 10),
 			want: []string{"vlan link eth0.10", "not the one planned"},
 			add: func(k *nltest.Kernel, eth0 int) {
 				k.AddHostLink("eth1", "device", 1500)
 				eth1, _ := k.Link("eth1")
-				k.AddLink(vocab.Link{Name: "eth0.10", Kind: vocab.KindVLAN, ParentIndex: eth1.Index, VLAN: 10, MTU: 1500, Alias: other})
+				k.AddLink(kernel.Link{Name: "eth0.10", Kind: kernel.KindVLAN, ParentIndex: eth1.Index, VLAN: 10, MTU: 1500, Alias: other})
 			}},
 		{name: "the name, an owned VLAN of another ID", p: vlan("eth0.10", "eth0", 10),
 			want: []string{"vlan link eth0.10", "not the one planned"},
 			add: func(k *nltest.Kernel, eth0 int) {
-				k.AddLink(vocab.Link{Name: "eth0.10", Kind: vocab.KindVLAN, ParentIndex: eth0, VLAN: 20, MTU: 1500, Alias: mark})
+				k.AddLink(kernel.Link{Name: "eth0.10", Kind: kernel.KindVLAN, ParentIndex: eth0, VLAN: 20, MTU: 1500, Alias: mark})
 			}},
 		{name: "the name, a user's device", p: vlan("eth0.10", "eth0", 10),
 			want: []string{"eth0.10", "not the one planned", "remove it"},
 			add:  func(k *nltest.Kernel, _ int) { k.AddHostLink("eth0.10", "device", 1500) }},
-		{name: "the dummy's name, unmarked", p: record.ParentLink{Name: "uli000000000001", Kind: vocab.KindDummy},
+		{name: "the dummy's name, unmarked", p: record.ParentLink{Name: "uli000000000001", Kind: kernel.KindDummy},
 			want: []string{"dummy link uli000000000001", "not the one planned"},
 			add: func(k *nltest.Kernel, _ int) {
-				k.AddLink(vocab.Link{Name: "uli000000000001", Kind: vocab.KindDummy, MTU: 1500})
+				k.AddLink(kernel.Link{Name: "uli000000000001", Kind: kernel.KindDummy, MTU: 1500})
 			}},
-		{name: "the dummy's name, a VLAN of ours", p: record.ParentLink{Name: "uli000000000001", Kind: vocab.KindDummy},
+		{name: "the dummy's name, a VLAN of ours", p: record.ParentLink{Name: "uli000000000001", Kind: kernel.KindDummy},
 			want: []string{"dummy link uli000000000001", "not the one planned"},
 			add: func(k *nltest.Kernel, eth0 int) {
-				k.AddLink(vocab.Link{Name: "uli000000000001", Kind: vocab.KindVLAN, ParentIndex: eth0, VLAN: 5, MTU: 1500, Alias: mark})
+				k.AddLink(kernel.Link{Name: "uli000000000001", Kind: kernel.KindVLAN, ParentIndex: eth0, VLAN: 5, MTU: 1500, Alias: mark})
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -172,7 +172,7 @@ func (e eexist) AddVLAN(ctx context.Context, name, base string, id, mtu int, mar
 	return fmt.Errorf("create VLAN %s: %w", name, unix.EEXIST)
 }
 
-func (e eexist) List(ctx context.Context) ([]vocab.Link, error) {
+func (e eexist) List(ctx context.Context) ([]kernel.Link, error) {
 	if e.listErr != nil {
 		return nil, e.listErr
 	}
@@ -212,7 +212,7 @@ func TestCreateOtherErrors(t *testing.T) {
 	if !errors.Is(err, netlinkutil.ErrNotFound) || errors.Is(err, pluginapi.ErrConflict) {
 		t.Fatalf("Create on a missing base = %v, want the kernel's not-found, not a conflict", err)
 	}
-	err = m.Create(context.Background(), record.ParentLink{Name: "a-name-longer-than-15", Kind: vocab.KindDummy})
+	err = m.Create(context.Background(), record.ParentLink{Name: "a-name-longer-than-15", Kind: kernel.KindDummy})
 	if !errors.Is(err, unix.EINVAL) {
 		t.Fatalf("Create of a long name = %v, want EINVAL", err)
 	}
@@ -236,12 +236,12 @@ func TestRenamedTo(t *testing.T) {
 
 // routes answers a fixed route table, counting the calls.
 type routes struct {
-	rs    []vocab.Route
+	rs    []kernel.Route
 	err   error
 	calls int
 }
 
-func (r *routes) Routes(context.Context) ([]vocab.Route, error) {
+func (r *routes) Routes(context.Context) ([]kernel.Route, error) {
 	r.calls++
 	return r.rs, r.err
 }
@@ -281,12 +281,12 @@ func TestResolve(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := kernelWith(t, func(k *nltest.Kernel, eth0 int) {
 				k.AddAltName("eth0", "lan0")
-				k.AddLink(vocab.Link{Name: "eth0.10", Kind: vocab.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500})
-				k.AddLink(vocab.Link{Name: "mv0", Kind: vocab.KindMacvlan, ParentIndex: eth0, MTU: 1500})
-				k.AddLink(vocab.Link{Name: "uli" + drivertest.NetB[:12], Kind: vocab.KindDummy, MTU: 1500, Alias: mark})
+				k.AddLink(kernel.Link{Name: "eth0.10", Kind: kernel.KindVLAN, ParentIndex: eth0, VLAN: 10, MTU: 1500})
+				k.AddLink(kernel.Link{Name: "mv0", Kind: kernel.KindMacvlan, ParentIndex: eth0, MTU: 1500})
+				k.AddLink(kernel.Link{Name: "uli" + drivertest.NetB[:12], Kind: kernel.KindDummy, MTU: 1500, Alias: mark})
 			})
 			eth0, _ := k.Link("eth0")
-			rt := &routes{rs: []vocab.Route{{Dst: mustPrefix("192.0.2.0/24"), LinkIndex: eth0.Index, Table: vocab.MainTable}}}
+			rt := &routes{rs: []kernel.Route{{Dst: mustPrefix("192.0.2.0/24"), LinkIndex: eth0.Index, Table: kernel.MainTable}}}
 			r := &Resolver{Links: k, Routes: rt}
 			if tc.noRoutes {
 				r.Routes = nil

@@ -14,8 +14,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -23,7 +23,7 @@ import (
 // The owned links over the fake kernel and a real state file, as the
 // driver wires them.
 
-var mark = vocab.Mark("owned-test")
+var mark = kernel.Mark("owned-test")
 
 const otherMark = "underlay:someone-else"
 
@@ -102,7 +102,7 @@ func (f *fixture) network(t *testing.T, id string) record.Network {
 }
 
 func vlan(name, base string, id int) record.ParentLink {
-	return record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: base, VLAN: id}
+	return record.ParentLink{Name: name, Kind: kernel.KindVLAN, Base: base, VLAN: id}
 }
 
 // onParent is a network on parent, asked for as parent.
@@ -183,7 +183,7 @@ func TestFollowLeavesOtherLinks(t *testing.T) {
 		}},
 		{"the record is a dummy", func(t *testing.T, f *fixture) {
 			f.addVLAN(t, "mine", "eth0", 10, mark)
-			f.putParent(t, record.ParentLink{Name: "eth0.10", Kind: vocab.KindDummy})
+			f.putParent(t, record.ParentLink{Name: "eth0.10", Kind: kernel.KindDummy})
 		}},
 		{"no link of the new name", func(t *testing.T, f *fixture) {}},
 	} {

@@ -9,7 +9,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -21,7 +21,7 @@ import (
 // re-creating its base when that is an owned VLAN that vanished too (a VLAN
 // on a VLAN after a reboot).
 func (o *Owned) Recreate(ctx context.Context, p record.ParentLink) error {
-	if p.Kind == vocab.KindVLAN {
+	if p.Kind == kernel.KindVLAN {
 		if _, err := o.Kernel.Get(ctx, p.Base); errors.Is(err, netlinkutil.ErrNotFound) {
 			var base record.ParentLink
 			var owned bool

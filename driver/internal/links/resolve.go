@@ -8,7 +8,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -30,7 +30,7 @@ import (
 
 // RouteLister lists the routes of every table (netlinkutil.Kernel).
 type RouteLister interface {
-	Routes(ctx context.Context) ([]vocab.Route, error)
+	Routes(ctx context.Context) ([]kernel.Route, error)
 }
 
 // Resolver resolves a network's parent option on this host. Routes may be
@@ -57,8 +57,8 @@ func (r *Resolver) Resolve(ctx context.Context, n record.Network) (plan.Resoluti
 		}
 		l, err := r.Links.Get(ctx, name)
 		switch {
-		case err == nil && !vocab.IsEndpointKind(l.Kind):
-			return plan.ResolveParent(n, []vocab.Link{l}, nil)
+		case err == nil && !kernel.IsEndpointKind(l.Kind):
+			return plan.ResolveParent(n, []kernel.Link{l}, nil)
 		case err != nil && !errors.Is(err, netlinkutil.ErrNotFound):
 			return plan.Resolution{}, err
 		}
@@ -67,7 +67,7 @@ func (r *Resolver) Resolve(ctx context.Context, n record.Network) (plan.Resoluti
 	if err != nil {
 		return plan.Resolution{}, err
 	}
-	var routes []vocab.Route
+	var routes []kernel.Route
 	if spec.Auto {
 		if r.Routes == nil {
 			return plan.Resolution{}, fmt.Errorf("parent=%s needs the host's routes, and this daemon was built without access to them: pass -o parent=IFACE", plan.RequestedParent(n))

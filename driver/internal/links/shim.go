@@ -15,7 +15,7 @@ import (
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -49,8 +49,8 @@ type heldKey struct {
 // start and by the repair watcher, removed with the network.
 
 // spec is the shim's link: a child of the network's type and mode.
-func (h *Shims) spec(n record.Network) vocab.Endpoint {
-	return vocab.Endpoint{Name: config.ShimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: h.Mark}
+func (h *Shims) spec(n record.Network) kernel.Endpoint {
+	return kernel.Endpoint{Name: config.ShimName(n.ID), Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag, MTU: n.MTU, Mark: h.Mark}
 }
 
 // Ensure makes the network's host link healthy if it has a host
@@ -155,7 +155,7 @@ func (h *Shims) holder(held *netlinkutil.RouteHeldError) (holder, fix string) {
 		return held.Through(), fix
 	case l.Alias == h.Mark:
 		return fmt.Sprintf("link %s, which carries this instance's mark but is not this network's host link", l.Name), fix
-	case strings.HasPrefix(l.Alias, vocab.MarkPrefix):
+	case strings.HasPrefix(l.Alias, kernel.MarkPrefix):
 		return fmt.Sprintf("link %s, which carries the mark %q of another underlay instance", l.Name, l.Alias),
 			fmt.Sprintf("disconnect the other instance's container with address %s (or remove its network), or %s", held.Dst, fix)
 	}
@@ -164,7 +164,7 @@ func (h *Shims) holder(held *netlinkutil.RouteHeldError) (holder, fix string) {
 
 // heal puts back what an existing host link lost (up, its address,
 // its MTU), logging what was wrong once.
-func (h *Shims) heal(ctx context.Context, n record.Network, l vocab.Link, addr netip.Addr) error {
+func (h *Shims) heal(ctx context.Context, n record.Network, l kernel.Link, addr netip.Addr) error {
 	have, err := h.Links.LinkAddrs(ctx, l.Name)
 	if err != nil {
 		return err
@@ -190,7 +190,7 @@ func (h *Shims) deleteRenamed(ctx context.Context, name string, addr netip.Addr)
 		return err
 	}
 	for _, l := range links {
-		if l.Alias != h.Mark || !vocab.IsEndpointKind(l.Kind) || config.IsEndpointLinkName(l.Name) || config.IsShimName(l.Name) {
+		if l.Alias != h.Mark || !kernel.IsEndpointKind(l.Kind) || config.IsEndpointLinkName(l.Name) || config.IsShimName(l.Name) {
 			continue
 		}
 		as, err := h.Links.LinkAddrs(ctx, l.Name)

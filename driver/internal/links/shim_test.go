@@ -14,8 +14,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -70,7 +70,7 @@ func (f *fixture) healthy(t *testing.T, mtu int, routes ...netip.Addr) {
 	if !ok {
 		t.Fatalf("no host link %s; links %v", shim, f.k.Names())
 	}
-	if l.Kind != vocab.KindMacvlan || l.Mode != "bridge" || l.Alias != mark || l.Down || l.MTU != mtu || f.k.Parent(shim) != "eth0" {
+	if l.Kind != kernel.KindMacvlan || l.Mode != "bridge" || l.Alias != mark || l.Down || l.MTU != mtu || f.k.Parent(shim) != "eth0" {
 		t.Fatalf("host link %+v on %q, want an up macvlan bridge on eth0 with mark %q and MTU %d", l, f.k.Parent(shim), mark, mtu)
 	}
 	if got := f.k.Addrs(shim); !slices.Equal(got, []netip.Addr{hostAddr}) {
@@ -201,7 +201,7 @@ func TestEnsureRefuses(t *testing.T) {
 		want []string
 	}{
 		{"another instance's mark", func(k *nltest.Kernel) {
-			k.AddLink(vocab.Link{Name: shim, Kind: vocab.KindMacvlan, MTU: 1500, Alias: other})
+			k.AddLink(kernel.Link{Name: shim, Kind: kernel.KindMacvlan, MTU: 1500, Alias: other})
 		}, []string{shim, other, "ip link del " + shim}},
 		{"an altname of another link", func(k *nltest.Kernel) {
 			k.AddHostLink("eth1", "device", 1500)
@@ -228,7 +228,7 @@ func TestEnsureRefuses(t *testing.T) {
 func TestEnsureReplacesUnmarked(t *testing.T) {
 	f := newFixture(t)
 	eth0, _ := f.k.Link("eth0")
-	f.k.AddLink(vocab.Link{Name: shim, Kind: vocab.KindMacvlan, ParentIndex: eth0.Index, MTU: 1500})
+	f.k.AddLink(kernel.Link{Name: shim, Kind: kernel.KindMacvlan, ParentIndex: eth0.Index, MTU: 1500})
 	if err := f.h.Ensure(context.Background(), network(), epAddrs); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestEnsureErrors(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		f := newFixture(t)
 		f.delErr = boom
-		f.k.AddLink(vocab.Link{Name: shim, Kind: vocab.KindMacvlan, MTU: 1500})
+		f.k.AddLink(kernel.Link{Name: shim, Kind: kernel.KindMacvlan, MTU: 1500})
 		if err := f.h.Ensure(context.Background(), network(), epAddrs); !errors.Is(err, boom) {
 			t.Fatalf("Ensure = %v, want DeleteOwned's error", err)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -119,13 +119,13 @@ func incompatible(want, holder record.Network) string {
 	switch {
 	case want.Type != holder.Type:
 		return fmt.Sprintf("a parent link carries either macvlan or ipvlan links, never both (the kernel answers EBUSY), and it holds %s", holder.Type)
-	case want.Type == vocab.KindMacvlan && holder.Mode == vocab.MacvlanPassthru:
+	case want.Type == kernel.KindMacvlan && holder.Mode == kernel.MacvlanPassthru:
 		return "it holds a macvlan passthru network, which takes the parent link exclusively"
-	case want.Type == vocab.KindMacvlan && want.Mode == vocab.MacvlanPassthru:
+	case want.Type == kernel.KindMacvlan && want.Mode == kernel.MacvlanPassthru:
 		return "macvlan passthru takes the parent link exclusively, and the parent already carries a network"
-	case want.Type == vocab.KindIpvlan && want.Mode != holder.Mode:
+	case want.Type == kernel.KindIpvlan && want.Mode != holder.Mode:
 		return fmt.Sprintf("all ipvlan links on one parent share one mode (the kernel applies the newest link's mode to all of them), and it uses ipvlan_mode=%s, not %s", holder.Mode, want.Mode)
-	case want.Type == vocab.KindIpvlan && want.Flag != holder.Flag:
+	case want.Type == kernel.KindIpvlan && want.Flag != holder.Flag:
 		return fmt.Sprintf("all ipvlan links on one parent share one flag (the kernel applies the newest link's flag to all of them), and it uses ipvlan_flag=%s, not %s", holder.Flag, want.Flag)
 	}
 	held := config.AllPools(holder)
@@ -170,7 +170,7 @@ func ConflictError(want record.Network, asked string, cs []Conflict) error {
 // Describe summarises a network for messages.
 func Describe(n record.Network) string {
 	s := n.Type + " " + n.Mode
-	if n.Type == vocab.KindIpvlan {
+	if n.Type == kernel.KindIpvlan {
 		s += "/" + n.Flag
 	}
 	for _, p := range config.AllPools(n) {

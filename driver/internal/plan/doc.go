@@ -10,7 +10,7 @@
 //
 // Nothing here touches the kernel, the state file or a clock: inputs are a
 // snapshot (records of package store/record, links and routes of package
-// netlinkutil/vocab, a time passed in), outputs are values, plans and
+// netlinkutil/kernel, a time passed in), outputs are values, plans and
 // errors. Package driver reads the snapshot and package reconcile carries
 // the plans out. TestPure keeps it so: this package (and config, which it
 // builds on) links neither netlink nor bbolt.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -17,7 +17,7 @@ func FuzzParseParent(f *testing.F) {
 	for _, seed := range []string{"eth0", "eth0.10", "ens3,ens4", "auto", "auto.10", "auto.x", ",", "a,,b", "auto,eth0", "lo.1", "ens3.20,eth0.010"} {
 		f.Add(seed, "198.18.40.0/24")
 	}
-	routes := []vocab.Route{rt("198.18.40.0/24", 2, 0, ""), rt("0.0.0.0/0", 3, 0, "198.18.60.1")}
+	routes := []kernel.Route{rt("198.18.40.0/24", 2, 0, ""), rt("0.0.0.0/0", 3, 0, "198.18.60.1")}
 	f.Fuzz(func(t *testing.T, parent, subnet string) {
 		if _, err := config.ParseParent(parent); err != nil {
 			if !errors.Is(err, pluginapi.ErrInvalid) {

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -21,7 +21,7 @@ import (
 // BrokenBy says what is wrong with an existing link of this instance: ""
 // when nothing is. mtu is the MTU underlay gave it (0: the kernel's), addr
 // the host address it must carry (invalid: none), have its addresses.
-func BrokenBy(l vocab.Link, mtu int, addr netip.Addr, have []netip.Addr) string {
+func BrokenBy(l kernel.Link, mtu int, addr netip.Addr, have []netip.Addr) string {
 	var why []string
 	if l.Down {
 		why = append(why, "it is down")
@@ -37,7 +37,7 @@ func BrokenBy(l vocab.Link, mtu int, addr netip.Addr, have []netip.Addr) string 
 
 // planHealParents heals the needed owned parent links that exist with
 // this instance's mark but are down or lost their recorded MTU.
-func planHealParents(s Snapshot, links []vocab.Link, mark string) []Step {
+func planHealParents(s Snapshot, links []kernel.Link, mark string) []Step {
 	var plan []Step
 	for _, name := range slices.Sorted(maps.Keys(s.Owned)) {
 		p := s.Owned[name]
@@ -56,12 +56,12 @@ func planHealParents(s Snapshot, links []vocab.Link, mark string) []Step {
 // name no link has, and a link carrying this instance's mark that no
 // record names, with the record's VLAN ID on the record's base. The record
 // moves to the link's name (opFollow), with the networks on it.
-func PlanFollow(s Snapshot, links []vocab.Link, mark string) []Step {
+func PlanFollow(s Snapshot, links []kernel.Link, mark string) []Step {
 	var plan []Step
 	taken := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(s.Owned)) {
 		p := s.Owned[name]
-		if p.Kind != vocab.KindVLAN {
+		if p.Kind != kernel.KindVLAN {
 			continue
 		}
 		if _, ok := FindLink(links, name); ok {
@@ -72,7 +72,7 @@ func PlanFollow(s Snapshot, links []vocab.Link, mark string) []Step {
 			continue
 		}
 		for _, l := range links {
-			if l.Kind == vocab.KindVLAN && l.Alias == mark && l.ParentIndex == base.Index && l.VLAN == p.VLAN &&
+			if l.Kind == kernel.KindVLAN && l.Alias == mark && l.ParentIndex == base.Index && l.VLAN == p.VLAN &&
 				!s.Recorded(l.Name) && !taken[l.Name] {
 				taken[l.Name] = true
 				plan = append(plan, Step{Op: OpFollow, Name: name, To: l.Name, Parent: p,
@@ -130,7 +130,7 @@ func (s Snapshot) followed(plan []Step) Snapshot {
 
 // StandsOn reports whether another link of the namespace has l as its
 // lower link.
-func StandsOn(links []vocab.Link, l vocab.Link) []string {
+func StandsOn(links []kernel.Link, l kernel.Link) []string {
 	var out []string
 	for _, o := range links {
 		if o.ParentIndex == l.Index && o.Index != l.Index {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -18,15 +18,15 @@ func hostNet(id, parent, addr string, mtu int) ShimState {
 }
 
 func TestPlanHealth(t *testing.T) {
-	vlan := func(name string, vid int, alias string, down bool, mtu int) vocab.Link {
-		return vocab.Link{Name: name, Index: 10 + vid, Kind: vocab.KindVLAN, ParentIndex: 2, VLAN: vid, Alias: alias, Down: down, MTU: mtu}
+	vlan := func(name string, vid int, alias string, down bool, mtu int) kernel.Link {
+		return kernel.Link{Name: name, Index: 10 + vid, Kind: kernel.KindVLAN, ParentIndex: 2, VLAN: vid, Alias: alias, Down: down, MTU: mtu}
 	}
-	shimL := func(id, alias string, down bool, mtu int) vocab.Link {
-		return vocab.Link{Name: config.ShimName(id), Index: 99, Kind: "macvlan", ParentIndex: 2, Alias: alias, Down: down, MTU: mtu}
+	shimL := func(id, alias string, down bool, mtu int) kernel.Link {
+		return kernel.Link{Name: config.ShimName(id), Index: 99, Kind: "macvlan", ParentIndex: 2, Alias: alias, Down: down, MTU: mtu}
 	}
-	base := kernel()
-	with := func(ls ...vocab.Link) []vocab.Link {
-		return append(append([]vocab.Link(nil), base...), ls...)
+	base := dumpedLinks()
+	with := func(ls ...kernel.Link) []kernel.Link {
+		return append(append([]kernel.Link(nil), base...), ls...)
 	}
 	used := map[string]int{"eth0.10": 1}
 	rec := owned(vlanRec("eth0.10", "eth0", 10))
@@ -35,13 +35,13 @@ func TestPlanHealth(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		snap  Snapshot
-		links []vocab.Link
+		links []kernel.Link
 		want  string
 	}{
 		{name: "a needed owned VLAN set down is healed",
 			snap: Snapshot{Use: used, Owned: rec}, links: with(vlan("eth0.10", 10, testMark, true, 1500)), want: "[heal eth0.10]"},
 		{name: "an owned VLAN with another MTU than recorded is healed",
-			snap:  Snapshot{Use: used, Owned: owned(record.ParentLink{Name: "eth0.10", Kind: vocab.KindVLAN, Base: "eth0", VLAN: 10, MTU: 1400})},
+			snap:  Snapshot{Use: used, Owned: owned(record.ParentLink{Name: "eth0.10", Kind: kernel.KindVLAN, Base: "eth0", VLAN: 10, MTU: 1400})},
 			links: with(vlan("eth0.10", 10, testMark, false, 1500)), want: "[heal eth0.10]"},
 		{name: "an owned VLAN nothing needs is released, not healed",
 			snap: Snapshot{Use: map[string]int{}, Owned: rec}, links: with(vlan("eth0.10", 10, testMark, true, 1500)), want: "[release eth0.10]"},
@@ -55,7 +55,7 @@ func TestPlanHealth(t *testing.T) {
 			snap: Snapshot{Use: used, Owned: rec}, links: with(vlan("mine", 10, "underlay:other", false, 1500)), want: "[recreate eth0.10]"},
 		{name: "a marked unrecorded link others stand on is kept, not deleted",
 			snap:  Snapshot{Use: map[string]int{}, Owned: owned()},
-			links: with(vlan("v7", 7, testMark, false, 1500), vocab.Link{Name: "user7", Index: 50, Kind: "macvlan", ParentIndex: 17}),
+			links: with(vlan("v7", 7, testMark, false, 1500), kernel.Link{Name: "user7", Index: 50, Kind: "macvlan", ParentIndex: 17}),
 			want:  "[keep v7]"},
 		{name: "a healthy host link: its routes",
 			snap:  Snapshot{Use: map[string]int{"eth0": 1}, Owned: owned(), Shims: map[string]ShimState{sh: hostNet(drivertest.NetA, "eth0", "198.18.1.5", 0)}, ShimAddrs: addr},

@@ -5,7 +5,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/config"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -43,7 +43,7 @@ func JoinAnswer(n record.Network, ep record.Endpoint) *JoinResponse {
 		leaseJoin(resp, ep.Lease)
 		return resp
 	}
-	if n.Type == vocab.KindIpvlan && n.Mode != "l2" {
+	if n.Type == kernel.KindIpvlan && n.Mode != "l2" {
 		if ep.IPv4 != "" {
 			resp.StaticRoutes = append(resp.StaticRoutes, &network.StaticRoute{Destination: "0.0.0.0/0", RouteType: 1})
 		}

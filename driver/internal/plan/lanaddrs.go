@@ -4,7 +4,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -49,7 +49,7 @@ const (
 // ipvlan l3/l3s, not when the network asks for none.
 func Announcing(n record.Network) (record.Announce, bool) {
 	c := n.Config.Announce
-	if n.EngineAnnounces || n.Internal || c.Count == 0 || (n.Type == vocab.KindIpvlan && n.Mode != vocab.IpvlanL2) {
+	if n.EngineAnnounces || n.Internal || c.Count == 0 || (n.Type == kernel.KindIpvlan && n.Mode != kernel.IpvlanL2) {
 		return c, false
 	}
 	return c, true

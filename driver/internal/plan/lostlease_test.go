@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/config"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -30,7 +30,7 @@ func TestLostBlocks(t *testing.T) {
 		for i := 0; i+1 < len(opts); i += 2 {
 			o[opts[i]] = opts[i+1]
 		}
-		c, _ := config.ConfigFromOptions(o, vocab.KindMacvlan)
+		c, _ := config.ConfigFromOptions(o, kernel.KindMacvlan)
 		return record.Network{ID: "n", Parent: "lan0", Options: o, Config: c}
 	}
 	for _, c := range []struct {

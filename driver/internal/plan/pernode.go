@@ -8,13 +8,13 @@ import (
 	"strings"
 
 	"github.com/underlay-net/underlay/driver/internal/config"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
 // pickParent chooses the name this node resolves for the network, and
 // says why. A plain name is itself.
-func pickParent(n record.Network, spec config.ParentSpec, links []vocab.Link, routes []vocab.Route) (name, why string, err error) {
+func pickParent(n record.Network, spec config.ParentSpec, links []kernel.Link, routes []kernel.Route) (name, why string, err error) {
 	asked := RequestedParent(n)
 	switch {
 	case spec.Auto:
@@ -22,7 +22,7 @@ func pickParent(n record.Network, spec config.ParentSpec, links []vocab.Link, ro
 		if err != nil || spec.VLAN == 0 {
 			return l.Name, why, err
 		}
-		if l.Kind == vocab.KindVLAN {
+		if l.Kind == kernel.KindVLAN {
 			if l.VLAN == spec.VLAN {
 				return l.Name, why + ", which is VLAN " + strconv.Itoa(spec.VLAN), nil
 			}
@@ -49,7 +49,7 @@ func pickParent(n record.Network, spec config.ParentSpec, links []vocab.Link, ro
 // candidateExists reports whether a candidate can be a parent here: the
 // link exists, or it is IFACE.VID and IFACE exists (underlay creates the
 // VLAN).
-func candidateExists(name string, links []vocab.Link) bool {
+func candidateExists(name string, links []kernel.Link) bool {
 	if _, ok := FindLink(links, name); ok {
 		return true
 	}
@@ -66,10 +66,10 @@ func candidateExists(name string, links []vocab.Link) bool {
 // IPv4 default route with the lowest metric. A route on a macvlan or ipvlan
 // link counts for its lower link (that is where the LAN is); two links
 // tied is a refusal naming them.
-func autoLink(n record.Network, asked string, links []vocab.Link, routes []vocab.Route) (vocab.Link, string, error) {
+func autoLink(n record.Network, asked string, links []kernel.Link, routes []kernel.Route) (kernel.Link, string, error) {
 	subnet := FirstIPv4Subnet(n)
 	if subnet.IsValid() {
-		best, at := -1, []vocab.Link(nil)
+		best, at := -1, []kernel.Link(nil)
 		for _, r := range routes {
 			if !r.Connected() || !r.Dst.Addr().Is4() || r.Dst.Bits() > subnet.Bits() || !r.Dst.Contains(subnet.Addr()) {
 				continue
@@ -89,12 +89,12 @@ func autoLink(n record.Network, asked string, links []vocab.Link, routes []vocab
 		case len(at) == 1:
 			return at[0], fmt.Sprintf("its connected route %s holds the subnet %s", netip.PrefixFrom(subnet.Addr(), best).Masked(), subnet), nil
 		case len(at) > 1:
-			return vocab.Link{}, "", config.Invalidf("parent=%s: the subnet %s is on several links of this host (%s): pass the link with -o parent, or a list of candidates (-o parent=IFACE1,IFACE2), one per node", asked, subnet, linkNames(at))
+			return kernel.Link{}, "", config.Invalidf("parent=%s: the subnet %s is on several links of this host (%s): pass the link with -o parent, or a list of candidates (-o parent=IFACE1,IFACE2), one per node", asked, subnet, linkNames(at))
 		}
 	}
-	best, at := 0, []vocab.Link(nil)
+	best, at := 0, []kernel.Link(nil)
 	for _, r := range routes {
-		if !r.Default() || r.Table != vocab.MainTable || !r.Dst.Addr().Is4() {
+		if !r.Default() || r.Table != kernel.MainTable || !r.Dst.Addr().Is4() {
 			continue
 		}
 		l, ok := uplink(links, r.LinkIndex)
@@ -112,9 +112,9 @@ func autoLink(n record.Network, asked string, links []vocab.Link, routes []vocab
 	case len(at) == 1:
 		return at[0], "the IPv4 default route uses it" + noRouteFor(subnet), nil
 	case len(at) > 1:
-		return vocab.Link{}, "", config.Invalidf("parent=%s: this host has IPv4 default routes on several links (%s) with the same metric%s: pass the link with -o parent, or a list of candidates (-o parent=IFACE1,IFACE2)", asked, linkNames(at), noRouteFor(subnet))
+		return kernel.Link{}, "", config.Invalidf("parent=%s: this host has IPv4 default routes on several links (%s) with the same metric%s: pass the link with -o parent, or a list of candidates (-o parent=IFACE1,IFACE2)", asked, linkNames(at), noRouteFor(subnet))
 	}
-	return vocab.Link{}, "", config.Invalidf("parent=%s: no route of this host holds the subnet %s, and it has no IPv4 default route: pass the link with -o parent=IFACE, or a list of candidates (-o parent=IFACE1,IFACE2)", asked, subnetText(subnet))
+	return kernel.Link{}, "", config.Invalidf("parent=%s: no route of this host holds the subnet %s, and it has no IPv4 default route: pass the link with -o parent=IFACE, or a list of candidates (-o parent=IFACE1,IFACE2)", asked, subnetText(subnet))
 }
 
 func noRouteFor(subnet netip.Prefix) string {
@@ -134,18 +134,18 @@ func subnetText(subnet netip.Prefix) string {
 // uplink is the link a route's interface stands for: a macvlan or ipvlan
 // link (a user's shim to reach containers, underlay's host link) stands
 // for its lower link. Loopback and unknown indexes stand for nothing.
-func uplink(links []vocab.Link, index int) (vocab.Link, bool) {
+func uplink(links []kernel.Link, index int) (kernel.Link, bool) {
 	l, ok := LinkByIndex(links, index)
-	if ok && vocab.IsEndpointKind(l.Kind) {
+	if ok && kernel.IsEndpointKind(l.Kind) {
 		l, ok = LinkByIndex(links, l.ParentIndex)
 	}
 	if !ok || l.Name == "lo" {
-		return vocab.Link{}, false
+		return kernel.Link{}, false
 	}
 	return l, true
 }
 
-func appendLink(ls []vocab.Link, l vocab.Link) []vocab.Link {
+func appendLink(ls []kernel.Link, l kernel.Link) []kernel.Link {
 	for _, x := range ls {
 		if x.Index == l.Index {
 			return ls
@@ -154,7 +154,7 @@ func appendLink(ls []vocab.Link, l vocab.Link) []vocab.Link {
 	return append(ls, l)
 }
 
-func linkNames(ls []vocab.Link) string {
+func linkNames(ls []kernel.Link) string {
 	names := make([]string, len(ls))
 	for i, l := range ls {
 		names[i] = l.Name
@@ -166,8 +166,8 @@ func linkNames(ls []vocab.Link) string {
 // hostLinkNames names the host's links a user could list as candidates
 // (not loopback, not the links underlay or Docker make), at most
 // maxNamedLinks of them.
-func hostLinkNames(links []vocab.Link) string {
-	var ls []vocab.Link
+func hostLinkNames(links []kernel.Link) string {
+	var ls []kernel.Link
 	for _, l := range links {
 		if l.Name == "lo" || config.IsDummyName(l.Name) || config.IsShimName(l.Name) || config.IsEndpointLinkName(l.Name) || IsDockerLink(l) {
 			continue
@@ -188,8 +188,8 @@ const maxNamedLinks = 20
 
 // IsDockerLink reports links Docker makes: its bridges and the host ends
 // of its containers' veths.
-func IsDockerLink(l vocab.Link) bool {
-	return (l.Kind == vocab.KindBridge && isDockerBridge(l.Name)) || (l.Kind == "veth" && strings.HasPrefix(l.Name, "veth"))
+func IsDockerLink(l kernel.Link) bool {
+	return (l.Kind == kernel.KindBridge && isDockerBridge(l.Name)) || (l.Kind == "veth" && strings.HasPrefix(l.Name, "veth"))
 }
 
 // FirstIPv4Subnet is the network's first IPv4 subnet, if it has one.

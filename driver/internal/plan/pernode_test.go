@@ -11,7 +11,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -70,8 +70,8 @@ func wantInvalid(t *testing.T, err error, words ...string) {
 
 // nodeLinks is a node whose LAN link is ens3 (with a user's macvlan shim
 // on it and VLAN 20 named ens3.20), a second NIC ens4 and a Docker bridge.
-func nodeLinks() []vocab.Link {
-	return []vocab.Link{
+func nodeLinks() []kernel.Link {
+	return []kernel.Link{
 		{Name: "lo", Index: 1, Kind: "device", MTU: 65536},
 		{Name: "ens3", Index: 2, Kind: "device", MTU: 1500},
 		{Name: "ens4", Index: 3, Kind: "device", MTU: 1500},
@@ -82,8 +82,8 @@ func nodeLinks() []vocab.Link {
 	}
 }
 
-func rt(dst string, index, metric int, gw string) vocab.Route {
-	r := vocab.Route{Dst: netip.MustParsePrefix(dst), LinkIndex: index, Table: vocab.MainTable, Priority: metric}
+func rt(dst string, index, metric int, gw string) kernel.Route {
+	r := kernel.Route{Dst: netip.MustParsePrefix(dst), LinkIndex: index, Table: kernel.MainTable, Priority: metric}
 	if gw != "" {
 		r.Gateway = netip.MustParseAddr(gw)
 	}
@@ -96,7 +96,7 @@ func TestPerNodeResolution(t *testing.T) {
 		n.IPv4 = []record.Pool{{Subnet: subnet}}
 		return n
 	}
-	lanRoutes := []vocab.Route{
+	lanRoutes := []kernel.Route{
 		rt("198.18.40.0/24", 2, 0, ""),                                           // ens3's LAN
 		rt("198.18.60.0/24", 3, 0, ""),                                           // ens4's LAN
 		rt("0.0.0.0/0", 2, 100, "198.18.40.1"),                                   // default via ens3
@@ -106,8 +106,8 @@ func TestPerNodeResolution(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		n      record.Network
-		links  []vocab.Link
-		routes []vocab.Route
+		links  []kernel.Link
+		routes []kernel.Route
 		want   string
 		create *record.ParentLink
 		why    string
@@ -116,7 +116,7 @@ func TestPerNodeResolution(t *testing.T) {
 		{name: "first candidate that exists", n: asking("eth0,ens3,ens4"), want: "ens3", why: "candidate 2 of 3"},
 		{name: "order of the list wins", n: asking("ens4,ens3"), want: "ens4", why: "candidate 1 of 2"},
 		{name: "VLAN candidate counts when its base exists", n: asking("eth0.10,ens3.10"), want: "ens3.10", why: "candidate 2 of 2",
-			create: &record.ParentLink{Name: "ens3.10", Kind: vocab.KindVLAN, Base: "ens3", VLAN: 10}},
+			create: &record.ParentLink{Name: "ens3.10", Kind: kernel.KindVLAN, Base: "ens3", VLAN: 10}},
 		{name: "VLAN candidate finds the existing VLAN", n: asking("eth0.20,ens3.20"), want: "ens3.20"},
 		{name: "no candidate exists", n: asking("eth0,enp0s31f6"),
 			err: []string{"none of the parent candidates eth0, enp0s31f6 exists on this host", "(its interfaces: ens3, ens3.20, ens4, shim0)", "-o parent=eth0,enp0s31f6,IFACE"}},
@@ -126,41 +126,41 @@ func TestPerNodeResolution(t *testing.T) {
 		{name: "auto: a route on a macvlan shim counts for its lower link", n: withSubnet("auto", "198.18.40.77/32"), routes: lanRoutes, want: "ens3"},
 		{name: "auto: a wider route holds the subnet", n: withSubnet("auto", "198.18.40.128/25"), routes: lanRoutes, want: "ens3"},
 		{name: "auto: the most specific route wins", n: withSubnet("auto", "198.18.60.0/26"),
-			routes: []vocab.Route{rt("198.18.0.0/16", 2, 0, ""), rt("198.18.60.0/24", 3, 0, "")}, want: "ens4"},
+			routes: []kernel.Route{rt("198.18.0.0/16", 2, 0, ""), rt("198.18.60.0/24", 3, 0, "")}, want: "ens4"},
 		{name: "auto: no connected route, default route", n: withSubnet("auto", "198.18.90.0/24"), routes: lanRoutes, want: "ens3",
 			why: "default route uses it (no connected route holds the subnet 198.18.90.0/24)"},
 		{name: "auto: no IPv4 subnet, default route", n: asking("auto"), routes: lanRoutes, want: "ens3"},
 		{name: "auto: lowest metric default route", n: withSubnet("auto", "198.18.90.0/24"),
-			routes: []vocab.Route{rt("0.0.0.0/0", 2, 600, "198.18.40.1"), rt("0.0.0.0/0", 3, 100, "198.18.60.1")}, want: "ens4"},
+			routes: []kernel.Route{rt("0.0.0.0/0", 2, 600, "198.18.40.1"), rt("0.0.0.0/0", 3, 100, "198.18.60.1")}, want: "ens4"},
 		{name: "auto: IPv6 and other tables' defaults do not count", n: withSubnet("auto", "198.18.90.0/24"),
-			routes: []vocab.Route{rt("::/0", 3, 0, "2001:db8::1"), {Dst: netip.MustParsePrefix("0.0.0.0/0"), LinkIndex: 3, Table: 100}, rt("0.0.0.0/0", 2, 0, "198.18.40.1")}, want: "ens3"},
+			routes: []kernel.Route{rt("::/0", 3, 0, "2001:db8::1"), {Dst: netip.MustParsePrefix("0.0.0.0/0"), LinkIndex: 3, Table: 100}, rt("0.0.0.0/0", 2, 0, "198.18.40.1")}, want: "ens3"},
 		{name: "auto: subnet on two links is refused naming them", n: withSubnet("auto", "198.18.40.0/24"),
-			routes: []vocab.Route{rt("198.18.40.0/24", 2, 0, ""), rt("198.18.40.0/24", 3, 100, "")},
+			routes: []kernel.Route{rt("198.18.40.0/24", 2, 0, ""), rt("198.18.40.0/24", 3, 100, "")},
 			err:    []string{"parent=auto", "198.18.40.0/24 is on several links", "ens3, ens4"}},
 		{name: "auto: the same LAN through the NIC and its shim is one link", n: withSubnet("auto", "198.18.40.0/24"),
-			routes: []vocab.Route{rt("198.18.40.0/24", 2, 0, ""), rt("198.18.40.0/24", 4, 0, "")}, want: "ens3"},
+			routes: []kernel.Route{rt("198.18.40.0/24", 2, 0, ""), rt("198.18.40.0/24", 4, 0, "")}, want: "ens3"},
 		{name: "auto: two default routes with one metric are refused", n: withSubnet("auto", "198.18.90.0/24"),
-			routes: []vocab.Route{rt("0.0.0.0/0", 2, 0, "198.18.40.1"), rt("0.0.0.0/0", 3, 0, "198.18.60.1")},
+			routes: []kernel.Route{rt("0.0.0.0/0", 2, 0, "198.18.40.1"), rt("0.0.0.0/0", 3, 0, "198.18.60.1")},
 			err:    []string{"default routes on several links (ens3, ens4)", "198.18.90.0/24"}},
 		{name: "auto: nothing to go by", n: withSubnet("auto", "198.18.90.0/24"), routes: nil,
 			err: []string{"no route of this host holds the subnet 198.18.90.0/24", "no IPv4 default route", "-o parent=IFACE"}},
 		{name: "auto.VID: VLAN on the link auto picks", n: withSubnet("auto.30", "198.18.60.0/24"), routes: lanRoutes, want: "ens4.30",
-			create: &record.ParentLink{Name: "ens4.30", Kind: vocab.KindVLAN, Base: "ens4", VLAN: 30}, why: "VLAN 30 on it"},
+			create: &record.ParentLink{Name: "ens4.30", Kind: kernel.KindVLAN, Base: "ens4", VLAN: 30}, why: "VLAN 30 on it"},
 		{name: "auto.VID: the picked link is that VLAN", n: withSubnet("auto.20", "198.18.20.0/24"),
-			routes: []vocab.Route{rt("198.18.20.0/24", 5, 0, "")}, want: "ens3.20"},
+			routes: []kernel.Route{rt("198.18.20.0/24", 5, 0, "")}, want: "ens3.20"},
 		{name: "auto.VID: the picked link is another VLAN: the VLAN goes on its base", n: withSubnet("auto.30", "198.18.20.0/24"),
-			routes: []vocab.Route{rt("198.18.20.0/24", 5, 0, "")}, want: "ens3.30",
-			create: &record.ParentLink{Name: "ens3.30", Kind: vocab.KindVLAN, Base: "ens3", VLAN: 30}},
+			routes: []kernel.Route{rt("198.18.20.0/24", 5, 0, "")}, want: "ens3.30",
+			create: &record.ParentLink{Name: "ens3.30", Kind: kernel.KindVLAN, Base: "ens3", VLAN: 30}},
 		{name: "auto.VID: an existing VLAN of that ID is used", n: withSubnet("auto.20", "198.18.90.0/24"), routes: lanRoutes, want: "ens3.20"},
 		{name: "auto: a WireGuard default route is refused naming the choice", n: withSubnet("auto", "198.18.99.0/24"),
-			links:  append(nodeLinks(), vocab.Link{Name: "wg0", Index: 9, Kind: "wireguard", Encap: "none", MTU: 1420}),
-			routes: []vocab.Route{rt("0.0.0.0/0", 9, 0, "")},
+			links:  append(nodeLinks(), kernel.Link{Name: "wg0", Index: 9, Kind: "wireguard", Encap: "none", MTU: 1420}),
+			routes: []kernel.Route{rt("0.0.0.0/0", 9, 0, "")},
 			err:    []string{"parent=auto chose wg0", "default route uses it", "wg0 is not an Ethernet link", "type none"}},
 		{name: "candidates: Docker's links are not offered", n: asking("eth9,eth8"),
-			links: append(nodeLinks(), vocab.Link{Name: "veth1a2b3c", Index: 10, Kind: "veth"}, vocab.Link{Name: "br-0123456789ab", Index: 11, Kind: "bridge"}),
+			links: append(nodeLinks(), kernel.Link{Name: "veth1a2b3c", Index: 10, Kind: "veth"}, kernel.Link{Name: "br-0123456789ab", Index: 11, Kind: "bridge"}),
 			err:   []string{"(its interfaces: ens3, ens3.20, ens4, shim0)"}},
 		{name: "auto: a Docker bridge is refused as usual", n: withSubnet("auto", "198.18.99.0/24"),
-			routes: []vocab.Route{rt("198.18.99.0/24", 6, 0, "")}, err: []string{"docker0 is a bridge Docker manages"}},
+			routes: []kernel.Route{rt("198.18.99.0/24", 6, 0, "")}, err: []string{"docker0 is a bridge Docker manages"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			links := tc.links
@@ -186,9 +186,9 @@ func TestPerNodeResolution(t *testing.T) {
 }
 
 func TestHostLinkNamesAreCapped(t *testing.T) {
-	var links []vocab.Link
+	var links []kernel.Link
 	for i := 0; i < 25; i++ {
-		links = append(links, vocab.Link{Name: fmt.Sprintf("nic%02d", i), Index: i + 1, Kind: "device"})
+		links = append(links, kernel.Link{Name: fmt.Sprintf("nic%02d", i), Index: i + 1, Kind: "device"})
 	}
 	got := hostLinkNames(links)
 	if !strings.HasPrefix(got, "nic00, nic01") || !strings.HasSuffix(got, "nic19 and 5 more") {

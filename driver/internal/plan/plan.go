@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -110,7 +110,7 @@ func (s Step) String() string {
 // delete a link: it carries the mark, or it carries no mark at all and a
 // record of this state file names it (made by a version before marks, or
 // between creation and marking). A link with another mark is never ours.
-func OwnsLink(l vocab.Link, mark string, recorded bool) bool {
+func OwnsLink(l kernel.Link, mark string, recorded bool) bool {
 	return l.Alias == mark || (l.Alias == "" && recorded)
 }
 
@@ -145,7 +145,7 @@ func (s Snapshot) uppers(name string) []string {
 // then the link, then its base if underlay owns that and nothing else needs
 // it. A link with links underlay did not make on it is kept; one carrying
 // another instance's mark, or already gone, is only forgotten.
-func PlanRelease(s Snapshot, links []vocab.Link, mark string, candidates []string) []Step {
+func PlanRelease(s Snapshot, links []kernel.Link, mark string, candidates []string) []Step {
 	var plan []Step
 	visited := map[string]bool{}
 	released := map[int]bool{} // indexes of links this plan deletes
@@ -179,7 +179,7 @@ func PlanRelease(s Snapshot, links []vocab.Link, mark string, candidates []strin
 			released[l.Index] = true
 			plan = append(plan, Step{Op: OpRelease, Name: name, Parent: p, Why: "no network needs it"})
 		}
-		if p.Kind == vocab.KindVLAN {
+		if p.Kind == kernel.KindVLAN {
 			visit(p.Base)
 		}
 	}
@@ -195,10 +195,10 @@ func PlanRelease(s Snapshot, links []vocab.Link, mark string, candidates []strin
 // (bases first), and release the ones nothing needs. Networks recorded on
 // an altname move to the link's kernel name. Links without this instance's
 // mark are never deleted as strays.
-func PlanRestore(s Snapshot, links []vocab.Link, mark string) []Step {
+func PlanRestore(s Snapshot, links []kernel.Link, mark string) []Step {
 	plan := PlanFollow(s, links, mark)
 	s = s.followed(plan)
-	var kept []vocab.Link // the links that stay after the strays go
+	var kept []kernel.Link // the links that stay after the strays go
 	for _, l := range links {
 		if l.Alias != mark || s.Recorded(l.Name) {
 			kept = append(kept, l)
@@ -270,7 +270,7 @@ func PlanRestore(s Snapshot, links []vocab.Link, mark string) []Step {
 // without their address, another MTU) and puts the routes of the healthy
 // ones back. A link of that name with another instance's mark is left
 // alone.
-func planShims(s Snapshot, links []vocab.Link, mark string) []Step {
+func planShims(s Snapshot, links []kernel.Link, mark string) []Step {
 	var plan []Step
 	for _, name := range slices.Sorted(maps.Keys(s.Shims)) {
 		sh := s.Shims[name]

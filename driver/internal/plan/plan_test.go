@@ -8,20 +8,20 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
 const testMark = "underlay:me"
 
 func vlanRec(name, base string, vid int) record.ParentLink {
-	return record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: base, VLAN: vid}
+	return record.ParentLink{Name: name, Kind: kernel.KindVLAN, Base: base, VLAN: vid}
 }
 
 // kernel builds a link list: eth0 plus the given links, each "name" or
 // "name@lower" (stacked on lower), with alias after "#".
-func kernel(specs ...string) []vocab.Link {
-	links := []vocab.Link{{Name: "lo", Index: 1, Kind: "device"}, {Name: "eth0", Index: 2, Kind: "device"}}
+func dumpedLinks(specs ...string) []kernel.Link {
+	links := []kernel.Link{{Name: "lo", Index: 1, Kind: "device"}, {Name: "eth0", Index: 2, Kind: "device"}}
 	for _, s := range specs {
 		var name, lower, alias string
 		if i := strings.IndexByte(s, '#'); i >= 0 {
@@ -32,7 +32,7 @@ func kernel(specs ...string) []vocab.Link {
 		} else {
 			name = s
 		}
-		l := vocab.Link{Name: name, Index: len(links) + 1, Kind: vocab.KindVLAN, Alias: alias}
+		l := kernel.Link{Name: name, Index: len(links) + 1, Kind: kernel.KindVLAN, Alias: alias}
 		if lower != "" {
 			p, _ := FindLink(links, lower)
 			l.ParentIndex = p.Index
@@ -64,12 +64,12 @@ func TestPlanRestore(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		snap  Snapshot
-		links []vocab.Link
+		links []kernel.Link
 		want  string
 	}{
 		{name: "nothing to do",
 			snap:  Snapshot{Use: map[string]int{"eth0.10": 1}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
-			links: kernel("eth0.10@eth0" + m), want: "[]"},
+			links: dumpedLinks("eth0.10@eth0" + m), want: "[]"},
 		{name: "needed VLAN missing after a reboot is re-created",
 			snap: Snapshot{Use: map[string]int{"eth0.10": 1}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
 			want: "[recreate eth0.10]"},
@@ -78,43 +78,43 @@ func TestPlanRestore(t *testing.T) {
 			want: "[recreate eth0.10 recreate eth0.10.20]"},
 		{name: "pending network rolled back and its VLAN released",
 			snap:  Snapshot{Pending: []record.Network{pendingOn(drivertest.NetA, "eth0.10")}, Use: map[string]int{"eth0.10": 1}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
-			links: kernel("eth0.10@eth0" + m), want: "[rollback " + drivertest.NetA + " release eth0.10]"},
+			links: dumpedLinks("eth0.10@eth0" + m), want: "[rollback " + drivertest.NetA + " release eth0.10]"},
 		{name: "pending network on a VLAN another network still uses",
 			snap:  Snapshot{Pending: []record.Network{pendingOn(drivertest.NetA, "eth0.10")}, Use: map[string]int{"eth0.10": 2}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
-			links: kernel("eth0.10@eth0" + m), want: "[rollback " + drivertest.NetA + "]"},
+			links: dumpedLinks("eth0.10@eth0" + m), want: "[rollback " + drivertest.NetA + "]"},
 		{name: "unneeded stack released top down",
 			snap:  Snapshot{Use: map[string]int{}, Owned: owned(vlanRec("eth0.10", "eth0", 10), vlanRec("eth0.10.20", "eth0.10", 20))},
-			links: kernel("eth0.10@eth0"+m, "eth0.10.20@eth0.10"+m), want: "[release eth0.10.20 release eth0.10]"},
+			links: dumpedLinks("eth0.10@eth0"+m, "eth0.10.20@eth0.10"+m), want: "[release eth0.10.20 release eth0.10]"},
 		{name: "unneeded VLAN kept while a link underlay did not make stands on it",
 			snap:  Snapshot{Use: map[string]int{}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
-			links: kernel("eth0.10@eth0"+m, "admin5@eth0.10"), want: "[keep eth0.10]"},
+			links: dumpedLinks("eth0.10@eth0"+m, "admin5@eth0.10"), want: "[keep eth0.10]"},
 		{name: "unneeded VLAN gone: forgotten",
 			snap: Snapshot{Use: map[string]int{}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
 			want: "[forget eth0.10]"},
 		{name: "unneeded VLAN now marked by another instance: forgotten, never deleted",
 			snap:  Snapshot{Use: map[string]int{}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
-			links: kernel("eth0.10@eth0#underlay:other"), want: "[forget eth0.10]"},
+			links: dumpedLinks("eth0.10@eth0#underlay:other"), want: "[forget eth0.10]"},
 		{name: "unneeded VLAN of a version before marks: released (recorded, unmarked)",
 			snap:  Snapshot{Use: map[string]int{}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
-			links: kernel("eth0.10@eth0"), want: "[release eth0.10]"},
+			links: dumpedLinks("eth0.10@eth0"), want: "[release eth0.10]"},
 		{name: "strays: only links with this instance's mark and no record",
 			snap:  Snapshot{Use: map[string]int{}, Owned: owned(), EndpointLinks: map[string]bool{"ule00000000000a": true}},
-			links: kernel("ule00000000000a@eth0"+m, "ule00000000000b@eth0"+m, "ule00000000000c@eth0", "ule00000000000d@eth0#underlay:other"),
+			links: dumpedLinks("ule00000000000a@eth0"+m, "ule00000000000b@eth0"+m, "ule00000000000c@eth0", "ule00000000000d@eth0#underlay:other"),
 			want:  "[delete-stray ule00000000000b]"},
 		{name: "networks recorded on an altname move to the kernel name",
 			snap:  Snapshot{Use: map[string]int{"lan0": 2, "eth0": 1}, Owned: owned()},
-			links: func() []vocab.Link { l := kernel(); l[1].AltNames = []string{"lan0"}; return l }(),
+			links: func() []kernel.Link { l := dumpedLinks(); l[1].AltNames = []string{"lan0"}; return l }(),
 			want:  "[repoint lan0->eth0]"},
 		{name: "a parent recorded by a name no link has is left to the next request",
 			snap: Snapshot{Use: map[string]int{"gone0": 1}, Owned: owned()}, want: "[]"},
 		{name: "a marked stray on an unneeded VLAN goes first, then the VLAN",
 			snap:  Snapshot{Use: map[string]int{}, Owned: owned(vlanRec("eth0.10", "eth0", 10))},
-			links: kernel("eth0.10@eth0"+m, "ule00000000000b@eth0.10"+m), want: "[delete-stray ule00000000000b release eth0.10]"},
+			links: dumpedLinks("eth0.10@eth0"+m, "ule00000000000b@eth0.10"+m), want: "[delete-stray ule00000000000b release eth0.10]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			links := tc.links
 			if links == nil {
-				links = kernel()
+				links = dumpedLinks()
 			}
 			if got := fmt.Sprint(PlanRestore(tc.snap, links, testMark)); got != tc.want {
 				t.Fatalf("plan %s, want %s", got, tc.want)
@@ -126,7 +126,7 @@ func TestPlanRestore(t *testing.T) {
 func TestPlanRelease(t *testing.T) {
 	m := "#" + testMark
 	stack := owned(vlanRec("eth0.10", "eth0", 10), vlanRec("eth0.10.20", "eth0.10", 20), vlanRec("eth0.10.30", "eth0.10", 30))
-	links := kernel("eth0.10@eth0"+m, "eth0.10.20@eth0.10"+m, "eth0.10.30@eth0.10"+m)
+	links := dumpedLinks("eth0.10@eth0"+m, "eth0.10.20@eth0.10"+m, "eth0.10.30@eth0.10"+m)
 	for _, tc := range []struct {
 		name       string
 		use        map[string]int
@@ -161,7 +161,7 @@ func TestOwnsLink(t *testing.T) {
 		{"", true, true}, {"", false, false},
 		{"underlay:other", true, false}, {"an administrator's note", true, false},
 	} {
-		if got := OwnsLink(vocab.Link{Name: "x", Alias: tc.alias}, testMark, tc.recorded); got != tc.want {
+		if got := OwnsLink(kernel.Link{Name: "x", Alias: tc.alias}, testMark, tc.recorded); got != tc.want {
 			t.Errorf("ownsLink(alias %q, recorded %v) = %v, want %v", tc.alias, tc.recorded, got, tc.want)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // TestPure: the planners and the configuration they build on link no kernel, no state file and no DHCP client;
-// they may use the plain types of store/record and netlinkutil/vocab.
+// they may use the plain types of store/record and netlinkutil/kernel.
 func TestPure(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -33,5 +33,5 @@ func TestPure(t *testing.T) {
 }
 
 func allowed(pkg string) bool {
-	return pkg == "github.com/underlay-net/underlay/store/record" || pkg == "github.com/underlay-net/underlay/netlinkutil/vocab"
+	return pkg == "github.com/underlay-net/underlay/store/record" || pkg == "github.com/underlay-net/underlay/netlinkutil/kernel"
 }

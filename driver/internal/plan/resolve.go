@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/underlay-net/underlay/driver/internal/config"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -14,11 +14,11 @@ import (
 // planned, made by this instance (a previous attempt): same kind, its mark,
 // and for a VLAN the same ID on the same base. A user's link that merely
 // looks alike is not adopted.
-func IsPlanned(l vocab.Link, p record.ParentLink, links []vocab.Link, mark string) bool {
+func IsPlanned(l kernel.Link, p record.ParentLink, links []kernel.Link, mark string) bool {
 	if l.Name != p.Name || l.Kind != p.Kind || l.Alias != mark {
 		return false
 	}
-	if p.Kind != vocab.KindVLAN {
+	if p.Kind != kernel.KindVLAN {
 		return true
 	}
 	b, ok := FindLink(links, p.Base)
@@ -50,7 +50,7 @@ type Resolution struct {
 // ResolveParent is pure: it decides over one list of the host's links
 // (and its routes, which only parent=auto reads). n carries the requested
 // parent (empty for an internal network), the ID, the MTU and the subnets.
-func ResolveParent(n record.Network, links []vocab.Link, routes []vocab.Route) (Resolution, error) {
+func ResolveParent(n record.Network, links []kernel.Link, routes []kernel.Route) (Resolution, error) {
 	spec, err := config.ParseParent(RequestedParent(n))
 	if err != nil {
 		return Resolution{}, err
@@ -69,13 +69,13 @@ func ResolveParent(n record.Network, links []vocab.Link, routes []vocab.Route) (
 
 // resolveName resolves one parent name, as the user gave it or as
 // pickParent chose it; "" is an internal network's dummy.
-func resolveName(n record.Network, asked string, links []vocab.Link) (Resolution, error) {
+func resolveName(n record.Network, asked string, links []kernel.Link) (Resolution, error) {
 	if asked == "" {
 		name := config.DummyName(n.ID)
 		if l, ok := FindLink(links, name); ok {
 			return Resolution{Name: l.Name}, checkParentLink(l, n, links)
 		}
-		return Resolution{Name: name, Create: &record.ParentLink{Name: name, Kind: vocab.KindDummy, MTU: n.MTU}}, nil
+		return Resolution{Name: name, Create: &record.ParentLink{Name: name, Kind: kernel.KindDummy, MTU: n.MTU}}, nil
 	}
 	if l, ok := FindLink(links, asked); ok {
 		if err := checkParentLink(l, n, links); err != nil {
@@ -104,7 +104,7 @@ func resolveName(n record.Network, asked string, links []vocab.Link) (Resolution
 		return Resolution{}, err
 	}
 	for _, l := range links {
-		if l.Kind == vocab.KindVLAN && l.ParentIndex == b.Index && l.VLAN == vid {
+		if l.Kind == kernel.KindVLAN && l.ParentIndex == b.Index && l.VLAN == vid {
 			// VLAN vid on the base exists under another name (a user's
 			// uv20, or eth0.10 asked as eth0.010): that is the link the
 			// network would use, so use it.
@@ -118,10 +118,10 @@ func resolveName(n record.Network, asked string, links []vocab.Link) (Resolution
 	if l, ok := FindLink(links, name); ok {
 		return Resolution{}, config.Invalidf("parent %s would be VLAN %d on %s named %s, but a %s link named %s exists and is not that VLAN: remove or rename it, or create VLAN %d on %s under another name and pass that name", asked, vid, b.Name, name, l.Kind, l.Name, vid, b.Name)
 	}
-	if len(name) > vocab.MaxNameLen {
-		return Resolution{}, config.Invalidf("parent %s would be a VLAN link named %s, longer than the kernel's %d bytes: create VLAN %d on %s yourself under a shorter name and pass that name as -o parent", asked, name, vocab.MaxNameLen, vid, b.Name)
+	if len(name) > kernel.MaxNameLen {
+		return Resolution{}, config.Invalidf("parent %s would be a VLAN link named %s, longer than the kernel's %d bytes: create VLAN %d on %s yourself under a shorter name and pass that name as -o parent", asked, name, kernel.MaxNameLen, vid, b.Name)
 	}
-	return Resolution{Name: name, Create: &record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: b.Name, VLAN: vid}}, nil
+	return Resolution{Name: name, Create: &record.ParentLink{Name: name, Kind: kernel.KindVLAN, Base: b.Name, VLAN: vid}}, nil
 }
 
 // RequestedParent is the parent as the user asked for it: the parent
@@ -138,28 +138,28 @@ func RequestedParent(n record.Network) string {
 }
 
 // FindLink finds a link by name or altname.
-func FindLink(links []vocab.Link, name string) (vocab.Link, bool) {
-	return vocab.FindLink(links, name)
+func FindLink(links []kernel.Link, name string) (kernel.Link, bool) {
+	return kernel.FindLink(links, name)
 }
 
 // LinkByIndex finds a link by index.
-func LinkByIndex(links []vocab.Link, index int) (vocab.Link, bool) {
+func LinkByIndex(links []kernel.Link, index int) (kernel.Link, bool) {
 	for _, l := range links {
 		if l.Index == index {
 			return l, true
 		}
 	}
-	return vocab.Link{}, false
+	return kernel.Link{}, false
 }
 
 // checkParentLink refuses links that must never be a parent.
-func checkParentLink(l vocab.Link, n record.Network, links []vocab.Link) error {
+func checkParentLink(l kernel.Link, n record.Network, links []kernel.Link) error {
 	switch {
 	case l.Name == "lo":
 		return config.Invalidf("parent lo is the loopback interface, which cannot carry macvlan or ipvlan links: use a physical or VLAN interface")
-	case config.IsEndpointLinkName(l.Name) && vocab.IsEndpointKind(l.Kind):
+	case config.IsEndpointLinkName(l.Name) && kernel.IsEndpointKind(l.Kind):
 		return config.Invalidf("parent %s is an endpoint link underlay created for a container: use the host interface it hangs off", l.Name)
-	case vocab.IsEndpointKind(l.Kind):
+	case kernel.IsEndpointKind(l.Kind):
 		lower := "its lower link"
 		if p, ok := LinkByIndex(links, l.ParentIndex); ok {
 			lower = p.Name
@@ -169,7 +169,7 @@ func checkParentLink(l vocab.Link, n record.Network, links []vocab.Link) error {
 		return config.Invalidf("parent %s is the dummy link of another internal network: omit -o parent to get an internal network of its own", l.Name)
 	case !l.Ethernet():
 		return config.Invalidf("parent %s is not an Ethernet link (the kernel calls its type %s, a %s link): macvlan and ipvlan links need an Ethernet parent, such as a NIC, a VLAN of one or a bridge", l.Name, l.Encap, l.Kind)
-	case l.Kind == vocab.KindBridge && isDockerBridge(l.Name):
+	case l.Kind == kernel.KindBridge && isDockerBridge(l.Name):
 		return config.Invalidf("parent %s is a bridge Docker manages: macvlan and ipvlan networks need a host uplink interface (for example eth0) as parent", l.Name)
 	}
 	return nil

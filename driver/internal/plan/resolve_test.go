@@ -7,15 +7,15 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/internal/pluginapi"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
 // hostLinks is a link list as the kernel would dump it: eth0 (altname
 // enp0s31f6) with a user's VLAN 20 named uv20 and underlay's eth0.10, a
 // macvlan on eth0, a bridge of Docker's, and a long-named NIC.
-func hostLinks() []vocab.Link {
-	return []vocab.Link{
+func hostLinks() []kernel.Link {
+	return []kernel.Link{
 		{Name: "lo", Index: 1, Kind: "device", MTU: 65536},
 		{Name: "eth0", Index: 2, Kind: "device", MTU: 1500, AltNames: []string{"enp0s31f6", "lan0"}},
 		{Name: "uv20", Index: 3, Kind: "vlan", ParentIndex: 2, VLAN: 20, MTU: 1400},
@@ -53,11 +53,11 @@ func TestResolveParent(t *testing.T) {
 		{name: "user's VLAN under another name is used", n: asking("eth0.20"), want: "uv20"},
 		{name: "user's VLAN asked on an altname", n: asking("enp0s31f6.20"), want: "uv20"},
 		{name: "new VLAN", n: asking("eth0.30"), want: "eth0.30",
-			create: &record.ParentLink{Name: "eth0.30", Kind: vocab.KindVLAN, Base: "eth0", VLAN: 30}},
+			create: &record.ParentLink{Name: "eth0.30", Kind: kernel.KindVLAN, Base: "eth0", VLAN: 30}},
 		{name: "new VLAN is named by the kernel name and decimal ID", n: asking("lan0.0030"), want: "eth0.30",
-			create: &record.ParentLink{Name: "eth0.30", Kind: vocab.KindVLAN, Base: "eth0", VLAN: 30}},
+			create: &record.ParentLink{Name: "eth0.30", Kind: kernel.KindVLAN, Base: "eth0", VLAN: 30}},
 		{name: "internal network gets its dummy", n: internal, want: config.DummyName(drivertest.NetA),
-			create: &record.ParentLink{Name: config.DummyName(drivertest.NetA), Kind: vocab.KindDummy}},
+			create: &record.ParentLink{Name: config.DummyName(drivertest.NetA), Kind: kernel.KindDummy}},
 		{name: "macvlan parent refused naming its lower link", n: asking("mv0"), err: []string{"mv0", "macvlan", "-o parent=eth0"}},
 		{name: "endpoint link refused", n: asking("ule0123456789ab"), err: []string{"endpoint link"}},
 		{name: "Docker's bridge refused", n: asking("docker0"), err: []string{"bridge Docker manages"}},

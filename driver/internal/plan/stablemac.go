@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -32,11 +32,11 @@ func StableMAC(base net.HardwareAddr, vlan int, addr netip.Addr) net.HardwareAdd
 // MACBase is what a stable MAC is derived from on parent p: its permanent
 // address where the kernel reports one, or, for a VLAN link (which has
 // none), its base link's; otherwise the parent's current address.
-func MACBase(p vocab.Link, links []vocab.Link) net.HardwareAddr {
+func MACBase(p kernel.Link, links []kernel.Link) net.HardwareAddr {
 	if m, err := net.ParseMAC(p.PermMAC); err == nil {
 		return m
 	}
-	if p.Kind == vocab.KindVLAN {
+	if p.Kind == kernel.KindVLAN {
 		for _, l := range links {
 			if l.Index == p.ParentIndex {
 				if m, err := net.ParseMAC(l.PermMAC); err == nil {
@@ -51,7 +51,7 @@ func MACBase(p vocab.Link, links []vocab.Link) net.HardwareAddr {
 
 // MACTaken reports whether parent p or a link on it already has mac: the
 // kernel would refuse to bring a second one up.
-func MACTaken(p vocab.Link, links []vocab.Link, mac string) bool {
+func MACTaken(p kernel.Link, links []kernel.Link, mac string) bool {
 	if strings.EqualFold(p.MAC, mac) {
 		return true
 	}

@@ -5,21 +5,21 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 func TestMACBase(t *testing.T) {
-	nic := vocab.Link{Name: "eth0", Index: 2, Kind: "device", MAC: "52:54:00:00:00:01", PermMAC: "52:54:00:00:00:99"}
+	nic := kernel.Link{Name: "eth0", Index: 2, Kind: "device", MAC: "52:54:00:00:00:01", PermMAC: "52:54:00:00:00:99"}
 	for _, tc := range []struct {
 		name  string
-		p     vocab.Link
-		links []vocab.Link
+		p     kernel.Link
+		links []kernel.Link
 		want  string
 	}{
 		{"permanent address", nic, nil, "52:54:00:00:00:99"},
-		{"no permanent address", vocab.Link{Kind: "veth", MAC: "52:54:00:00:00:02"}, nil, "52:54:00:00:00:02"},
-		{"vlan: its base's permanent address", vocab.Link{Kind: "vlan", ParentIndex: 2, VLAN: 10, MAC: "52:54:00:00:00:01"}, []vocab.Link{nic}, "52:54:00:00:00:99"},
-		{"vlan, base unknown", vocab.Link{Kind: "vlan", ParentIndex: 7, MAC: "52:54:00:00:00:03"}, []vocab.Link{nic}, "52:54:00:00:00:03"},
+		{"no permanent address", kernel.Link{Kind: "veth", MAC: "52:54:00:00:00:02"}, nil, "52:54:00:00:00:02"},
+		{"vlan: its base's permanent address", kernel.Link{Kind: "vlan", ParentIndex: 2, VLAN: 10, MAC: "52:54:00:00:00:01"}, []kernel.Link{nic}, "52:54:00:00:00:99"},
+		{"vlan, base unknown", kernel.Link{Kind: "vlan", ParentIndex: 7, MAC: "52:54:00:00:00:03"}, []kernel.Link{nic}, "52:54:00:00:00:03"},
 	} {
 		if got := MACBase(tc.p, tc.links).String(); got != tc.want {
 			t.Errorf("%s: base %s, want %s", tc.name, got, tc.want)

@@ -18,8 +18,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -27,7 +27,7 @@ import (
 // The operator's view and repairs over the fake kernel and a real state
 // file, wired as the driver wires them.
 
-var opMark = vocab.Mark("operator-test")
+var opMark = kernel.Mark("operator-test")
 
 // events counts what the repairs tell.
 type opEvents struct {
@@ -171,7 +171,7 @@ func TestInventory(t *testing.T) {
 		t.Fatal("a join of a network without a host address is committed")
 	}
 	shim := config.ShimName(drivertest.NetB)
-	if err := f.k.AddShim(ctx, vocab.Endpoint{Name: shim, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: opMark}, netip.MustParseAddr("198.18.2.5")); err != nil {
+	if err := f.k.AddShim(ctx, kernel.Endpoint{Name: shim, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: opMark}, netip.MustParseAddr("198.18.2.5")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -361,13 +361,13 @@ func TestDeleteOrphanLink(t *testing.T) {
 	}{
 		{name: "an orphan", link: "uleffffffffffff", want: "deleted uleffffffffffff", deleted: true,
 			setup: func(t *testing.T, f *opFixture) {
-				f.k.AddLink(vocab.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
+				f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
 			}},
 		{name: "gone", link: "uleffffffffffff", want: "no longer needed: the link is gone"},
 		{name: "another instance's mark", link: "uleffffffffffff",
 			refused: []string{"link uleffffffffffff does not carry this underlay's mark", opMark},
 			setup: func(t *testing.T, f *opFixture) {
-				f.k.AddLink(vocab.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: otherMark})
+				f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: otherMark})
 			}},
 		{name: "no mark", link: "eth0.10", refused: []string{"does not carry this underlay's mark"},
 			setup: func(t *testing.T, f *opFixture) { f.addVLAN(t, "eth0.10", "eth0", 10, "") }},
@@ -375,7 +375,7 @@ func TestDeleteOrphanLink(t *testing.T) {
 			setup: func(t *testing.T, f *opFixture) {
 				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0")},
 					record.Endpoint{NetworkID: drivertest.NetA, ID: drivertest.EpA, Link: ep})
-				f.k.AddLink(vocab.Link{Name: ep, Kind: "macvlan", Alias: opMark})
+				f.k.AddLink(kernel.Link{Name: ep, Kind: "macvlan", Alias: opMark})
 			}},
 		{name: "an owned VLAN renamed", link: "mine", refused: []string{"link mine is the VLAN eth0.10 that underlay created, renamed", "its record follows it"},
 			setup: func(t *testing.T, f *opFixture) {
@@ -411,7 +411,7 @@ func TestDeleteOrphanLink(t *testing.T) {
 // DeleteOrphanLink waits for the lock a request holds on the link.
 func TestDeleteOrphanLinkWaitsForTheLock(t *testing.T) {
 	f := newOpFixture(t)
-	f.k.AddLink(vocab.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
+	f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
 	_, unlock, err := f.locks.Acquire(context.Background(), keylock.Exclusive(keylock.ParentKey("uleffffffffffff")))
 	if err != nil {
 		t.Fatal(err)

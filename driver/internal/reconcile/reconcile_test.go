@@ -18,8 +18,8 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -27,7 +27,7 @@ import (
 // The executor over the fake kernel and a real state file, wired as the
 // driver wires it.
 
-var mark = vocab.Mark("reconcile-test")
+var mark = kernel.Mark("reconcile-test")
 
 const otherMark = "underlay:someone-else"
 
@@ -144,7 +144,7 @@ func (f *fixture) wantParents(t *testing.T, names ...string) {
 }
 
 func vlan(name, base string, id int) record.ParentLink {
-	return record.ParentLink{Name: name, Kind: vocab.KindVLAN, Base: base, VLAN: id}
+	return record.ParentLink{Name: name, Kind: kernel.KindVLAN, Base: base, VLAN: id}
 }
 
 func onParent(id, parent string) record.Network {
@@ -496,12 +496,12 @@ func TestJanitorTick(t *testing.T) {
 // own deletions; while waiting for a base, only links that may be one.
 func TestRelevant(t *testing.T) {
 	f := newFixture(t)
-	vlanLink := vocab.Link{Name: "eth0.10", Index: 40, Kind: vocab.KindVLAN, Alias: mark}
-	ep := vocab.Link{Name: config.EndpointLinkName(drivertest.EpA), Index: 41, Kind: "macvlan", Alias: mark}
-	shim := vocab.Link{Name: config.ShimName(drivertest.NetA), Index: 42, Kind: "macvlan", Alias: mark}
-	user := vocab.Link{Name: "user0", Index: 43, Kind: "device"}
-	foreign := vocab.Link{Name: "eth0.12", Index: 45, Kind: vocab.KindVLAN, Alias: otherMark}
-	self := vocab.Link{Name: "eth0.11", Index: 44, Kind: vocab.KindVLAN, Alias: mark}
+	vlanLink := kernel.Link{Name: "eth0.10", Index: 40, Kind: kernel.KindVLAN, Alias: mark}
+	ep := kernel.Link{Name: config.EndpointLinkName(drivertest.EpA), Index: 41, Kind: "macvlan", Alias: mark}
+	shim := kernel.Link{Name: config.ShimName(drivertest.NetA), Index: 42, Kind: "macvlan", Alias: mark}
+	user := kernel.Link{Name: "user0", Index: 43, Kind: "device"}
+	foreign := kernel.Link{Name: "eth0.12", Index: 45, Kind: kernel.KindVLAN, Alias: otherMark}
+	self := kernel.Link{Name: "eth0.11", Index: 44, Kind: kernel.KindVLAN, Alias: mark}
 	f.x.Deleting.Add(44, time.Now())
 	down := vlanLink
 	down.Down = true

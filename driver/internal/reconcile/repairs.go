@@ -8,7 +8,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -138,7 +138,7 @@ func (o *Operator) DeleteOrphanLink(ctx context.Context, name string) (string, e
 	if err != nil {
 		return "", err
 	}
-	var l vocab.Link
+	var l kernel.Link
 	for _, k := range links {
 		if k.Name == name {
 			l = k

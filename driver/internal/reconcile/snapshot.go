@@ -8,7 +8,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -21,7 +21,7 @@ import (
 // carrying this instance's mark are endpoint links on record, and the
 // networks with a host address: nothing it reads grows with the number of
 // endpoints.
-func (x *Executor) Snapshot(withEndpoints bool, links ...vocab.Link) (plan.Snapshot, error) {
+func (x *Executor) Snapshot(withEndpoints bool, links ...kernel.Link) (plan.Snapshot, error) {
 	s := plan.Snapshot{Owned: map[string]record.ParentLink{}}
 	err := x.Store.View(func(tx *store.Tx) error {
 		var err error
@@ -71,13 +71,13 @@ func (x *Executor) readShims(tx *store.Tx) (map[string]plan.ShimState, error) {
 
 // ReadShimAddrs reads the kernel's addresses of the host links that exist,
 // for the planners (a link gone meanwhile has none).
-func (x *Executor) ReadShimAddrs(ctx context.Context, s *plan.Snapshot, links []vocab.Link) {
+func (x *Executor) ReadShimAddrs(ctx context.Context, s *plan.Snapshot, links []kernel.Link) {
 	s.ShimAddrs = x.HostLinkAddrs(ctx, links, maps.Keys(s.Shims))
 }
 
 // HostLinkAddrs reads the addresses of those of the named links that exist
 // under that very name (not as another link's altname).
-func (x *Executor) HostLinkAddrs(ctx context.Context, links []vocab.Link, names iter.Seq[string]) map[string][]netip.Addr {
+func (x *Executor) HostLinkAddrs(ctx context.Context, links []kernel.Link, names iter.Seq[string]) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for name := range names {
 		if l, ok := plan.FindLink(links, name); ok && l.Name == name {

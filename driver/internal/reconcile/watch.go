@@ -7,7 +7,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/netlinkutil"
-	"github.com/underlay-net/underlay/netlinkutil/vocab"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
 // Live repair: the links underlay owns (VLAN and dummy parents, host
@@ -138,7 +138,7 @@ func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 		x.Log.Warn("a link underlay owns went away; re-making it if networks need it", "link", l.Name, "kind", l.Kind)
 		return true
 	case ev.AddrRemoved:
-		return ours && vocab.IsEndpointKind(l.Kind)
+		return ours && kernel.IsEndpointKind(l.Kind)
 	case ours:
 		return true
 	}

@@ -1,10 +1,12 @@
-// Package vocab is the kernel's vocabulary as underlay speaks it: the plain
-// types of links, endpoints to create, addresses and routes, the link kinds
-// and the mode and flag names, and underlay's mark. It is a leaf: it
-// imports nothing but the standard library and touches no kernel, so pure
-// code (driver/internal/rules) can speak of links without linking netlink.
-// Package netlinkutil, which talks to the kernel, aliases these names.
-package vocab
+// Package kernel holds the kernel's objects as plain values, as underlay
+// speaks of them: links, endpoints to create, addresses and routes, the
+// link kinds and the mode and flag names, and underlay's mark. It is a
+// leaf: it imports nothing but the standard library and touches no
+// kernel, so pure code (driver/internal/config, driver/internal/plan) can
+// speak of links without linking netlink. Package netlinkutil, which talks
+// to the kernel, reads and writes these values; everyone spells them
+// kernel.Link, kernel.KindMacvlan, ... (one name each).
+package kernel
 
 import "net/netip"
 

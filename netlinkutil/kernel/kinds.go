@@ -1,4 +1,4 @@
-package vocab
+package kernel
 
 // The kernel vocabulary of underlay, in one place: link kinds as rtnetlink
 // names them, and the mode and flag names of macvlan and ipvlan links (the
