@@ -28,7 +28,6 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
-	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
@@ -130,7 +129,7 @@ type Driver struct {
 	leases *leases.Leases // DHCP and DHCPv6 leases of endpoints (driver/internal/leases)
 	// holders rules out a create's conflicting holders with Docker
 	// (driver/internal/stale).
-	holders *stale.Holders
+	holders *reconcile.Holders
 	grace   time.Duration
 	lookup  time.Duration
 	mark    string
@@ -231,8 +230,8 @@ func New(c Config) (*Driver, error) {
 		Joins: d.joins, Events: c.Events, Mark: d.mark, Boot: d.boot,
 		Grace: c.StaleGrace, Window: d.CreateWindow(), Log: c.Logger, Now: c.Now}
 	d.macs = &lan.Chooser{Links: c.Links, Log: c.Logger}
-	d.holders = &stale.Holders{
-		Check: &stale.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},
+	d.holders = &reconcile.Holders{
+		Check: &reconcile.Checker{Docker: c.Docker, Grace: c.StaleGrace, Lookup: c.LookupTimeout, Now: c.Now, Log: c.Logger},
 		Locks: d.locks, Remover: d.reconcile, Events: c.Events, Log: c.Logger,
 	}
 	return d, nil

@@ -187,6 +187,12 @@ func (l *Locker) Acquire(ctx context.Context, reqs ...Req) (context.Context, fun
 	return context.WithValue(ctx, holding{}, reqs[len(reqs)-1].Key.Rank), release, nil
 }
 
+// Trier tries an exclusive lock without waiting (Locker): what a caller
+// that already holds a lock of a later rank may do.
+type Trier interface {
+	TryExclusive(k Key) (func(), bool)
+}
+
 // TryExclusive takes the lock only if it is free right now, whatever the
 // caller holds.
 func (l *Locker) TryExclusive(k Key) (func(), bool) {

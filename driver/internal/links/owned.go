@@ -9,7 +9,6 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/plan"
-	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
 )
@@ -31,7 +30,7 @@ type BlockMover interface {
 type Owned struct {
 	Kernel   netlinkutil.Links
 	Store    Store
-	Locks    stale.Locker
+	Locks    keylock.Trier
 	Parents  *Maker
 	Resolver *Resolver
 	Mark     string // this instance's link mark, also the blocks' tag

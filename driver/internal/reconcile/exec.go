@@ -1,5 +1,5 @@
-// Package reconcile makes the kernel and the state agree, and shows the
-// operator where they do not. It carries out the planners' plans
+// Package reconcile makes the kernel, the state and Docker agree, and
+// shows the operator where they do not. It carries out the planners' plans
 // (driver/internal/rules): the restore before the socket is served
 // (Restore), the janitor's ticks (JanitorTick), the live repair's passes
 // and the link watcher that starts them (Repair, Watch), the release of a
@@ -11,13 +11,18 @@
 // (repairs.go) are here too: each repair checks its finding again under
 // the locks a request would take and acts by the same rules, through the
 // same executor: nothing is removed that Docker knows or that underlay
-// does not own.
+// does not own. CreateNetwork's stale-holder check is here as well: whether
+// Docker, in its own words, no longer knows every network that holds a
+// parent the request needs, asked at once and again after the grace
+// period for the young ones (Checker, stale.go), and, once it said so, the
+// holders locked (only tried: the caller holds the parent's) and removed
+// through the executor (Holders, holders.go).
 //
 // Rule: the kernel only through netlinkutil.Links, the store only through
-// links.Store, Docker only through stale.NetworkChecker; parent locks are
+// links.Store, Docker only through NetworkChecker; parent locks are
 // only tried (links.Owned), never waited for; owned links are deleted,
 // re-created and followed, and host links made, only through
-// driver/internal/links; what to do is the rules' planners'.
+// driver/internal/links; what to do is package plan's.
 package reconcile
 
 import (
@@ -39,6 +44,7 @@ import (
 // Events is told what the executor and the repairs did, for counting
 // (driver.Events).
 type Events interface {
+	ConflictRefused()
 	StaleRemoved()
 	ReservationRolledBack(kind string)
 	ReconcileAction(op string)

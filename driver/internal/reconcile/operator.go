@@ -12,7 +12,6 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/links"
-	"github.com/underlay-net/underlay/driver/internal/stale"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -31,7 +30,7 @@ type Operator struct {
 	Store  links.Store
 	Locks  Locker
 	// Docker is asked before a stale network is removed; nil refuses.
-	Docker    stale.NetworkChecker
+	Docker    NetworkChecker
 	Reconcile *Executor    // carrying out the repair steps
 	Owned     *links.Owned // deleting an orphan link
 	Joins     *joins.Table // the endpoints with their joins

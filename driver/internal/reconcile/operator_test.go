@@ -36,6 +36,7 @@ type opEvents struct {
 }
 
 func (e *opEvents) StaleRemoved()                { e.stale++ }
+func (e *opEvents) ConflictRefused()             {}
 func (e *opEvents) ReservationRolledBack(string) { e.rolledBack++ }
 func (e *opEvents) RepairAction(op string)       { e.repairs = append(e.repairs, op) }
 func (e *opEvents) ReconcileAction(op string)    {}

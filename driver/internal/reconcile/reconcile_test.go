@@ -39,6 +39,7 @@ type events struct {
 }
 
 func (e *events) StaleRemoved()                {}
+func (e *events) ConflictRefused()             {}
 func (e *events) ReservationRolledBack(string) { e.mu.Lock(); e.rolledBack++; e.mu.Unlock() }
 func (e *events) ReconcileAction(op string) {
 	e.mu.Lock()

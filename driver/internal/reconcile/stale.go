@@ -1,14 +1,4 @@
-// Package stale holds CreateNetwork's stale-holder check: whether Docker,
-// in its own words, no longer knows every network that holds a parent the
-// request needs, asked at once and again after the grace period for the
-// young ones (Checker), and, once it said so, the holders locked and
-// removed (Holders, holders.go).
-//
-// Rule: it reaches Docker only through NetworkChecker; the holders' locks
-// only by trying them (Locker: the caller holds the parent's); no store
-// and no kernel of its own: a holder is removed through the driver's
-// Remove.
-package stale
+package reconcile
 
 import (
 	"context"

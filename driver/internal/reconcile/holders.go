@@ -1,4 +1,4 @@
-package stale
+package reconcile
 
 import (
 	"context"
@@ -13,19 +13,6 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// Locker tries a holder's network lock (keylock.Locker): the caller holds
-// a parent lock, after which a network lock may only be tried.
-type Locker interface {
-	TryExclusive(k keylock.Key) (func(), bool)
-}
-
-// Events is told of stale holders removed and of creates their holders
-// refused (driver.Events).
-type Events interface {
-	ConflictRefused()
-	StaleRemoved()
-}
-
 // Remover removes a network with its links and records.
 type Remover interface {
 	RemoveNetwork(ctx context.Context, n record.Network) error
@@ -35,7 +22,7 @@ type Remover interface {
 // (Check), the stale ones are locked and removed, the live ones refuse.
 type Holders struct {
 	Check *Checker
-	Locks Locker
+	Locks keylock.Trier
 	// Remover removes a network with its links and records
 	// (reconcile.Executor); the caller holds the network's lock and its
 	// parent's.

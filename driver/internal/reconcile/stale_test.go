@@ -1,4 +1,4 @@
-package stale
+package reconcile
 
 import (
 	"context"
@@ -386,8 +386,11 @@ func (l *locks) holding() []string {
 
 type events struct{ refused, removed int }
 
-func (e *events) ConflictRefused() { e.refused++ }
-func (e *events) StaleRemoved()    { e.removed++ }
+func (e *events) ConflictRefused()             { e.refused++ }
+func (e *events) StaleRemoved()                { e.removed++ }
+func (e *events) ReservationRolledBack(string) {}
+func (e *events) ReconcileAction(string)       {}
+func (e *events) RepairAction(string)          {}
 
 type holdersFixture struct {
 	h       *Holders
