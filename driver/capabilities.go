@@ -6,7 +6,7 @@ import (
 
 // The capabilities that make a network a swarm network; the swarm
 // manager's calls and the gateway check are answered from the request
-// alone (driver/internal/rules, swarm.go).
+// alone (driver/internal/config, swarm.go).
 
 // Capabilities is libnetwork's GetCapabilities answer (go-plugins-helpers'
 // lacks GwAllocChecker).

@@ -3,7 +3,7 @@
 // with the networks already on a parent (reuse, replace, refuse, coexist),
 // drives the kernel through netlinkutil and records everything in store.
 //
-// The decisions are pure functions (driver/internal/rules) over a
+// The decisions are pure functions (driver/internal/plan, over the configuration of driver/internal/config) over a
 // snapshot of the store; the kernel, the store and Docker sit behind narrow
 // interfaces, and one keyed lock mechanism (driver/internal/keylock)
 // serializes requests per network, endpoint and parent link. Carrying out
@@ -128,7 +128,7 @@ type Driver struct {
 	links  netlinkutil.Links
 	leases *leases.Leases // DHCP and DHCPv6 leases of endpoints (driver/internal/leases)
 	// holders rules out a create's conflicting holders with Docker
-	// (driver/internal/stale).
+	// (driver/internal/reconcile).
 	holders *reconcile.Holders
 	grace   time.Duration
 	lookup  time.Duration

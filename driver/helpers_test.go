@@ -231,7 +231,7 @@ func (f *fixture) wantNetworks(want ...string) {
 	}
 }
 
-// The IDs, requests and error check the rules' tests use too.
+// The IDs, requests and error check the internal packages' tests use too.
 const (
 	netA = drivertest.NetA
 	netB = drivertest.NetB

@@ -11,7 +11,7 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// IPv6 from the LAN (-o ipv6_mode=slaac|dhcpv6, driver/internal/rules
+// IPv6 from the LAN (-o ipv6_mode=slaac|dhcpv6, driver/internal/config
 // ipv6.go): CreateEndpoint answers the endpoint's IPv6 address, which
 // Docker configures on the container's interface and which keeps IPv6
 // on there (the engines disable it on an interface given none):

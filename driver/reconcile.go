@@ -10,7 +10,7 @@ import (
 // planners' steps is driver/internal/reconcile's.
 
 // Restore reconciles the store with the kernel before the socket is
-// served, as one plan (driver/internal/rules plan.go) over one snapshot of the store and one list
+// served, as one plan (driver/internal/plan plan.go) over one snapshot of the store and one list
 // of links. Only one process can hold the state file, so every pending
 // reservation found here belongs to a process that died: each is rolled
 // back with its partial kernel state. Parent links underlay created that

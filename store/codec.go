@@ -40,7 +40,7 @@ const (
 )
 
 // minLinkIDChars is how many characters of the endpoint ID a link name must
-// end with to be stored as its prefix (driver/internal/rules names.go names links with a
+// end with to be stored as its prefix (driver/internal/config names.go names links with a
 // three-letter prefix and 12 characters of the ID).
 const minLinkIDChars = 8
 

@@ -2,7 +2,7 @@
 // network, its pools and reservation, an endpoint, its lease, a parent link
 // underlay created and a lease to give back. They are values with JSON
 // tags and no database: package store keeps them in bbolt and aliases these
-// names, and pure code (driver/internal/rules) decides over them without
+// names, and pure code (driver/internal/config, driver/internal/plan) decides over them without
 // linking the database.
 package record
 
@@ -39,7 +39,7 @@ type Network struct {
 	// (reuse and the stale-duplicate rule compare them as asked).
 	Options map[string]string `json:"options,omitempty"`
 	// Config is what the options of Options that no field above holds
-	// mean, parsed once at CreateNetwork from package rules' option table.
+	// mean, parsed once at CreateNetwork from package config's option table (driver/internal/config).
 	// It is zero in records written before it was kept: the driver fills
 	// it from Options once, at start (Restore), before anything reads it.
 	Config NetworkConfig `json:"config,omitzero"`

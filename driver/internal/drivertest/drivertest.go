@@ -101,8 +101,8 @@ func Ipvlan(id, parent, mode, flag string, subnets ...string) record.Network {
 }
 
 // Config is the typed configuration of a network given none of its
-// options, as CreateNetwork parses it (rules.DefaultConfig; a test of
-// package rules keeps the two the same).
+// options, as CreateNetwork parses it (config.DefaultConfig; a test of
+// package config keeps the two the same).
 func Config() record.NetworkConfig {
 	return record.NetworkConfig{
 		DHCP:      record.DHCPConfig{Timeout: 10 * time.Second},

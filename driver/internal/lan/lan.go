@@ -9,7 +9,7 @@
 // Rule: it reaches the kernel only through reads of netlinkutil.Links and
 // its own small interfaces (a route lister, a prober, an announcer), and
 // never the store; the options it reads and the MAC derivation are the
-// rules package's.
+// config and plan packages'.
 package lan
 
 import (

@@ -13,7 +13,7 @@
 // through its own small interfaces (Store, LinkGetter, AddrBlocker,
 // Client, Client6) and the request locks (keylock) as the requests take
 // them; which offer is free is the driver's (Free); its plans are
-// the rules package's and the dhcp and dhcp6 packages'.
+// package plan's and the dhcp and dhcp6 packages'.
 package leases
 
 import (

@@ -249,7 +249,7 @@ var (
 )
 
 // TestAcquireDeclines: an offer the driver's check says is not free is
-// declined and another asked for, up to rules.MaxDeclines; an offer the
+// declined and another asked for, up to plan.MaxDeclines; an offer the
 // check cannot judge is given back.
 func TestAcquireDeclines(t *testing.T) {
 	t.Run("DHCP", func(t *testing.T) { testAcquireDeclines(t, v4) })

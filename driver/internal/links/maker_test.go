@@ -254,7 +254,7 @@ func withParent(parent string) record.Network {
 
 // TestResolve: the Resolver reads what the option needs (one lookup for
 // an ordinary link, the whole list otherwise, the routes only for auto)
-// and hands the reading to rules.ResolveParent.
+// and hands the reading to plan.ResolveParent.
 func TestResolve(t *testing.T) {
 	for _, tc := range []struct {
 		name        string

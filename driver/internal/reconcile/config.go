@@ -10,7 +10,7 @@ import (
 
 // MigrateConfig gives the network records written before a record kept
 // its options typed (record.NetworkConfig zero) their configuration,
-// parsed from their options (rules.ConfigFromOptions), and writes them
+// parsed from their options (config.ConfigFromOptions), and writes them
 // back, in one transaction: the one migration of that change, run by
 // Restore before anything reads the configuration. It returns how many
 // records it changed; a record written by an older underlay after an

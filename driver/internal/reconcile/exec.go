@@ -1,6 +1,6 @@
 // Package reconcile makes the kernel, the state and Docker agree, and
 // shows the operator where they do not. It carries out the planners' plans
-// (driver/internal/rules): the restore before the socket is served
+// (driver/internal/plan): the restore before the socket is served
 // (Restore), the janitor's ticks (JanitorTick), the live repair's passes
 // and the link watcher that starts them (Repair, Watch), the release of a
 // network's parent link and the rollback of reservations (ReleaseParent,
