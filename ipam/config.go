@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/underlay-net/underlay/internal/mdtable"
 	"github.com/underlay-net/underlay/internal/probeopt"
 )
 
@@ -197,12 +198,11 @@ func PoolOptionNames() []string {
 
 // PoolOptionsMarkdown is the README's table of IPAM options.
 func PoolOptionsMarkdown() string {
-	var b strings.Builder
-	b.WriteString("| Option | Values | Default | Meaning |\n|---|---|---|---|\n")
-	for _, opt := range PoolOptions {
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", opt.Name, opt.Values, opt.Default, opt.Doc)
+	rows := make([]mdtable.Option, len(PoolOptions))
+	for i, opt := range PoolOptions {
+		rows[i] = mdtable.Option{Name: opt.Name, Values: opt.Values, Default: opt.Default, Doc: opt.Doc}
 	}
-	return b.String()
+	return mdtable.Options(rows)
 }
 
 // parsePoolRequest validates a RequestPool, the options row by row of the

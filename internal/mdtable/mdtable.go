@@ -78,3 +78,17 @@ func Check(path, heading, want string, update bool) error {
 	}
 	return fmt.Errorf("%s: the table under %q differs from the code's", path, heading)
 }
+
+// Option is one row of an option table: the name, its values, its
+// default and what it means.
+type Option struct{ Name, Values, Default, Doc string }
+
+// Options renders an option table as the README shows it.
+func Options(rows []Option) string {
+	var b strings.Builder
+	b.WriteString("| Option | Values | Default | Meaning |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.Name, r.Values, r.Default, r.Doc)
+	}
+	return b.String()
+}

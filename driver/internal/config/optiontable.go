@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/underlay-net/underlay/internal/mdtable"
 	"github.com/underlay-net/underlay/internal/probeopt"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
@@ -345,10 +346,9 @@ func ConfigFromOptions(given map[string]string, typ string) (record.NetworkConfi
 
 // DriverOptionsMarkdown is the README's table of driver options.
 func DriverOptionsMarkdown() string {
-	var b strings.Builder
-	b.WriteString("| Option | Values | Default | Meaning |\n|---|---|---|---|\n")
-	for _, opt := range DriverOptions {
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", opt.Name, opt.Values, opt.Default, opt.Doc)
+	rows := make([]mdtable.Option, len(DriverOptions))
+	for i, opt := range DriverOptions {
+		rows[i] = mdtable.Option{Name: opt.Name, Values: opt.Values, Default: opt.Default, Doc: opt.Doc}
 	}
-	return b.String()
+	return mdtable.Options(rows)
 }

@@ -12,34 +12,16 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/joins"
 	"github.com/underlay-net/underlay/driver/internal/keylock"
-	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
-	"github.com/underlay-net/underlay/internal/fakeclock"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
-	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
 
 // The operator's view and repairs over the fake kernel and a real state
 // file, wired as the driver wires them.
-
-var opMark = kernel.Mark("operator-test")
-
-// events counts what the repairs tell.
-type opEvents struct {
-	stale, rolledBack int
-	repairs           []string
-}
-
-func (e *opEvents) StaleRemoved()                { e.stale++ }
-func (e *opEvents) ConflictRefused()             {}
-func (e *opEvents) ReservationRolledBack(string) { e.rolledBack++ }
-func (e *opEvents) RepairAction(op string)       { e.repairs = append(e.repairs, op) }
-func (e *opEvents) ReconcileAction(op string)    {}
 
 // docker answers whether a network exists: live ones do; err, when set,
 // is its answer to everything.
@@ -53,36 +35,19 @@ func (d *docker) NetworkExists(_ context.Context, id string) (bool, error) {
 }
 
 type opFixture struct {
-	k      *nltest.Kernel
-	db     *store.DB
-	locks  *keylock.Locker
-	clock  *fakeclock.Clock
-	ev     *opEvents
+	*fixture
 	docker *docker
-	joins  *joins.Table
 	o      *reconcile.Operator
 }
 
-// newOpFixture is a kernel with eth0 and eth1, an empty state file and the
-// operator of the instance with mark; Remove deletes the network's record.
+// newOpFixture is newFixture's kernel, state file and executor with the
+// operator of the same instance.
 func newOpFixture(t *testing.T) *opFixture {
 	t.Helper()
-	k := nltest.New()
-	k.AddHostLink("eth0", "device", 1500)
-	k.AddHostLink("eth1", "device", 9000)
-	f := &opFixture{k: k, db: drivertest.Store(t), locks: keylock.New(), ev: &opEvents{}, docker: &docker{live: map[string]bool{}},
-		clock: fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), joins: joins.NewTable()}
-	log := slog.New(slog.DiscardHandler)
-	deleting := &links.SelfDeletions{}
-	parents := &links.Maker{Links: k, Mark: opMark}
-	o := &links.Owned{Kernel: k, Store: f.db, Locks: f.locks, Parents: parents, Resolver: &links.Resolver{Links: k},
-		Mark: opMark, Blocks: k, Log: log, Now: f.clock.Now, Deleting: deleting}
-	x := &reconcile.Executor{Kernel: k, Store: f.db, Owned: o, Parents: parents,
-		Shims: &links.Shims{Links: k, Mark: opMark, Log: log, DeleteOwned: o.Delete}, Joins: f.joins,
-		Mark: opMark, Boot: "boot-1", Log: log, Now: f.clock.Now, Events: f.ev, Deleting: deleting}
-	f.o = &reconcile.Operator{Kernel: k, Store: f.db, Locks: f.locks, Docker: f.docker, Reconcile: x, Owned: o, Joins: f.joins,
-		Events: f.ev, Mark: opMark, Boot: "boot-1",
-		Grace: 3 * time.Second, Window: time.Minute, Log: log, Now: f.clock.Now}
+	f := &opFixture{fixture: newFixture(t), docker: &docker{live: map[string]bool{}}}
+	f.o = &reconcile.Operator{Kernel: f.k, Store: f.db, Locks: f.locks, Docker: f.docker, Reconcile: f.x, Owned: f.x.Owned, Joins: f.x.Joins,
+		Events: f.ev, Mark: mark, Boot: "boot-1",
+		Grace: 3 * time.Second, Window: time.Minute, Log: slog.New(slog.DiscardHandler), Now: f.clock.Now}
 	return f
 }
 
@@ -108,43 +73,6 @@ func (f *opFixture) recorded(t *testing.T, id string) bool {
 	return n != nil
 }
 
-func (f *opFixture) addVLAN(t *testing.T, name, base string, id int, opMark string) {
-	t.Helper()
-	if err := f.k.AddVLAN(context.Background(), name, base, id, 0, opMark); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (f *opFixture) putParent(t *testing.T, ps ...record.ParentLink) {
-	t.Helper()
-	if err := f.db.Update(func(tx *store.Tx) error {
-		for _, p := range ps {
-			if err := tx.PutParentLink(p); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (f *opFixture) parentNames(t *testing.T) []string {
-	t.Helper()
-	var out []string
-	if err := f.db.View(func(tx *store.Tx) error {
-		ps, err := tx.ParentLinks()
-		for _, p := range ps {
-			out = append(out, p.Name)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // wantRefused fails t unless err is a conflict (409) naming every
 // substring.
 func wantRefused(t *testing.T, err error, substrings ...string) {
@@ -160,7 +88,7 @@ func TestInventory(t *testing.T) {
 	ctx := context.Background()
 	f := newOpFixture(t)
 	f.putParent(t, vlan("eth0.10", "eth0", 10))
-	f.addVLAN(t, "eth0.10", "eth0", 10, opMark)
+	f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 	withHost := drivertest.Macvlan(drivertest.NetB, "eth1", "bridge", "198.18.2.0/24")
 	withHost.HostAddress = "198.18.2.5"
 	netA := onParent(drivertest.NetA, "eth0.10")
@@ -168,11 +96,11 @@ func TestInventory(t *testing.T) {
 	epB := record.Endpoint{NetworkID: drivertest.NetB, ID: drivertest.EpB, Link: config.EndpointLinkName(drivertest.EpB), IPv4: "198.18.2.10/24"}
 	drivertest.Put(t, f.db, []record.Network{netA, withHost, onParent(drivertest.NetC, "eth0.10")}, epA, epB)
 	// A join of a network without a host address is kept in memory only.
-	if commit := f.joins.Join(netA, epA, "/var/run/docker/netns/abc", "boot-1"); commit != nil {
+	if commit := f.x.Joins.Join(netA, epA, "/var/run/docker/netns/abc", "boot-1"); commit != nil {
 		t.Fatal("a join of a network without a host address is committed")
 	}
 	shim := config.ShimName(drivertest.NetB)
-	if err := f.k.AddShim(ctx, kernel.Endpoint{Name: shim, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: opMark}, netip.MustParseAddr("198.18.2.5")); err != nil {
+	if err := f.k.AddShim(ctx, kernel.Endpoint{Name: shim, Parent: "eth1", Type: "macvlan", Mode: "bridge", Mark: mark}, netip.MustParseAddr("198.18.2.5")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -213,7 +141,7 @@ func TestInventory(t *testing.T) {
 	if as := inv.HostLinkAddrs[shim]; len(as) != 1 || as[0] != netip.MustParseAddr("198.18.2.5") {
 		t.Errorf("host link addresses %v, want 198.18.2.5 on %s", inv.HostLinkAddrs, shim)
 	}
-	if inv.Mark != opMark || inv.Boot != "boot-1" || inv.Grace != 3*time.Second || inv.PoolGrace != time.Minute || !inv.Now.Equal(f.clock.Now()) {
+	if inv.Mark != mark || inv.Boot != "boot-1" || inv.Grace != 3*time.Second || inv.PoolGrace != time.Minute || !inv.Now.Equal(f.clock.Now()) {
 		t.Errorf("identity: mark %q, boot %q, grace %s, pool grace %s, now %s", inv.Mark, inv.Boot, inv.Grace, inv.PoolGrace, inv.Now)
 	}
 }
@@ -318,7 +246,7 @@ func TestRecreateParent(t *testing.T) {
 		{name: "there", link: "eth0.10", want: "no longer needed: it is there", made: true,
 			setup: func(t *testing.T, f *opFixture) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
-				f.addVLAN(t, "eth0.10", "eth0", 10, opMark)
+				f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 			}},
 		{name: "not needed", link: "eth0.10", want: "no longer needed: no network needs an owned link eth0.10",
@@ -342,7 +270,7 @@ func TestRecreateParent(t *testing.T) {
 			} else if err != nil || got != tc.want {
 				t.Fatalf("RecreateParent = %q, %v; want %q", got, err, tc.want)
 			}
-			if l, ok := f.k.Link(tc.link); ok != tc.made || (ok && (l.Alias != opMark || l.VLAN != 10)) {
+			if l, ok := f.k.Link(tc.link); ok != tc.made || (ok && (l.Alias != mark || l.VLAN != 10)) {
 				t.Errorf("link %s = %+v, %v; want there: %v, with the mark", tc.link, l, ok, tc.made)
 			}
 		})
@@ -362,11 +290,11 @@ func TestDeleteOrphanLink(t *testing.T) {
 	}{
 		{name: "an orphan", link: "uleffffffffffff", want: "deleted uleffffffffffff", deleted: true,
 			setup: func(t *testing.T, f *opFixture) {
-				f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
+				f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: mark})
 			}},
 		{name: "gone", link: "uleffffffffffff", want: "no longer needed: the link is gone"},
 		{name: "another instance's mark", link: "uleffffffffffff",
-			refused: []string{"link uleffffffffffff does not carry this underlay's mark", opMark},
+			refused: []string{"link uleffffffffffff does not carry this underlay's mark", mark},
 			setup: func(t *testing.T, f *opFixture) {
 				f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: otherMark})
 			}},
@@ -376,17 +304,17 @@ func TestDeleteOrphanLink(t *testing.T) {
 			setup: func(t *testing.T, f *opFixture) {
 				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0")},
 					record.Endpoint{NetworkID: drivertest.NetA, ID: drivertest.EpA, Link: ep})
-				f.k.AddLink(kernel.Link{Name: ep, Kind: "macvlan", Alias: opMark})
+				f.k.AddLink(kernel.Link{Name: ep, Kind: "macvlan", Alias: mark})
 			}},
 		{name: "an owned VLAN renamed", link: "mine", refused: []string{"link mine is the VLAN eth0.10 that underlay created, renamed", "its record follows it"},
 			setup: func(t *testing.T, f *opFixture) {
 				f.putParent(t, vlan("eth0.10", "eth0", 10))
 				drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
-				f.addVLAN(t, "mine", "eth0", 10, opMark)
+				f.addVLAN(t, "mine", "eth0", 10, mark)
 			}},
 		{name: "links stand on it", link: "eth0.10", refused: []string{"links stand on eth0.10", "uluser"},
 			setup: func(t *testing.T, f *opFixture) {
-				f.addVLAN(t, "eth0.10", "eth0", 10, opMark)
+				f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 				f.addVLAN(t, "uluser", "eth0.10", 5, "")
 			}},
 	} {
@@ -412,7 +340,7 @@ func TestDeleteOrphanLink(t *testing.T) {
 // DeleteOrphanLink waits for the lock a request holds on the link.
 func TestDeleteOrphanLinkWaitsForTheLock(t *testing.T) {
 	f := newOpFixture(t)
-	f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: opMark})
+	f.k.AddLink(kernel.Link{Name: "uleffffffffffff", Kind: "macvlan", Alias: mark})
 	_, unlock, err := f.locks.Acquire(context.Background(), keylock.Exclusive(keylock.ParentKey("uleffffffffffff")))
 	if err != nil {
 		t.Fatal(err)
@@ -464,7 +392,7 @@ func TestHealLink(t *testing.T) {
 	setup := func(t *testing.T) *opFixture {
 		f := newOpFixture(t)
 		f.putParent(t, vlan("eth0.10", "eth0", 10))
-		f.addVLAN(t, "eth0.10", "eth0", 10, opMark)
+		f.addVLAN(t, "eth0.10", "eth0", 10, mark)
 		drivertest.Put(t, f.db, []record.Network{onParent(drivertest.NetA, "eth0.10")})
 		return f
 	}
@@ -488,8 +416,8 @@ func TestHealLink(t *testing.T) {
 		if l, _ := f.k.Link("eth1"); !l.Down {
 			t.Error("eth1, not underlay's, was set up")
 		}
-		if !slices.Equal(f.ev.repairs, []string{"heal"}) {
-			t.Errorf("repairs counted %v", f.ev.repairs)
+		if !slices.Equal(f.ev.repair, []string{"heal"}) {
+			t.Errorf("repairs counted %v", f.ev.repair)
 		}
 		if got, _ := f.o.HealLink(ctx, "eth1"); !strings.HasPrefix(got, "no longer needed") {
 			t.Errorf("HealLink(eth1) = %q", got)
@@ -504,7 +432,7 @@ func TestHealLink(t *testing.T) {
 		if err != nil || got != "healed mine (follow eth0.10->mine)" {
 			t.Fatalf("HealLink = %q, %v", got, err)
 		}
-		if ps := f.parentNames(t); !slices.Equal(ps, []string{"mine"}) {
+		if ps := f.parents(t); !slices.Equal(ps, []string{"mine"}) {
 			t.Errorf("owned %v, want mine", ps)
 		}
 		if rec, _ := f.network(drivertest.NetA); rec == nil || rec.Parent != "mine" {

@@ -34,11 +34,11 @@ const otherMark = "underlay:someone-else"
 // events records what the executor tells.
 type events struct {
 	mu                sync.Mutex
-	rolledBack        int
+	stale, rolledBack int
 	reconcile, repair []string
 }
 
-func (e *events) StaleRemoved()                {}
+func (e *events) StaleRemoved()                { e.mu.Lock(); e.stale++; e.mu.Unlock() }
 func (e *events) ConflictRefused()             {}
 func (e *events) ReservationRolledBack(string) { e.mu.Lock(); e.rolledBack++; e.mu.Unlock() }
 func (e *events) ReconcileAction(op string) {
