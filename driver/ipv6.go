@@ -30,7 +30,7 @@ import (
 // LAN: it sets ep.IPv6 (and ep.Lease6, through leased) and answers it.
 func (d *Driver) lanIPv6(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error) {
 	mode := n.Config.IPv6Mode
-	if mode == config.IPv6Static {
+	if mode != config.IPv6SLAAC && mode != config.IPv6DHCPv6 { // static
 		return grant{}, nil
 	}
 	if mode == config.IPv6SLAAC && len(n.IPv6) > 0 {

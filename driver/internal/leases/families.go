@@ -88,6 +88,14 @@ func (DHCP) Due(l record.Lease, now time.Time) (time.Time, bool) {
 	return l.T1, !l.Lost.IsZero() || !now.Before(l.T1)
 }
 
+// Resume: at T1, or at once when that has passed (a lost lease too).
+func (DHCP) Resume(l record.Lease, now time.Time) time.Time {
+	if now.Before(l.T1) {
+		return l.T1
+	}
+	return now
+}
+
 // Exchange: a renewal waits no longer than dhcp_timeout, nor past the
 // lease's expiry (then it is lost, and that is acted on at once).
 func (DHCP) Exchange(ctx context.Context, n record.Network, l record.Lease, now time.Time) (context.Context, context.CancelFunc) {
@@ -262,6 +270,15 @@ func (DHCP6) Due(l record.Lease6, now time.Time) (time.Time, bool) {
 		s.Next = now.Add(time.Hour)
 	}
 	return s.Next, !l.Lost.IsZero() || s.Phase != dhcp6.Bound
+}
+
+// Resume: when the plan says (a lost lease's retry, a renewal's retry
+// within its phase), or at once when that has passed.
+func (DHCP6) Resume(l record.Lease6, now time.Time) time.Time {
+	if at := next6(l, now); at.After(now) {
+		return at
+	}
+	return now
 }
 
 // Exchange: a renewal waits no longer than exchangeTimeout.

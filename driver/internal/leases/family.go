@@ -30,9 +30,11 @@ type Family[L, R any] interface {
 	// MarkLost records the lease lost at now (once) for why.
 	MarkLost(l L, now time.Time, why string) L
 	// Next is when to act on the lease next; Due is whether a renewal
-	// is due at now, and when it is if not.
+	// is due at now, and when it is if not; Resume is when to act on it
+	// first after the daemon started at now (never before now).
 	Next(l L, now time.Time) time.Time
 	Due(l L, now time.Time) (next time.Time, due bool)
+	Resume(l L, now time.Time) time.Time
 	// Exchange bounds one renewal's exchange begun at now.
 	Exchange(ctx context.Context, n record.Network, l L, now time.Time) (context.Context, context.CancelFunc)
 	// Request is the request for the endpoint's lease.

@@ -56,10 +56,11 @@ func (ls *Leaser[L, R]) Pending(tx *store.Tx, n record.Network, ep record.Endpoi
 }
 
 // JournalDeletion is the journal entry written with an endpoint's deletion:
-// its held lease, to be released (nil without one to release).
+// its held lease, to be released (nil without one to release, or without
+// a client of the family to release it).
 func (ls *Leaser[L, R]) JournalDeletion(ctx context.Context, n record.Network, ep record.Endpoint) *record.PendingRelease {
 	l := ls.Family.Of(ep)
-	if l == nil || !ls.Family.Facts(*l).Lost.IsZero() {
+	if l == nil || !ls.Family.Facts(*l).Lost.IsZero() || !ls.Family.HasClient() {
 		return nil
 	}
 	r, err := ls.RequestOf(ctx, n, ep)

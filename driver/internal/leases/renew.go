@@ -38,12 +38,8 @@ func (ls *Leaser[L, R]) Run(ctx context.Context) error {
 					continue
 				}
 				// A renewal that fell due while the daemon was down is
-				// sent now, not at the next retry time.
-				at, due := f.Due(*l, now)
-				if due {
-					at = now
-				}
-				ls.timers.Set(Key{n.ID, ep.ID}, at)
+				// sent now (Resume).
+				ls.timers.Set(Key{n.ID, ep.ID}, f.Resume(*l, now))
 			}
 			return err
 		})
