@@ -13,6 +13,16 @@ import (
 type SelfDeletions struct {
 	mu sync.Mutex
 	at map[int]time.Time
+	// added are the adds in their order, the oldest first: each add drops
+	// the entries older than a minute from the front, in time proportional
+	// to what it drops (not to what is kept: a host deleting links by the
+	// hundred a second keeps tens of thousands).
+	added []selfDeletion
+}
+
+type selfDeletion struct {
+	index int
+	at    time.Time
 }
 
 // Add remembers that underlay deletes the link with this index now.
@@ -22,12 +32,15 @@ func (s *SelfDeletions) Add(index int, now time.Time) {
 	if s.at == nil {
 		s.at = map[int]time.Time{}
 	}
-	for i, t := range s.at {
-		if now.Sub(t) > time.Minute {
-			delete(s.at, i)
+	for len(s.added) > 0 && now.Sub(s.added[0].at) > time.Minute {
+		old := s.added[0]
+		if t, ok := s.at[old.index]; ok && t.Equal(old.at) { // not added again since
+			delete(s.at, old.index)
 		}
+		s.added = s.added[1:]
 	}
 	s.at[index] = now
+	s.added = append(s.added, selfDeletion{index, now})
 }
 
 // Claim reports whether underlay deleted the link with this index itself,

@@ -48,6 +48,21 @@ func TestSelfDeletions(t *testing.T) {
 	}
 }
 
+// TestSelfDeletionsBounded: unclaimed entries go a minute after their add,
+// however many there are, and what is remembered stays that minute's.
+func TestSelfDeletionsBounded(t *testing.T) {
+	var s SelfDeletions
+	for i := range 12_000 { // one every 10 ms for two minutes, none claimed
+		s.Add(i, t0.Add(time.Duration(i)*10*time.Millisecond))
+	}
+	if len(s.at) != 6_001 || len(s.added) != 6_001 {
+		t.Fatalf("remembered %d (in order %d) after two minutes of adds every 10 ms, want the last minute's 6001", len(s.at), len(s.added))
+	}
+	if s.Claim(5_998) || !s.Claim(5_999) || !s.Claim(11_999) {
+		t.Error("claims at the minute's edge: want the entry a minute old kept, the older one dropped")
+	}
+}
+
 func TestSelfDeletionsConcurrent(t *testing.T) {
 	var s SelfDeletions
 	var wg sync.WaitGroup
