@@ -65,7 +65,7 @@ func newCreation(d *Driver, req *network.CreateNetworkRequest) (*creation, error
 // request is answered).
 func (c *creation) reuseIfSame(ctx context.Context) (bool, error) {
 	d := c.d
-	same, err := d.network(c.want.ID)
+	same, err := store.ReadNetwork(d.store, c.want.ID)
 	if err != nil {
 		return false, err
 	}

@@ -162,7 +162,7 @@ func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRe
 		return err
 	}
 	defer unlockNet()
-	n, err := d.network(req.NetworkID)
+	n, err := store.ReadNetwork(d.store, req.NetworkID)
 	if err != nil || n == nil {
 		if n == nil && err == nil {
 			d.log.Info("delete of unknown network: nothing to do", "network", req.NetworkID)
@@ -179,19 +179,6 @@ func (d *Driver) DeleteNetwork(ctx context.Context, req *network.DeleteNetworkRe
 	}
 	d.log.Info("deleted network", "network", n.ID, "parent", n.Parent)
 	return nil
-}
-
-// network reads one network record; nil when there is none.
-func (d *Driver) network(id string) (*record.Network, error) {
-	var n record.Network
-	var ok bool
-	if err := d.store.View(func(tx *store.Tx) (err error) {
-		n, ok, err = tx.Network(id)
-		return err
-	}); err != nil || !ok {
-		return nil, err
-	}
-	return &n, nil
 }
 
 // commitNetwork writes a complete network and confirms the reservations of

@@ -203,3 +203,22 @@ func (t *Tx) forEachNetwork(want func(raw []byte) bool, fn func(record.Network) 
 		return fn(n)
 	})
 }
+
+// Viewer reads the state file (*DB).
+type Viewer interface {
+	View(func(*Tx) error) error
+}
+
+// ReadNetwork reads one network record in a read transaction of its own;
+// nil when there is none.
+func ReadNetwork(v Viewer, id string) (*record.Network, error) {
+	var n record.Network
+	var ok bool
+	if err := v.View(func(tx *Tx) (err error) {
+		n, ok, err = tx.Network(id)
+		return err
+	}); err != nil || !ok {
+		return nil, err
+	}
+	return &n, nil
+}

@@ -8,17 +8,12 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// Viewer reads the state file (*store.DB).
-type Viewer interface {
-	View(func(*store.Tx) error) error
-}
-
 // Endpoint takes the network shared and the endpoint exclusively, then
 // reads both records under them (n nil when the network is unknown, ep
 // nil when the endpoint is): what an endpoint request and a lease
 // renewal both start with. The context returned records the locks (pass
 // it on: a later lock must be of a later rank).
-func (l *Locker) Endpoint(ctx context.Context, st Viewer, netID, epID string) (locked context.Context, unlock func(), n *record.Network, ep *record.Endpoint, err error) {
+func (l *Locker) Endpoint(ctx context.Context, st store.Viewer, netID, epID string) (locked context.Context, unlock func(), n *record.Network, ep *record.Endpoint, err error) {
 	if netID == "" || epID == "" {
 		return ctx, nil, nil, nil, pluginapi.Invalidf("request without NetworkID or EndpointID")
 	}

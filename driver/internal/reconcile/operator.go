@@ -80,16 +80,3 @@ func (o *Operator) Inventory(ctx context.Context) (doctor.Inventory, error) {
 func refusef(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", pluginapi.ErrConflict, fmt.Sprintf(format, args...))
 }
-
-// network reads one network record; nil when there is none.
-func (o *Operator) network(id string) (*record.Network, error) {
-	var n record.Network
-	var ok bool
-	if err := o.Store.View(func(tx *store.Tx) (err error) {
-		n, ok, err = tx.Network(id)
-		return err
-	}); err != nil || !ok {
-		return nil, err
-	}
-	return &n, nil
-}

@@ -51,22 +51,10 @@ func newOpFixture(t *testing.T) *opFixture {
 	return f
 }
 
-func (f *opFixture) network(id string) (*record.Network, error) {
-	var out *record.Network
-	err := f.db.View(func(tx *store.Tx) error {
-		n, ok, err := tx.Network(id)
-		if ok {
-			out = &n
-		}
-		return err
-	})
-	return out, err
-}
-
 // recorded says whether the state file holds network id.
 func (f *opFixture) recorded(t *testing.T, id string) bool {
 	t.Helper()
-	n, err := f.network(id)
+	n, err := store.ReadNetwork(f.db, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,10 +361,10 @@ func TestRollbackExpired(t *testing.T) {
 	if err != nil || got != "rolled back network aaaaaaaaaaaa (the janitor releases its parent eth0.10 when nothing needs it)" {
 		t.Fatalf("RollbackExpired = %q, %v", got, err)
 	}
-	if rec, _ := f.network(drivertest.NetA); rec != nil {
+	if rec, _ := store.ReadNetwork(f.db, drivertest.NetA); rec != nil {
 		t.Errorf("the record stays: %+v", rec)
 	}
-	if rec, _ := f.network(drivertest.NetB); rec == nil {
+	if rec, _ := store.ReadNetwork(f.db, drivertest.NetB); rec == nil {
 		t.Error("the other network went")
 	}
 	if f.ev.rolledBack != 1 {
@@ -435,7 +423,7 @@ func TestHealLink(t *testing.T) {
 		if ps := f.parents(t); !slices.Equal(ps, []string{"mine"}) {
 			t.Errorf("owned %v, want mine", ps)
 		}
-		if rec, _ := f.network(drivertest.NetA); rec == nil || rec.Parent != "mine" {
+		if rec, _ := store.ReadNetwork(f.db, drivertest.NetA); rec == nil || rec.Parent != "mine" {
 			t.Errorf("network = %+v, want on mine", rec)
 		}
 	})

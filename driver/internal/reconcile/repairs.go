@@ -9,6 +9,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
+	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -96,7 +97,7 @@ func (o *Operator) lockNetwork(ctx context.Context, id string) (func(), *record.
 	if err != nil {
 		return nil, nil, err
 	}
-	n, err := o.network(id)
+	n, err := store.ReadNetwork(o.Store, id)
 	if err != nil {
 		unlock()
 		return nil, nil, err
@@ -186,7 +187,7 @@ func (o *Operator) DeleteOrphanLink(ctx context.Context, name string) (string, e
 // janitor does: without waiting for the network's lock, which the create
 // that hung still holds; the janitor then releases its parent link.
 func (o *Operator) RollbackExpired(_ context.Context, id string) (string, error) {
-	n, err := o.network(id)
+	n, err := store.ReadNetwork(o.Store, id)
 	switch {
 	case err != nil:
 		return "", err
