@@ -9,6 +9,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
+	"github.com/underlay-net/underlay/internal/lanmac"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
@@ -50,12 +51,12 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 		c.Log.Warn("using a random MAC: the links on the parent could not be read to check a stable one is free", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
 		return Random().String()
 	}
-	base := plan.MACBase(p, links)
+	base := lanmac.MACBase(p, links)
 	if base == nil {
 		return Random().String()
 	}
-	mac := plan.StableMAC(base, p.VLAN, addr).String()
-	if plan.MACTaken(p, links, mac) {
+	mac := lanmac.StableMAC(base, p.VLAN, addr).String()
+	if lanmac.MACTaken(p, links, mac) {
 		c.Log.Warn("using a random MAC: the stable MAC for the endpoint's address is already in use on the parent", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "address", addr, "mac", mac)
 		return Random().String()
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
-	"github.com/underlay-net/underlay/driver/internal/plan"
+	"github.com/underlay-net/underlay/internal/lanmac"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/store/record"
@@ -48,7 +48,7 @@ func ep(ipv4, ipv6 string) record.Endpoint {
 
 func stable(base string, vlan int, addr string) string {
 	hw, _ := net.ParseMAC(base)
-	return plan.StableMAC(hw, vlan, netip.MustParseAddr(addr)).String()
+	return lanmac.StableMAC(hw, vlan, netip.MustParseAddr(addr)).String()
 }
 
 // isRandom: a locally administered unicast MAC that is not the stable one.
