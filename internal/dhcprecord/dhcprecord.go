@@ -1,0 +1,62 @@
+// Package dhcprecord converts the dhcp package's leases (durations from
+// when they were acquired) to the state file's record.Lease (absolute
+// times) and back: for the driver's leases and the IPAM's alike.
+package dhcprecord
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// forever stands for a lease granted forever in the record.
+const forever = 100 * 365 * 24 * time.Hour
+
+// ToRecord is the durable record of lease l, acquired with client ID
+// clientID (option 61 as sent; nil for none): absolute times in place of
+// durations from when it was acquired.
+func ToRecord(l dhcp.Lease, clientID []byte) record.Lease {
+	at := func(d time.Duration) time.Time {
+		if d == dhcp.Infinite || d > forever {
+			d = forever
+		}
+		return l.Acquired.Add(d)
+	}
+	s := record.Lease{Addr: l.Addr.String(), ServerID: addrString(l.ServerID), Router: addrString(l.Router),
+		ClientID: hex.EncodeToString(clientID), Acquired: l.Acquired, T1: at(l.T1), T2: at(l.T2), Expiry: at(l.LeaseTime)}
+	for _, rt := range l.Routes {
+		s.Routes = append(s.Routes, record.LeaseRoute{Dst: rt.Dst.String(), Gateway: addrString(rt.Gateway)})
+	}
+	return s
+}
+
+// FromRecord is the dhcp package's lease of record s.
+func FromRecord(s record.Lease) (dhcp.Lease, error) {
+	addr, err := netip.ParsePrefix(s.Addr)
+	if err != nil {
+		return dhcp.Lease{}, fmt.Errorf("the recorded lease's address %q does not parse: %w", s.Addr, err)
+	}
+	t1, t2, lt := s.Durations()
+	l := dhcp.Lease{Addr: addr, Acquired: s.Acquired, T1: t1, T2: t2, LeaseTime: lt}
+	l.ServerID, _ = netip.ParseAddr(s.ServerID)
+	l.Router, _ = netip.ParseAddr(s.Router)
+	for _, rt := range s.Routes {
+		dst, derr := netip.ParsePrefix(rt.Dst)
+		gw, _ := netip.ParseAddr(rt.Gateway)
+		if derr == nil {
+			l.Routes = append(l.Routes, dhcp.Route{Dst: dst, Gateway: gw})
+		}
+	}
+	return l, nil
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
