@@ -51,7 +51,10 @@ func newCreation(d *Driver, req *network.CreateNetworkRequest) (*creation, error
 	if err != nil {
 		return nil, err
 	}
-	if want.Config.DHCP.On && !d.leases.V4.HasClient() {
+	if want.Config.DHCP.FromIPAM, err = d.fromDHCPPool(want, req); err != nil {
+		return nil, err
+	}
+	if want.Config.DHCP.Leases() && !d.leases.V4.HasClient() {
 		return nil, fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", dockerid.Short(want.ID))
 	}
 	if want.Config.IPv6Mode == config.IPv6DHCPv6 && !d.leases.V6.HasClient() {
@@ -101,6 +104,9 @@ func (c *creation) resolveParent(ctx context.Context) (err error) {
 		}
 	}
 	c.want.Parent = c.res.Name
+	if err := c.d.dhcpPoolOnParent(c.want); err != nil {
+		return err
+	}
 	if c.res.Why != "" {
 		d.log.Info("parent resolved on this host", c.attrs("link", c.res.Name, "why", c.res.Why)...)
 	}

@@ -83,6 +83,15 @@ func (d *Driver) newEndpoint(ctx context.Context, n record.Network, req *network
 	if ep.IPv6, err = config.EndpointAddr(iface.AddressIPv6, true); err != nil {
 		return ep, "", false, err
 	}
+	if n.Config.DHCP.FromIPAM {
+		mac, err := d.leaseMAC(n, ep, ep.MAC)
+		if err != nil {
+			return ep, "", false, err
+		}
+		if ep.MAC == "" && mac != "" {
+			ep.MAC, generated = mac, true
+		}
+	}
 	if ep.MAC == "" && n.Type == kernel.KindMacvlan {
 		ep.MAC, generated = d.macs.Choose(ctx, n, ep, existing), true
 	}

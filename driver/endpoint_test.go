@@ -8,7 +8,7 @@ import (
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/driver/internal/config"
-	"github.com/underlay-net/underlay/driver/internal/lan"
+	"github.com/underlay-net/underlay/internal/lanmac"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
@@ -225,7 +225,7 @@ func TestCreatedLinksCarryTheMark(t *testing.T) {
 }
 
 func TestRandomMAC(t *testing.T) {
-	if !strings.HasPrefix(lan.Random().String(), "") || lan.Random()[0]&3 != 2 {
+	if !strings.HasPrefix(lanmac.Random().String(), "") || lanmac.Random()[0]&3 != 2 {
 		t.Fatal("random MAC is not locally administered unicast")
 	}
 }

@@ -36,7 +36,14 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 		}
 		r.want = a
 	}
-	addrs, err := m.addrsNearPool(ctx, poolID)
+	rec, ok, err := m.readPool(poolID)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if ok && rec.DHCP && !r.gateway {
+		return m.leaseAddress(ctx, rec, r)
+	}
+	addrs, err := m.addrsNearPool(ctx, rec, ok)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
@@ -59,20 +66,24 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 // addrsNearPool returns the host's addresses whose subnet overlaps the
 // pool's prefix (the host's own addresses in it among them); none for a
 // pool that is unknown (allocate refuses it).
-func (m *IPAM) addrsNearPool(ctx context.Context, poolID string) ([]kernel.Addr, error) {
-	var rec store.IPAMPool
-	var ok bool
-	if err := m.store.View(func(tx *store.Tx) (err error) {
-		rec, ok, err = tx.IPAMPool(poolID)
-		return err
-	}); err != nil || !ok {
-		return nil, err
+func (m *IPAM) addrsNearPool(ctx context.Context, rec store.IPAMPool, ok bool) ([]kernel.Addr, error) {
+	if !ok {
+		return nil, nil
 	}
 	pool, err := netip.ParsePrefix(rec.Prefix)
 	if err != nil {
 		return nil, nil // allocate refuses it
 	}
 	return m.host.AddrsNear(ctx, pool)
+}
+
+// readPool reads a pool's record.
+func (m *IPAM) readPool(poolID string) (rec store.IPAMPool, ok bool, err error) {
+	err = m.store.View(func(tx *store.Tx) (err error) {
+		rec, ok, err = tx.IPAMPool(poolID)
+		return err
+	})
+	return rec, ok, err
 }
 
 // addrRequest is a RequestAddress on its way.
@@ -87,6 +98,8 @@ type addrRequest struct {
 	probed netip.Addr
 	// skip, when set, are more addresses not to choose.
 	skip func(netip.Addr) bool
+	// lease, on a DHCP pool, is the lease of want, recorded with it.
+	lease *store.IPAMLease
 }
 
 // errRaced: the address chosen and probed was taken meanwhile.
@@ -202,7 +215,11 @@ func (m *IPAM) allocate(tx *store.Tx, r addrRequest, commit bool) (netip.Prefix,
 	if !commit {
 		return netip.PrefixFrom(a, pool.Bits()), kind, nil
 	}
-	if err := tx.PutIPAMAddress(poolID, a.String()); err != nil {
+	put := func() error { return tx.PutIPAMAddress(poolID, a.String()) }
+	if r.lease != nil {
+		put = func() error { return tx.PutIPAMLease(poolID, a.String(), *r.lease) }
+	}
+	if err := put(); err != nil {
 		return netip.Prefix{}, "", err
 	}
 	if rec.Pending != nil {
@@ -220,7 +237,7 @@ func (m *IPAM) allocate(tx *store.Tx, r addrRequest, commit bool) (netip.Prefix,
 }
 
 // ReleaseAddress frees an address; an unknown pool or address is fine.
-func (m *IPAM) ReleaseAddress(_ context.Context, poolID, address string) error {
+func (m *IPAM) ReleaseAddress(ctx context.Context, poolID, address string) error {
 	if poolID == "" || address == "" {
 		return invalidf("ReleaseAddress without PoolID or Address")
 	}
@@ -228,13 +245,25 @@ func (m *IPAM) ReleaseAddress(_ context.Context, poolID, address string) error {
 	if err != nil {
 		return invalidf("address %q of pool %s is not an IP address: %v", address, poolID, err)
 	}
-	if err := m.store.Batch(func(tx *store.Tx) error {
+	var rec store.IPAMPool
+	var lease store.IPAMLease
+	var leased bool
+	if err := m.store.Batch(func(tx *store.Tx) (err error) {
+		if rec, leased, err = tx.IPAMPool(poolID); err != nil || !leased {
+			return err
+		}
+		if lease, leased, err = tx.IPAMLease(poolID, a.String()); err != nil {
+			return err
+		}
 		if err := m.nameReleased(tx, poolID, a); err != nil {
 			return err
 		}
 		return tx.DeleteIPAMAddress(poolID, a.String())
 	}); err != nil {
 		return fmt.Errorf("release address %s of pool %s: %w", a, poolID, err)
+	}
+	if leased {
+		m.releaseLease(ctx, rec, lease)
 	}
 	m.log.Debug("address released", "pool", poolID, "address", a)
 	return nil

@@ -103,7 +103,7 @@ type poolParsing struct {
 }
 
 // PoolOptions is the IPAM option table, in the README's order.
-var PoolOptions = []PoolOption{
+var PoolOptions = append([]PoolOption{
 	{
 		Name: OptParent, Values: "one interface name or altname of the host (no list, no `auto`)",
 		Default: "none: an automatic pool, or the `--subnet` given",
@@ -126,7 +126,7 @@ var PoolOptions = []PoolOption{
 			return err
 		},
 	},
-}
+}, dhcpOptions()...)
 
 // parseParentOption takes --ipam-opt parent: one interface, whose LAN the
 // pool is; without it, a --ip-range needs the --subnet it is in.

@@ -102,6 +102,9 @@ type Config struct {
 	// ProbeMemo is told of the addresses probed clean, for the driver's
 	// CreateEndpoint to skip; nil: no one.
 	ProbeMemo ProbeMemo
+	// DHCP leases the addresses of DHCP pools (dhcp.go); nil: DHCP pools
+	// are refused.
+	DHCP DHCPClient
 }
 
 // IPAM implements the remote IpamDriver protocol.
@@ -126,6 +129,9 @@ type IPAM struct {
 	// probed (lan.go).
 	skips    *lanSkips
 	inflight *inflight
+	dhcp     DHCPClient
+	// noName: the pools whose missing endpoint names were said (dhcp.go).
+	noName *onceSet
 }
 
 // New returns an IPAM driver.
@@ -180,7 +186,8 @@ func New(c Config) (*IPAM, error) {
 		nameservers: c.Nameservers, now: c.Now, log: c.Logger, events: c.Events, known: c.Known,
 		released: &releases{at: map[netip.Prefix]time.Time{}},
 		prober:   c.Prober, memo: c.ProbeMemo, probeEvents: pe,
-		skips: &lanSkips{at: map[skipKey]lanSkip{}}, inflight: &inflight{at: map[inflightKey]bool{}}}, nil
+		skips: &lanSkips{at: map[skipKey]lanSkip{}}, inflight: &inflight{at: map[inflightKey]bool{}},
+		dhcp: c.DHCP, noName: &onceSet{}}, nil
 }
 
 type noMemo struct{}
@@ -202,6 +209,8 @@ type poolRequest struct {
 	V6     bool
 	// Probe is address_probe in canonical form, "" when not given.
 	Probe string
+	// DHCP and NoHostname are dhcp=true and dhcp_hostname=false (IPv4).
+	DHCP, NoHostname bool
 }
 
 // RequestPool hands out a pool: the one asked for, the LAN of a parent, or
@@ -216,7 +225,10 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 	if err != nil {
 		return store.IPAMPool{}, err
 	}
-	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: parent.Name(), Created: m.now(), Probe: req.Probe}
+	if err := m.checkDHCPPool(req, parent); err != nil {
+		return store.IPAMPool{}, err
+	}
+	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: parent.Name(), Created: m.now(), Probe: req.Probe, DHCP: req.DHCP, NoHostname: req.NoHostname}
 	if req.Range.IsValid() {
 		rec.Range = req.Range.String()
 	}
@@ -274,7 +286,7 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 			return store.IPAMPool{}, err
 		}
 		m.expired(expired)
-		m.log.Info("pool handed out", "pool", rec.ID, "prefix", rec.Prefix, "parent", rec.Parent, "gateway", rec.Gateway)
+		m.log.Info("pool handed out", "pool", rec.ID, "prefix", rec.Prefix, "parent", rec.Parent, "gateway", rec.Gateway, "dhcp", rec.DHCP)
 		return rec, nil
 	}
 	return m.autoPool(ctx, req, rec)

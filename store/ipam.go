@@ -44,6 +44,35 @@ type IPAMPool struct {
 	// Probe is --ipam-opt address_probe as a Go duration ("0s": off; ""
 	// when not given). A field an older underlay ignores (JSON).
 	Probe string `json:"probe,omitempty"`
+	// DHCP: the pool's addresses are leased from the LAN's DHCP server
+	// on Parent (--ipam-opt dhcp=true), each with an IPAMLease.
+	DHCP bool `json:"dhcp,omitempty"`
+	// NoHostname: the leases do not tell the LAN the container's name
+	// (--ipam-opt dhcp_hostname=false).
+	NoHostname bool `json:"no_hostname,omitempty"`
+}
+
+// IPAMLease is the DHCP lease of an address of a DHCP pool: whom it was
+// leased for and with what, kept as the address's value (an older
+// underlay sees an allocated address).
+type IPAMLease struct {
+	// Name is the endpoint's name it was leased for; "" when the engine
+	// sent none.
+	Name string `json:"name,omitempty"`
+	// MAC is the client hardware address it was leased with: the name's
+	// MAC (lanmac.NameMAC), or a random one without a name. The driver
+	// gives the endpoint this MAC.
+	MAC string `json:"mac"`
+	// Hostname is option 12 as sent; "" for none.
+	Hostname string `json:"hostname,omitempty"`
+	// Lease is the lease as the server acknowledged it (its ClientID is
+	// option 61 as sent).
+	Lease record.Lease `json:"lease"`
+	// NetworkID and EndpointID are the endpoint that took the lease over
+	// (the driver renews it and releases it at DeleteEndpoint); empty
+	// until then, and the IPAM releases it itself at ReleaseAddress.
+	NetworkID  string `json:"network_id,omitempty"`
+	EndpointID string `json:"endpoint_id,omitempty"`
 }
 
 // Expired reports whether the pool is an unconfirmed reservation past its
@@ -129,6 +158,36 @@ func (t *Tx) PutIPAMAddress(id, addr string) error {
 		return err
 	}
 	return set.Put([]byte(addr), []byte{1})
+}
+
+// PutIPAMLease records an allocated address of a DHCP pool with its lease.
+func (t *Tx) PutIPAMLease(id, addr string, l IPAMLease) error {
+	v, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	set, err := t.b(bucketIPAMAddrs).CreateBucketIfNotExists([]byte(id))
+	if err != nil {
+		return err
+	}
+	return set.Put([]byte(addr), v)
+}
+
+// IPAMLease returns the lease of an allocated address; ok is false for an
+// address not allocated or allocated without one.
+func (t *Tx) IPAMLease(id, addr string) (l IPAMLease, ok bool, err error) {
+	set := t.b(bucketIPAMAddrs).Bucket([]byte(id))
+	if set == nil {
+		return l, false, nil
+	}
+	v := set.Get([]byte(addr))
+	if len(v) < 2 {
+		return l, false, nil
+	}
+	if err := json.Unmarshal(v, &l); err != nil {
+		return l, false, fmt.Errorf("%w: IPAM lease of %s in pool %s: %w", ErrCorrupt, addr, id, err)
+	}
+	return l, true, nil
 }
 
 // DeleteIPAMAddress frees an address; a missing one is not an error.

@@ -221,3 +221,46 @@ func TestIPAMPoolCorruptRecord(t *testing.T) {
 		t.Fatalf("ConfirmIPAMPools over a corrupt record: %v", err)
 	}
 }
+
+// An IPAM lease is the value of its allocated address: read back across a
+// reopen, seen as allocated, gone with the address, and a plain address
+// has none.
+func TestIPAMLeases(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	db := open(t, path)
+	l := IPAMLease{Name: "web", MAC: "52:31:86:b0:b1:32", Hostname: "web", Lease: record.Lease{Addr: "198.18.180.120/24", ServerID: "198.18.180.1"}}
+	mustUpdate(t, db, func(tx *Tx) error {
+		if err := tx.PutIPAMPool(IPAMPool{ID: "p", Space: "local", Prefix: "198.18.180.0/24", Parent: "eth0", DHCP: true}); err != nil {
+			return err
+		}
+		if err := tx.PutIPAMAddress("p", "198.18.180.1"); err != nil {
+			return err
+		}
+		return tx.PutIPAMLease("p", "198.18.180.120", l)
+	})
+	db.Close()
+	db = open(t, path)
+	defer db.Close()
+	mustUpdate(t, db, func(tx *Tx) error {
+		got, ok, err := tx.IPAMLease("p", "198.18.180.120")
+		if err != nil || !ok || got.MAC != l.MAC || got.Name != "web" || got.Lease.Addr != l.Lease.Addr {
+			return fmt.Errorf("IPAMLease = %+v %v %v", got, ok, err)
+		}
+		if !tx.IPAMAddressUsed("p", "198.18.180.120") {
+			return errors.New("a leased address is not allocated")
+		}
+		if _, ok, err := tx.IPAMLease("p", "198.18.180.1"); ok || err != nil {
+			return fmt.Errorf("the gateway (no lease) has one: %v %v", ok, err)
+		}
+		if p, _, _ := tx.IPAMPool("p"); !p.DHCP {
+			return errors.New("the pool's dhcp flag is lost")
+		}
+		return tx.DeleteIPAMAddress("p", "198.18.180.120")
+	})
+	mustView(t, db, func(tx *Tx) error {
+		if _, ok, _ := tx.IPAMLease("p", "198.18.180.120"); ok || tx.IPAMAddressUsed("p", "198.18.180.120") {
+			return errors.New("a freed address keeps its lease")
+		}
+		return nil
+	})
+}

@@ -43,6 +43,7 @@ const usage = `usage:
                  [--metrics-listen ADDR]
   underlay ls     [--socket PATH] [--docker-host unix://PATH] [--json]
   underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
+  underlay mac    --parent PARENT [--vlan N] NAME
   underlay version
 `
 
@@ -73,6 +74,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return control.RunLs(args[1:], stdout, stderr)
 	case "doctor":
 		return control.RunDoctor(args[1:], stdout, stderr)
+	case "mac":
+		return runMAC(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -12,7 +12,6 @@ import (
 	"sort"
 
 	"github.com/docker/go-plugins-helpers/ipam"
-	uipam "github.com/underlay-net/underlay/ipam"
 	"github.com/underlay-net/underlay/store"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -65,7 +64,7 @@ func (d *Daemon) MustIPAMCall(route string, req, out any) {
 func (d *Daemon) RequestPool(req ipam.RequestPoolRequest) (ipam.RequestPoolResponse, int, string) {
 	d.t.Helper()
 	if req.AddressSpace == "" {
-		req.AddressSpace = uipam.LocalSpace
+		req.AddressSpace = LocalSpace
 	}
 	var resp ipam.RequestPoolResponse
 	code, msg := d.IPAMCall("RequestPool", req, &resp)
@@ -205,3 +204,7 @@ func (n *Netns) AddRoute(dst, gw, link string, table int) {
 		n.t.Fatalf("add route %s via %q dev %s table %d: %v", dst, gw, link, table, err)
 	}
 }
+
+// LocalSpace is ipam.LocalSpace: itest cannot import ipam (ipam imports
+// dhcp, whose tests use itest). ipam's TestLocalSpace checks they agree.
+const LocalSpace = "underlay-local"

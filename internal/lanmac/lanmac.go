@@ -7,6 +7,7 @@
 package lanmac
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"net"
@@ -107,4 +108,12 @@ func HostLabel(name string) (label string, ok bool) {
 		label = strings.TrimRight(label[:63], "-")
 	}
 	return label, label != ""
+}
+
+// Random returns a locally administered unicast MAC.
+func Random() net.HardwareAddr {
+	mac := make(net.HardwareAddr, 6)
+	_, _ = rand.Read(mac)
+	mac[0] = (mac[0] | 0x02) &^ 0x01
+	return mac
 }

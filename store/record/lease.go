@@ -17,6 +17,9 @@ type Lease struct {
 	// ClientID is option 61 as sent (hex), for ipvlan endpoints, which
 	// share the parent's MAC.
 	ClientID string `json:"client_id,omitempty"`
+	// Hostname is option 12 as sent (the container's name on a DHCP pool
+	// of underlay's IPAM); empty for none.
+	Hostname string `json:"hostname,omitempty"`
 	// Acquired is when the server acknowledged the lease; T1 and T2 are
 	// when to renew and rebind, Expiry when it ends without a renewal.
 	Acquired time.Time `json:"acquired"`

@@ -80,7 +80,15 @@ type DHCPConfig struct {
 	// Timeout bounds each lease's exchange (of DHCPv4 and DHCPv6) at
 	// CreateEndpoint (-o dhcp_timeout).
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// FromIPAM: the network's IPv4 pool is a DHCP pool of underlay's IPAM
+	// (--ipam-opt dhcp=true): it leases each endpoint's address, and the
+	// driver gives the endpoint the lease's MAC and renews it.
+	FromIPAM bool `json:"from_ipam,omitempty"`
 }
+
+// Leases says the network's endpoints hold DHCP leases the driver renews:
+// its own (-o dhcp=true) or the IPAM's (FromIPAM).
+func (c DHCPConfig) Leases() bool { return c.On || c.FromIPAM }
 
 // AddressProbe is the budget of the probe of an endpoint's addresses.
 type AddressProbe struct {

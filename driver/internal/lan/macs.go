@@ -2,10 +2,8 @@ package lan
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"log/slog"
-	"net"
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
@@ -29,12 +27,12 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 	}
 	addr := plan.FirstAddr(ep)
 	if n.Config.MACPolicy != config.MacStable || !addr.IsValid() || n.Config.DHCP.On {
-		return Random().String()
+		return lanmac.Random().String()
 	}
 	p, err := c.Links.Get(ctx, n.Parent)
 	if err != nil {
 		c.Log.Warn("using a random MAC: the parent could not be read for a stable one", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
-		return Random().String()
+		return lanmac.Random().String()
 	}
 	// The links MACBase and MACTaken look at: a VLAN's lower link, and
 	// the links on the parent.
@@ -49,24 +47,16 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 	}
 	if err != nil {
 		c.Log.Warn("using a random MAC: the links on the parent could not be read to check a stable one is free", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
-		return Random().String()
+		return lanmac.Random().String()
 	}
 	base := lanmac.MACBase(p, links)
 	if base == nil {
-		return Random().String()
+		return lanmac.Random().String()
 	}
 	mac := lanmac.StableMAC(base, p.VLAN, addr).String()
 	if lanmac.MACTaken(p, links, mac) {
 		c.Log.Warn("using a random MAC: the stable MAC for the endpoint's address is already in use on the parent", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "address", addr, "mac", mac)
-		return Random().String()
+		return lanmac.Random().String()
 	}
-	return mac
-}
-
-// Random returns a locally administered unicast MAC.
-func Random() net.HardwareAddr {
-	mac := make(net.HardwareAddr, 6)
-	_, _ = rand.Read(mac)
-	mac[0] = (mac[0] | 0x02) &^ 0x01
 	return mac
 }

@@ -212,7 +212,7 @@ func TestChooseCollisionOtherParent(t *testing.T) {
 func TestRandom(t *testing.T) {
 	seen, first := map[string]bool{}, map[byte]bool{}
 	for range 64 {
-		m := Random()
+		m := lanmac.Random()
 		if len(m) != 6 || m[0]&0x02 == 0 || m[0]&0x01 != 0 {
 			t.Fatalf("Random = %s, want a locally administered unicast MAC", m)
 		}

@@ -32,6 +32,8 @@ type Request struct {
 	// ClientID is option 61, unique and stable per endpoint; set for
 	// ipvlan endpoints, which share the parent's MAC.
 	ClientID []byte
+	// Hostname is option 12; "" for none.
+	Hostname string
 	// Address is the address to ask for again (after a NAK or a restart).
 	Address netip.Addr
 	// Only, when valid, is the one address Acquire may take: an offer of
@@ -64,7 +66,7 @@ type DHCP struct {
 
 func (DHCP) Words() Words                                 { return dhcpWords }
 func (f DHCP) HasClient() bool                            { return f.Client != nil }
-func (DHCP) On(n record.Network) bool                     { return n.Config.DHCP.On }
+func (DHCP) On(n record.Network) bool                     { return n.Config.DHCP.Leases() }
 func (DHCP) Of(ep record.Endpoint) *record.Lease          { return ep.Lease }
 func (DHCP) Answer(l record.Lease) string                 { return l.Addr }
 func (DHCP) Expired(l record.Lease, now time.Time) bool   { return !now.Before(l.Expiry) }
@@ -130,6 +132,12 @@ func (DHCP) Request(ctx context.Context, links LinkGetter, n record.Network, ep 
 		if p, err := netip.ParsePrefix(ep.Lease.Addr); err == nil {
 			r.Address = p.Addr()
 		}
+		// A lease of the IPAM's (a DHCP pool) is renewed as it was taken:
+		// with its client ID and host name.
+		if id, err := hex.DecodeString(ep.Lease.ClientID); err == nil && len(id) > 0 && r.ClientID == nil {
+			r.ClientID = id
+		}
+		r.Hostname = ep.Lease.Hostname
 	}
 	return r, nil
 }

@@ -52,7 +52,7 @@ func MarkLost(l record.Lease, now time.Time, why string) record.Lease {
 // PlanBlocks is given both.
 func LostBlocks(n record.Network, ep record.Endpoint) []BlockKey {
 	var out []BlockKey
-	if l := ep.Lease; l != nil && !l.Lost.IsZero() && n.Config.DHCP.On {
+	if l := ep.Lease; l != nil && !l.Lost.IsZero() && n.Config.DHCP.Leases() {
 		if p, err := netip.ParsePrefix(l.Addr); err == nil {
 			out = append(out, BlockKey{Parent: n.Parent, Addr: p.Addr()})
 		}

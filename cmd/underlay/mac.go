@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/underlay-net/underlay/ipam"
+	"github.com/underlay-net/underlay/netlinkutil"
+)
+
+// runMAC is `underlay mac --parent PARENT [--vlan N] NAME`: the MAC the
+// container NAME gets on a DHCP pool of PARENT (ipam.NameMAC, exactly as
+// its endpoint gets it), to reserve its address on the LAN's DHCP server
+// before the container first starts. It reads the host's links and needs
+// no daemon.
+func runMAC(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("underlay mac", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	parent := fs.String("parent", "", "the network's parent interface (its -o parent and --ipam-opt parent)")
+	vlan := fs.Int("vlan", 0, "the VLAN ID when the network's parent is VLAN N of --parent (-o parent=PARENT.N)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: underlay mac --parent PARENT [--vlan N] NAME")
+		fs.PrintDefaults()
+	}
+	// Flags may come after NAME too.
+	var names []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names = append(names, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	switch {
+	case *parent == "":
+		fmt.Fprintln(stderr, "underlay mac: --parent is missing: give the interface the network is on (its -o parent), such as --parent eth0")
+		return 2
+	case len(names) == 0:
+		fmt.Fprintf(stderr, "underlay mac: the container name is missing: underlay mac --parent %s NAME\n", *parent)
+		return 2
+	case len(names) != 1:
+		fmt.Fprintf(stderr, "underlay mac: give one container name (got %d: %s), such as: underlay mac --parent %s web\n", len(names), strings.Join(names, " "), *parent)
+		return 2
+	case *vlan < 0 || *vlan > 4094:
+		fmt.Fprintf(stderr, "underlay mac: --vlan %d is not a VLAN ID from 1 to 4094\n", *vlan)
+		return 2
+	}
+	if p, v, ok := strings.Cut(*parent, "."); ok && *vlan == 0 && v != "" {
+		fmt.Fprintf(stderr, "underlay mac: note: for a VLAN the network makes (-o parent=%s), give --parent %s --vlan %s\n", *parent, p, v)
+	}
+	mac, err := ipam.NameMAC(context.Background(), netlinkutil.New(), *parent, *vlan, names[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "underlay mac:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, mac)
+	return 0
+}
