@@ -72,6 +72,9 @@ type DnsmasqConfig struct {
 	Options []string
 	// Extra are more arguments, e.g. "--no-ping".
 	Extra []string
+	// DNS serves DNS on port 53 too (the LAN's names: its leases' host
+	// names); off when false.
+	DNS bool
 	// Ready is the log line that says it serves ("DHCP, IP range" when
 	// empty; "DHCPv6, IP range" for a DHCPv6 range).
 	Ready string
@@ -99,7 +102,11 @@ func StartDnsmasq(t testing.TB, c DnsmasqConfig) *Dnsmasq {
 	if c.NS != nil {
 		netns = "/proc/self/fd/3"
 	}
-	args := []string{"--net=" + netns, "--", bin, "--keep-in-foreground", "--conf-file=/dev/null", "--port=0",
+	port := "--port=0"
+	if c.DNS {
+		port = "--port=53"
+	}
+	args := []string{"--net=" + netns, "--", bin, "--keep-in-foreground", "--conf-file=/dev/null", port,
 		"--interface=" + c.Interface, "--bind-interfaces", "--dhcp-range=" + c.Range,
 		"--dhcp-leasefile=" + d.LeaseFile, "--dhcp-authoritative", "--log-dhcp", "--log-facility=" + d.LogFile,
 		"--pid-file=" + d.PidFile, "--user=root"}

@@ -14,6 +14,9 @@ type Net struct {
 	// V4 and V6 are pools as "subnet" or "subnet,gateway-cidr".
 	V4, V6   []string
 	Internal bool
+	// Space is the pools' address space ("LocalDefault", Docker's IPAM,
+	// when empty; LocalSpace for underlay's).
+	Space string
 	// AuxV4 are the aux addresses (docker network create --aux-address
 	// name=ADDR) of the pools in V4, by position: AuxV4[i] belongs to V4[i],
 	// name to address in CIDR form with the pool's mask, as libnetwork
@@ -31,7 +34,7 @@ func (n Net) Request() *network.CreateNetworkRequest {
 	if n.Internal {
 		req.Options["com.docker.network.internal"] = true
 	}
-	req.IPv4Data = pools(n.V4)
+	req.IPv4Data = pools(n.V4, n.Space)
 	for i, aux := range n.AuxV4 {
 		if i < len(req.IPv4Data) && len(aux) > 0 {
 			req.IPv4Data[i].AuxAddresses = map[string]any{}
@@ -42,16 +45,19 @@ func (n Net) Request() *network.CreateNetworkRequest {
 	}
 	if len(n.V6) > 0 {
 		req.Options["com.docker.network.enable_ipv6"] = true
-		req.IPv6Data = pools(n.V6)
+		req.IPv6Data = pools(n.V6, n.Space)
 	}
 	return req
 }
 
-func pools(specs []string) []*network.IPAMData {
+func pools(specs []string, space string) []*network.IPAMData {
+	if space == "" {
+		space = "LocalDefault"
+	}
 	var out []*network.IPAMData
 	for _, s := range specs {
 		sub, gw, _ := strings.Cut(s, ",")
-		out = append(out, &network.IPAMData{AddressSpace: "LocalDefault", Pool: sub, Gateway: gw})
+		out = append(out, &network.IPAMData{AddressSpace: space, Pool: sub, Gateway: gw})
 	}
 	return out
 }
