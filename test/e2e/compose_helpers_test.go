@@ -86,7 +86,8 @@ func (e *env) cliConfig() string {
 
 // composeProject writes yaml as a compose file of its own (in the test's
 // temp dir), installs Compose (needCompose), and takes the project down
-// at cleanup (containers, networks, whatever a failed test left). It
+// at cleanup (containers of every profile, networks, whatever a failed
+// test left). It
 // returns the file's path, for compose and tryCompose.
 func (e *env) composeProject(t *testing.T, project, yaml string) string {
 	t.Helper()
@@ -96,7 +97,7 @@ func (e *env) composeProject(t *testing.T, project, yaml string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if out, err := e.tryCompose(project, file, "down", "--remove-orphans", "-t", "1"); err != nil {
+		if out, err := e.tryCompose(project, file, "--profile", "*", "down", "--remove-orphans", "-t", "1"); err != nil {
 			t.Errorf("cleanup: %v", err)
 		} else if t.Failed() {
 			t.Logf("cleanup: compose down:\n%s", out)

@@ -20,10 +20,14 @@ import (
 // live-restore (a reboot: the containers stop, restart: always brings
 // them back), each container keeps its address and MAC, as Docker and the
 // container itself see them: the fixed ones because the file says so and
-// the driver's stable MAC follows the address; the named one because the
+// the driver's stable MAC follows the address (every endpoint without
+// mac_address at an address has the same MAC); the named one because the
 // current engine sends the container's name with RequestAddress and the
-// IPAM gives a name its address again. 20.10 sends no name: there the
-// named one only gets some address of the subnet. `down` leaves nothing.
+// IPAM gives a name its address again, though a lower one is free by then
+// (a squatter held it at the first `up`). 20.10 sends no name: there the
+// named one only gets some address of the subnet; nor does it get
+// mac_address from Compose v5 (takesEndpointMAC), so the fixed one has the
+// stable MAC of its address there. `down` leaves nothing.
 //
 // Parent vp2, subnet 198.18.2.0/24.
 func TestCompose(t *testing.T) {
