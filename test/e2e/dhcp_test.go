@@ -83,6 +83,8 @@ func dhcpServer() itest.DnsmasqConfig {
 		// Option 121 (classless routes) replaces option 3 for clients
 		// that ask for it (RFC 3442), so it carries the default route too.
 		Options: []string{"3," + dhcpRouter, "121,0.0.0.0/0," + dhcpRouter + "," + dhcpRouteDst + "," + dhcpRouter},
+		// Its DNS too (the LAN learns the containers' names: TestComposeDHCP).
+		DNS: true,
 		// Without --no-ping dnsmasq pings every new address for about 3 s
 		// before it offers it.
 		Extra: []string{"--no-ping"}}
