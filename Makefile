@@ -242,7 +242,10 @@ plugin-push-registry:
 # dockerd (Debian's), its registry and the plugin run in a namespace of the
 # test's own (underlay-release-PID) with a /run directory, data root and
 # subnet (198.18.77.0/24) of its own, so the test runs beside the e2e
-# suites (make test does). Root, or CI, as test-vm.
+# suites (make test does); what every dockerd shares, /run/docker/plugins
+# and containerd's /run/containerd/s, holds one entry per plugin and shim,
+# by ID, and the e2e suites' cleanup removes only theirs there (and dead
+# shims' sockets). Root, or CI, as test-vm.
 test-release: $(NFPM)
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
 		echo "test-release: skipped: needs root (dpkg --root, a dockerd of its own in a namespace): run sudo make test"; \
