@@ -12,6 +12,8 @@
 #   make plugin-push REGISTRY=host:port   push underlay:VERSION-amd64, -arm64, :latest
 #   make engine-current  build the current Docker engine (engines/current.env) into
 #                        ENGINE_CACHE, reused when present
+#   make compose         build the Docker Compose CLI plugin (COMPOSE_VERSION in
+#                        engines/current.env) into ENGINE_CACHE, reused when present
 #   make test-e2e-current  the Docker e2e suite on that engine (test-e2e: on 20.10)
 #   make test-vm-docker-current  the VM's Docker suite on that engine (test-vm-docker: on 20.10)
 
@@ -37,13 +39,15 @@ NFPM         := bin/tools/nfpm-$(NFPM_VERSION)
 
 # The current Docker engine (dockerd and runc; MOBY_VERSION and RUNC_VERSION
 # are pinned in engines/current.env), built once per version into a cache
-# outside the repository (make engine-current).
+# outside the repository (make engine-current); the Docker Compose CLI plugin
+# the e2e suites drive (COMPOSE_VERSION, same file) likewise (make compose).
 include engines/current.env
 ENGINE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/underlay-engines
 ENGINE_DIR   := $(ENGINE_CACHE)/moby-$(MOBY_VERSION)_runc-$(RUNC_VERSION)
+COMPOSE_DIR  := $(ENGINE_CACHE)/compose-$(COMPOSE_VERSION)
 
 .PHONY: all build run test check test-deps test-go test-vm test-vm-docker test-e2e fuzz bench plugin clean
-.PHONY: engine-current test-e2e-current test-vm-docker-current
+.PHONY: engine-current compose test-e2e-current test-vm-docker-current
 .PHONY: release plugin-push plugin-push-registry test-release test-vm-arm64
 
 all: build
@@ -65,15 +69,20 @@ run: build
 # lanes pair what computes with what waits: the first lane compiles and runs
 # the Go tests, then the QEMU VMs (one emulated CPU is one host thread); the
 # second drives dockerd (the e2e suites mostly wait on it: containers,
-# leases expiring, swarm), then the release and the fuzz targets; the third
-# builds the current engine from the start, at nice 10 (the lanes' first
-# targets go first: measured, the build beside them at the same priority
-# made each of the three 4 to 7 minutes slower than alone), before the
-# others need it
-# (engines/build.sh: a second caller waits for the build and finds it).
+# leases expiring, swarm), then the fuzz targets; the third builds the
+# current engine from the start, at nice 10 (the lanes' first targets go
+# first: measured, the build beside them at the same priority made each of
+# the three 4 to 7 minutes slower than alone), before the others need it,
+# then the Compose plugin, which it finds built: test-e2e, the second lane's
+# first target, needs it at once and builds it, at nice 10 too
+# (engines/build.sh, engines/build-compose.sh: a second caller waits for the
+# build and finds it); then the release test. That one was the second
+# lane's, after the e2e suites, until the compose suite made that lane the
+# run's longest: it shares nothing with the e2e suites (its own dockerd,
+# namespace, /run directory, data root and subnet; not their lock).
 TEST_LANE_GO     ?= test-go test-vm test-vm-docker test-vm-docker-current test-vm-arm64
-TEST_LANE_DOCKER ?= test-e2e test-e2e-current test-release fuzz
-TEST_LANE_ENGINE ?= engine-current
+TEST_LANE_DOCKER ?= test-e2e test-e2e-current fuzz
+TEST_LANE_ENGINE ?= engine-current compose test-release
 test:
 	@ENGINE_NICE=10 test/suites.sh --before test-deps "$(TEST_LANE_GO)" "$(TEST_LANE_DOCKER)" "$(TEST_LANE_ENGINE)"
 
@@ -169,11 +178,15 @@ bin/vm/vmdocker.test: FORCE
 # E2E_DOCKERD and E2E_RUNC name the engine, E2E_ENGINE is its name in the
 # suite's output and failures. The two share the suite's fixed namespaces
 # and paths: a run waits for another to finish (/run/underlay-e2e.lock).
-test-e2e: build
-	$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
+# Both get the Docker Compose CLI plugin make compose builds (E2E_COMPOSE:
+# the docker-compose binary; the docker CLI runs it as
+# $DOCKER_CONFIG/cli-plugins/docker-compose).
+test-e2e: build compose
+	E2E_COMPOSE=$(COMPOSE_DIR)/docker-compose \
+		$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
 
-test-e2e-current: build engine-current
-	E2E_ENGINE=current E2E_DOCKERD=$(ENGINE_DIR)/dockerd E2E_RUNC=$(ENGINE_DIR)/runc \
+test-e2e-current: build engine-current compose
+	E2E_ENGINE=current E2E_DOCKERD=$(ENGINE_DIR)/dockerd E2E_RUNC=$(ENGINE_DIR)/runc E2E_COMPOSE=$(COMPOSE_DIR)/docker-compose \
 		$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
 
 # The current engine: engines/build.sh (go install from the Go module proxy;
@@ -183,6 +196,13 @@ test-e2e-current: build engine-current
 ENGINE_NICE ?= 0
 engine-current:
 	GO=$(GO) nice -n $(ENGINE_NICE) engines/build.sh $(ENGINE_DIR)
+
+# The Docker Compose CLI plugin (COMPOSE_VERSION): engines/build-compose.sh
+# (go build inside the module, from the Go module proxy: 138 s measured with
+# empty Go caches, nearly all of it compiling; cached: at once). At
+# ENGINE_NICE too.
+compose:
+	GO=$(GO) nice -n $(ENGINE_NICE) engines/build-compose.sh $(COMPOSE_DIR)
 
 fuzz:
 	GO=$(GO) test/fuzz.sh $(FUZZTIME)
@@ -218,8 +238,14 @@ plugin-push-registry:
 # make release twice (the second with an empty build cache) and the same
 # SHA256SUMS; the .debs' contents, maintainer scripts, an install into a
 # scratch root, the unit checked by systemd-analyze; the plugin directory
-# enabled on a dockerd of the test's own and pushed to a registry. Root, or
-# CI, as test-vm.
+# enabled on a dockerd of the test's own and pushed to a registry. That
+# dockerd (Debian's), its registry and the plugin run in a namespace of the
+# test's own (underlay-release-PID) with a /run directory, data root and
+# subnet (198.18.77.0/24) of its own, so the test runs beside the e2e
+# suites (make test does); what every dockerd shares, /run/docker/plugins
+# and containerd's /run/containerd/s, holds one entry per plugin and shim,
+# by ID, and the e2e suites' cleanup removes only theirs there (and dead
+# shims' sockets). Root, or CI, as test-vm.
 test-release: $(NFPM)
 	@if [ "$$(id -u)" != 0 ] && [ -z "$$CI" ]; then \
 		echo "test-release: skipped: needs root (dpkg --root, a dockerd of its own in a namespace): run sudo make test"; \
