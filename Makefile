@@ -69,20 +69,21 @@ run: build
 # lanes pair what computes with what waits: the first lane compiles and runs
 # the Go tests, then the QEMU VMs (one emulated CPU is one host thread); the
 # second drives dockerd (the e2e suites mostly wait on it: containers,
-# leases expiring, swarm), then the fuzz targets; the third builds the
-# current engine from the start, at nice 10 (the lanes' first targets go
-# first: measured, the build beside them at the same priority made each of
-# the three 4 to 7 minutes slower than alone), before the others need it,
-# then the Compose plugin, which it finds built: test-e2e, the second lane's
-# first target, needs it at once and builds it, at nice 10 too
-# (engines/build.sh, engines/build-compose.sh: a second caller waits for the
-# build and finds it); then the release test. That one was the second
-# lane's, after the e2e suites, until the compose suite made that lane the
-# run's longest: it shares nothing with the e2e suites (its own dockerd,
-# namespace, /run directory, data root and subnet; not their lock).
+# leases expiring, swarm); the third builds, at nice 10 (the lanes' first
+# targets go first: measured, the engine's build beside them at the same
+# priority made each of the three 4 to 7 minutes slower than alone), the
+# Compose plugin first (test-e2e, the second lane's first target, needs it
+# at once: it waits for this build, engines/build-compose.sh, and finds
+# it), then the current engine, before test-e2e-current needs it
+# (engines/build.sh: a second caller waits for the build and finds it);
+# then the release test and the fuzz targets. Those two were the second
+# lane's, after the e2e suites, until the compose suites made that lane the
+# run's longest: the release test shares nothing with the e2e suites (its
+# own dockerd, namespace, /run directory, data root and subnet; not their
+# lock), the fuzz targets compute beside them while they wait.
 TEST_LANE_GO     ?= test-go test-vm test-vm-docker test-vm-docker-current test-vm-arm64
-TEST_LANE_DOCKER ?= test-e2e test-e2e-current fuzz
-TEST_LANE_ENGINE ?= engine-current compose test-release
+TEST_LANE_DOCKER ?= test-e2e test-e2e-current
+TEST_LANE_ENGINE ?= compose engine-current test-release fuzz
 test:
 	@ENGINE_NICE=10 test/suites.sh --before test-deps "$(TEST_LANE_GO)" "$(TEST_LANE_DOCKER)" "$(TEST_LANE_ENGINE)"
 
