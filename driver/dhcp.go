@@ -35,7 +35,7 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 // address.
 func (d *Driver) dhcpAddr(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error) {
 	if n.Config.DHCP.FromIPAM {
-		return d.adoptLease(ctx, n, ep)
+		return d.adoptLease(ctx, n, ep, existing)
 	}
 	if !n.Config.DHCP.On {
 		return grant{}, nil

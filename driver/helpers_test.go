@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
+	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/driver/internal/drivertest"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/plan"
@@ -65,8 +66,10 @@ type fixture struct {
 	boot   string
 	points []string
 	mu     sync.Mutex
-	// dhcp6 is the DHCPv6 client open gives the driver (ipv6_test.go).
+	// dhcp6 is the DHCPv6 client open gives the driver (ipv6_test.go);
+	// dhcp4 the DHCP client (ipamdhcp_test.go).
 	dhcp6 leases.Client6
+	dhcp4 *dhcp.Client
 	// events, when set before open, is told what the driver does.
 	events Events
 }
@@ -91,7 +94,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, Events: f.events, CrashPoint: func(p string) {
+	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, DHCP: f.dhcp4, Events: f.events, CrashPoint: func(p string) {
 		f.mu.Lock()
 		f.points = append(f.points, p)
 		f.mu.Unlock()

@@ -139,8 +139,9 @@ func (d *Driver) leaseMAC(n record.Network, ep record.Endpoint, given string) (s
 // adoptLease is the address source of networks on a DHCP pool: the
 // endpoint takes the IPAM's lease of its address over (renewed from now
 // on by the driver), and the IPAM's record says so in the endpoint's
-// commit.
-func (d *Driver) adoptLease(_ context.Context, n record.Network, ep *record.Endpoint) (grant, error) {
+// commit. When Docker asks again for an endpoint that holds it, the
+// endpoint keeps its lease as renewed since.
+func (d *Driver) adoptLease(_ context.Context, n record.Network, ep, existing *record.Endpoint) (grant, error) {
 	if ep.IPv4 == "" {
 		return grant{}, nil
 	}
@@ -150,8 +151,15 @@ func (d *Driver) adoptLease(_ context.Context, n record.Network, ep *record.Endp
 	}
 	lease := l.Lease
 	lease.Hostname = l.Hostname
+	if existing != nil && existing.Lease != nil && existing.IPv4 == ep.IPv4 && existing.MAC == ep.MAC {
+		lease = *existing.Lease
+	}
 	ep.Lease = &lease
-	addr := netip.MustParsePrefix(ep.IPv4).Addr().String()
+	p, err := netip.ParsePrefix(ep.IPv4)
+	if err != nil {
+		return grant{}, err // ipamLease parsed it
+	}
+	addr := p.Addr().String()
 	return grant{
 		commit: func(tx *store.Tx) error {
 			l.NetworkID, l.EndpointID = n.ID, ep.ID

@@ -32,6 +32,9 @@ type NetReq struct {
 	V4, V6   []string // "subnet[,gateway]"
 	Internal bool
 	Aux      []string // aux addresses of the first IPv4 pool
+	// Space is the pools' address space ("LocalDefault", Docker's IPAM,
+	// when empty).
+	Space string
 }
 
 // The labels Docker puts the options under (libnetwork's netlabel).
@@ -51,11 +54,15 @@ func CreateReq(r NetReq) *network.CreateNetworkRequest {
 	if r.Internal {
 		req.Options[labelInternal] = true
 	}
+	space := r.Space
+	if space == "" {
+		space = "LocalDefault"
+	}
 	pools := func(specs []string) []*network.IPAMData {
 		var out []*network.IPAMData
 		for _, s := range specs {
 			sub, gw, _ := strings.Cut(s, ",")
-			out = append(out, &network.IPAMData{AddressSpace: "LocalDefault", Pool: sub, Gateway: gw})
+			out = append(out, &network.IPAMData{AddressSpace: space, Pool: sub, Gateway: gw})
 		}
 		return out
 	}
