@@ -232,3 +232,33 @@ func waitLine[L any](timeout time.Duration, read func() (L, bool), ok func(L) bo
 	})
 	return l, held
 }
+
+// Released counts the DHCPRELEASEs of addr from mac in dnsmasq's log.
+func (d *Dnsmasq) Released(addr netip.Addr, mac string) int {
+	tail := ") " + addr.String() + " " + mac
+	n := 0
+	for _, line := range strings.Split(d.Log(), "\n") {
+		if strings.Contains(line, "DHCPRELEASE(") && strings.Contains(line, tail) {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitReleased waits up to timeout until dnsmasq logged more than before
+// DHCPRELEASEs of addr from mac (Released) and its lease file holds no
+// lease of addr (the log first: the file alone can read empty while
+// dnsmasq rewrites it); it says what it last saw when they did not.
+func (d *Dnsmasq) WaitReleased(timeout time.Duration, addr netip.Addr, mac string, before int) error {
+	var lease DnsmasqLease
+	var held bool
+	var n int
+	if WaitFor(timeout, func() bool {
+		n = d.Released(addr, mac)
+		lease, held = d.Lease(addr)
+		return n > before && !held
+	}) {
+		return nil
+	}
+	return fmt.Errorf("after %s: %d DHCPRELEASEs of %s from %s logged (want more than %d); lease file line %q", timeout, n, addr, mac, before, lease.Line)
+}

@@ -22,14 +22,21 @@ import (
 // VLAN ID (0 if none) and the endpoint's address: the first six bytes of
 // SHA-256 over them, with the local bit set and the multicast bit cleared.
 func StableMAC(base net.HardwareAddr, vlan int, addr netip.Addr) net.HardwareAddr {
+	a := addr.Unmap().As16()
+	return derive("underlay stable MAC v1\x00", base, vlan, a[:])
+}
+
+// derive is the first six bytes of SHA-256 over tag, base, vlan (2 bytes,
+// big-endian) and tail, with the local bit set and the multicast bit
+// cleared.
+func derive(tag string, base net.HardwareAddr, vlan int, tail []byte) net.HardwareAddr {
 	h := sha256.New()
-	h.Write([]byte("underlay stable MAC v1\x00"))
+	h.Write([]byte(tag))
 	h.Write(base)
 	var v [2]byte
 	binary.BigEndian.PutUint16(v[:], uint16(vlan))
 	h.Write(v[:])
-	a := addr.Unmap().As16()
-	h.Write(a[:])
+	h.Write(tail)
 	mac := net.HardwareAddr(h.Sum(nil)[:6])
 	mac[0] = (mac[0] | 0x02) &^ 0x01
 	return mac
@@ -76,16 +83,7 @@ func MACTaken(p kernel.Link, links []kernel.Link, mac string) bool {
 // the local bit set and the multicast bit cleared. Not the network's ID:
 // a network that is re-created (docker compose down, up) keeps it.
 func NameMAC(base net.HardwareAddr, vlan int, name string) net.HardwareAddr {
-	h := sha256.New()
-	h.Write([]byte("underlay name MAC v1\x00"))
-	h.Write(base)
-	var v [2]byte
-	binary.BigEndian.PutUint16(v[:], uint16(vlan))
-	h.Write(v[:])
-	h.Write([]byte(strings.TrimPrefix(name, "/")))
-	mac := net.HardwareAddr(h.Sum(nil)[:6])
-	mac[0] = (mac[0] | 0x02) &^ 0x01
-	return mac
+	return derive("underlay name MAC v1\x00", base, vlan, []byte(strings.TrimPrefix(name, "/")))
 }
 
 // HostLabel makes a container name a DNS label (RFC 1123) to tell the

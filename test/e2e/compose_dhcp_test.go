@@ -95,6 +95,22 @@ networks:
 		was = got
 	}
 
+	// down takes the project down: the container's lease is released
+	// (dnsmasq logs it and drops it) and no other is left.
+	down := func() {
+		t.Helper()
+		a, m := was.addr.Addr(), was.mac.String()
+		before := dns.Released(a, m)
+		e.compose(t, project, file, "down", "-t", "1")
+		e.networkGone(t, netName)
+		if err := dns.WaitReleased(leaseWait, a, m, before); err != nil {
+			t.Fatal(err)
+		}
+		if ls := dns.Leases(); len(ls) > 0 {
+			t.Fatalf("leases left after compose down: %v", ls)
+		}
+	}
+
 	e.markLog()
 	e.compose(t, project, file, "up", "-d")
 	check("up")
@@ -102,9 +118,7 @@ networks:
 		if log, ok := e.waitLogSinceMark(func(log string) bool { return strings.Contains(log, "the engine sent no endpoint name") }); !ok {
 			t.Fatalf("%s sends no endpoint name, and the plugin did not say so in the log:\n%s", engine, log)
 		}
-		e.compose(t, project, file, "down", "-t", "1")
-		e.networkGone(t, netName)
-		wantNoLeases(t, dns)
+		down()
 		t.Logf("TestComposeDHCP on %s (no names): %s", engineLabel, time.Since(start).Round(time.Millisecond))
 		return
 	}
@@ -119,9 +133,7 @@ networks:
 	e.compose(t, project, file, "up", "-d", "--force-recreate")
 	check("up --force-recreate")
 
-	e.compose(t, project, file, "down", "-t", "1")
-	e.networkGone(t, netName)
-	wantNoLeases(t, dns)
+	down()
 	e.compose(t, project, file, "up", "-d")
 	check("down and up")
 
@@ -132,9 +144,7 @@ networks:
 	e.waitRunning(t, 90*time.Second, name)
 	check("dockerd restart")
 
-	e.compose(t, project, file, "down", "-t", "1")
-	e.networkGone(t, netName)
-	wantNoLeases(t, dns)
+	down()
 	dns.Stop()
 	if err := teardownDHCPLAN(); err != nil {
 		t.Fatal(err)
@@ -152,15 +162,4 @@ func (e *env) underlayMAC(t *testing.T, parent, name string) string {
 		t.Fatalf("underlay mac --parent %s %s: %v", parent, name, err)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-// wantNoLeases waits until dnsmasq's lease file holds no lease.
-func wantNoLeases(t *testing.T, d *itest.Dnsmasq) {
-	t.Helper()
-	eventually(t, leaseWait, "dnsmasq holds no lease", func() error {
-		if ls := d.Leases(); len(ls) > 0 {
-			return fmt.Errorf("leases left: %v", ls)
-		}
-		return nil
-	})
 }

@@ -53,22 +53,21 @@ func TestIPAMDHCPIdentityByName(t *testing.T) {
 	if l := endpointLink(t, ns, mac); l == "" {
 		t.Fatalf("no link of the endpoint with MAC %s", mac)
 	}
-	line := waitLeaseLine(t, dns, addr, func(f []string) bool { return f[1] == mac })
-	if f := strings.Fields(line); f[3] != "web" || f[4] != "01:"+mac {
-		t.Fatalf("dnsmasq's lease %q: want host name web and client ID 01:%s", line, mac)
+	if l, ok := dns.WaitLease(10*time.Second, netip.MustParseAddr(addr), func(l itest.DnsmasqLease) bool { return l.MAC == mac }); !ok || l.Hostname != "web" || l.ClientID != "01:"+mac {
+		t.Fatalf("dnsmasq's lease %q: want MAC %s, host name web and client ID 01:%s", l.Line, mac, mac)
 	}
 	waitResolves(t, lan.Far, "198.18.184.1", "web", addr)
 
 	// docker rm -f web; docker run --name web: the same MAC and address.
-	d.RemoveEndpoint(netID, ep(1))
+	d.RemoveEndpoint(netID, ep(1)) // released here
+	wantReleased(t, dns, addr, mac, 0)
 	releaseAddr(t, d, pool.PoolID, addr)
-	waitLeaseLine(t, dns, addr, nil) // released at DeleteEndpoint
 	again := requestNamed(t, d, pool.PoolID, "web")
 	ce, _ = d.Endpoint(netID, ep(2), again+"/24", "", "")
 	if again != addr || ce.Interface == nil || ce.Interface.MacAddress != mac {
 		t.Fatalf("re-created: %s with %+v; want %s with MAC %s", again, ce.Interface, addr, mac)
 	}
-	waitLeaseLine(t, dns, addr, func(f []string) bool { return f[1] == mac && f[3] == "web" })
+	wantLease(t, dns, addr, mac, "web")
 
 	// Another name: another MAC. --mac-address: refused naming the
 	// name's, and the lease is given back at ReleaseAddress.
@@ -77,7 +76,7 @@ func TestIPAMDHCPIdentityByName(t *testing.T) {
 	if db == addr || dbMAC == mac {
 		t.Fatalf("db got %s MAC %s, web %s MAC %s", db, dbMAC, addr, mac)
 	}
-	waitLeaseLine(t, dns, db, func(f []string) bool { return f[1] == dbMAC && f[3] == "db" })
+	wantLease(t, dns, db, dbMAC, "db")
 	msg := d.Call("CreateEndpoint", network.CreateEndpointRequest{NetworkID: netID, EndpointID: ep(3),
 		Interface: &network.EndpointInterface{Address: db + "/24", MacAddress: "02:00:00:00:00:01"}}, nil)
 	for _, w := range []string{"02:00:00:00:00:01", dbMAC, "underlay mac --parent lan4 db", "drop --mac-address"} {
@@ -85,8 +84,8 @@ func TestIPAMDHCPIdentityByName(t *testing.T) {
 			t.Fatalf("CreateEndpoint with another MAC answered %q: want it refused mentioning %q", msg, w)
 		}
 	}
-	releaseAddr(t, d, pool.PoolID, db)
-	waitLeaseLine(t, dns, db, nil)
+	releaseAddr(t, d, pool.PoolID, db) // no endpoint took it: the IPAM releases it
+	wantReleased(t, dns, db, dbMAC, 0)
 
 	// --ip another than the server gives: refused naming both.
 	var resp ipam.RequestAddressResponse
@@ -97,10 +96,12 @@ func TestIPAMDHCPIdentityByName(t *testing.T) {
 	}
 
 	d.RemoveEndpoint(netID, ep(2))
+	wantReleased(t, dns, addr, mac, 1)
 	releaseAddr(t, d, pool.PoolID, addr)
-	waitLeaseLine(t, dns, addr, nil)
 	d.DeleteNetwork(netID)
-	waitNoLeases(t, dns)
+	if ls := dns.Leases(); len(ls) > 0 {
+		t.Fatalf("leases left after every release: %v", ls)
+	}
 }
 
 // nameMAC is what underlay mac prints for name on parent, in the
@@ -131,45 +132,21 @@ func endpointLink(t *testing.T, ns *itest.Netns, mac string) string {
 	return ""
 }
 
-// waitLeaseLine waits until dnsmasq's lease file has a line of addr for
-// which ok holds (its fields), or, with ok nil, none (dnsmasq rewrites the
-// file after it answers).
-func waitLeaseLine(t *testing.T, dns *itest.Dnsmasq, addr string, ok func([]string) bool) string {
+// wantLease waits until dnsmasq leases addr to mac under host name.
+func wantLease(t *testing.T, dns *itest.Dnsmasq, addr, mac, host string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(dns.LeaseFile)
-		var found string
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 5 && f[2] == addr && (ok == nil || ok(f)) {
-				found = line
-			}
-		}
-		switch {
-		case ok != nil && found != "":
-			return found
-		case ok == nil && !strings.Contains(string(b), " "+addr+" "):
-			return ""
-		case time.Now().After(deadline):
-			t.Fatalf("dnsmasq's lease file, after 10s, for %s (want present: %v):\n%s", addr, ok != nil, b)
-		}
-		time.Sleep(50 * time.Millisecond)
+	l, ok := dns.WaitLease(10*time.Second, netip.MustParseAddr(addr), func(l itest.DnsmasqLease) bool { return l.MAC == mac && l.Hostname == host })
+	if !ok {
+		t.Fatalf("dnsmasq's lease of %s after 10s: %q; want MAC %s, host name %s", addr, l.Line, mac, host)
 	}
 }
 
-// waitNoLeases waits until dnsmasq's lease file is empty.
-func waitNoLeases(t *testing.T, dns *itest.Dnsmasq) {
+// wantReleased waits until dnsmasq logged a new release of addr from mac
+// (before: the releases it logged until then) and dropped its lease.
+func wantReleased(t *testing.T, dns *itest.Dnsmasq, addr, mac string, before int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(dns.LeaseFile)
-		if strings.TrimSpace(string(b)) == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leases left behind after 10s:\n%s", b)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := dns.WaitReleased(10*time.Second, netip.MustParseAddr(addr), mac, before); err != nil {
+		t.Fatal(err)
 	}
 }
 
