@@ -1,6 +1,7 @@
 // Package dhcprecord converts the dhcp package's leases (durations from
 // when they were acquired) to the state file's record.Lease (absolute
-// times) and back: for the driver's leases and the IPAM's alike.
+// times) and back, and the dhcp6 package's to record.Lease6 (hex
+// identities): for the driver's leases and the IPAM's alike.
 package dhcprecord
 
 import (
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -59,4 +61,22 @@ func addrString(a netip.Addr) string {
 		return ""
 	}
 	return a.String()
+}
+
+// ToRecord6 is the durable record of DHCPv6 lease l, acquired with client
+// DUID duid.
+func ToRecord6(l dhcp6.Lease, duid []byte) record.Lease6 {
+	return record.Lease6{Addr: l.Addr.String(), DUID: hex.EncodeToString(duid), IAID: hex.EncodeToString(l.IAID[:]),
+		ServerID: hex.EncodeToString(l.ServerID), Acquired: l.Acquired, T1: l.T1, T2: l.T2, Preferred: l.Preferred, Valid: l.Valid}
+}
+
+// FromRecord6 is the dhcp6 package's lease of record rec.
+func FromRecord6(rec record.Lease6) dhcp6.Lease {
+	addr, _ := netip.ParseAddr(rec.Addr)
+	sid, _ := hex.DecodeString(rec.ServerID)
+	var iaid [4]byte
+	if b, err := hex.DecodeString(rec.IAID); err == nil && len(b) == 4 {
+		iaid = [4]byte(b)
+	}
+	return dhcp6.Lease{Addr: addr, ServerID: sid, IAID: iaid, Acquired: rec.Acquired, T1: rec.T1, T2: rec.T2, Preferred: rec.Preferred, Valid: rec.Valid}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/driver/internal/plan"
+	"github.com/underlay-net/underlay/internal/dhcprecord"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
@@ -252,11 +253,11 @@ func (DHCP6) Answer(l record.Lease6) string                 { return l.Addr + "/
 func (DHCP6) Next(l record.Lease6, now time.Time) time.Time { return next6(l, now) }
 
 func (DHCP6) Expired(l record.Lease6, now time.Time) bool {
-	return dhcp6.Plan(Lease(l), now).Phase == dhcp6.Expired
+	return dhcp6.Plan(dhcprecord.FromRecord6(l), now).Phase == dhcp6.Expired
 }
 
 func (DHCP6) Facts(l record.Lease6) Facts {
-	return Facts{Addr: Lease(l).Addr, Text: l.Addr, Acquired: l.Acquired, Lost: l.Lost, LostWhy: l.LostWhy, Expiry: l.Expiry()}
+	return Facts{Addr: dhcprecord.FromRecord6(l).Addr, Text: l.Addr, Acquired: l.Acquired, Lost: l.Lost, LostWhy: l.LostWhy, Expiry: l.Expiry()}
 }
 
 func (DHCP6) With(ep record.Endpoint, l *record.Lease6) record.Endpoint {
@@ -273,7 +274,7 @@ func (DHCP6) MarkLost(l record.Lease6, now time.Time, why string) record.Lease6 
 
 // Due: a held lease is acted on once dhcp6.Plan leaves Bound.
 func (DHCP6) Due(l record.Lease6, now time.Time) (time.Time, bool) {
-	s := dhcp6.Plan(Lease(l), now)
+	s := dhcp6.Plan(dhcprecord.FromRecord6(l), now)
 	if s.Next.IsZero() {
 		s.Next = now.Add(time.Hour)
 	}
@@ -328,12 +329,12 @@ func (f DHCP6) Acquire(ctx context.Context, r dhcp6.Request, only netip.Addr) (r
 	if err != nil {
 		return record.Lease6{}, err
 	}
-	return Record(l, r), nil
+	return dhcprecord.ToRecord6(l, r.DUID), nil
 }
 
 // Renew renews while dhcp6.Plan says Renewing, rebinds after.
 func (f DHCP6) Renew(ctx context.Context, r dhcp6.Request, rec record.Lease6, now time.Time) (record.Lease6, error) {
-	l := Lease(rec)
+	l := dhcprecord.FromRecord6(rec)
 	var got dhcp6.Lease
 	var err error
 	if dhcp6.Plan(l, now).Phase == dhcp6.Renewing {
@@ -344,7 +345,7 @@ func (f DHCP6) Renew(ctx context.Context, r dhcp6.Request, rec record.Lease6, no
 	if err != nil {
 		return record.Lease6{}, err
 	}
-	return Record(got, r), nil
+	return dhcprecord.ToRecord6(got, r.DUID), nil
 }
 
 func (DHCP6) Refused(err error) (string, bool) {
@@ -355,13 +356,13 @@ func (DHCP6) Refused(err error) (string, bool) {
 }
 
 func (f DHCP6) Release(ctx context.Context, r dhcp6.Request, l record.Lease6) error {
-	return f.Client.Release(ctx, Lease(l), r)
+	return f.Client.Release(ctx, dhcprecord.FromRecord6(l), r)
 }
 
 func (f DHCP6) Decline(ctx context.Context, r dhcp6.Request, l record.Lease6) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), declineWait)
 	defer cancel()
-	return f.Client.Decline(ctx, Lease(l), r)
+	return f.Client.Decline(ctx, dhcprecord.FromRecord6(l), r)
 }
 
 func (DHCP6) Entry(n record.Network, ep record.Endpoint, r dhcp6.Request, l record.Lease6) record.PendingRelease {
@@ -374,7 +375,7 @@ func (DHCP6) FromEntry(p record.PendingRelease) (dhcp6.Request, record.Lease6, b
 	}
 	mac, _ := net.ParseMAC(p.MAC)
 	duid, _ := hex.DecodeString(p.Lease6.DUID)
-	return dhcp6.Request{Parent: p.Parent, MAC: mac, DUID: duid, IAID: Lease(*p.Lease6).IAID}, *p.Lease6, true
+	return dhcp6.Request{Parent: p.Parent, MAC: mac, DUID: duid, IAID: dhcprecord.FromRecord6(*p.Lease6).IAID}, *p.Lease6, true
 }
 
 func (DHCP6) NoLease(n record.Network, ep record.Endpoint, timeout time.Duration, err error) error {
@@ -391,23 +392,6 @@ func (DHCP6) RenewFailed(log *slog.Logger, _ record.Lease6, next time.Time, err 
 	log.Debug("DHCPv6 renewal failed; the lease stands until it expires", "next", next, "error", err)
 }
 
-// Record is a lease in the endpoint's record.
-func Record(l dhcp6.Lease, r dhcp6.Request) record.Lease6 {
-	return record.Lease6{Addr: l.Addr.String(), DUID: hex.EncodeToString(r.DUID), IAID: hex.EncodeToString(l.IAID[:]),
-		ServerID: hex.EncodeToString(l.ServerID), Acquired: l.Acquired, T1: l.T1, T2: l.T2, Preferred: l.Preferred, Valid: l.Valid}
-}
-
-// Lease is the record's lease as the client takes it.
-func Lease(rec record.Lease6) dhcp6.Lease {
-	addr, _ := netip.ParseAddr(rec.Addr)
-	sid, _ := hex.DecodeString(rec.ServerID)
-	var iaid [4]byte
-	if b, err := hex.DecodeString(rec.IAID); err == nil && len(b) == 4 {
-		iaid = [4]byte(b)
-	}
-	return dhcp6.Lease{Addr: addr, ServerID: sid, IAID: iaid, Acquired: rec.Acquired, T1: rec.T1, T2: rec.T2, Preferred: rec.Preferred, Valid: rec.Valid}
-}
-
 // next6 is when to act on a lease next: dhcp6.Plan's Next, every
 // lostLeaseRetry once lost, and an hour from now for a lease never due
 // (infinite times: the loop re-plans every minute anyway).
@@ -415,7 +399,7 @@ func next6(rec record.Lease6, now time.Time) time.Time {
 	if !rec.Lost.IsZero() {
 		return now.Add(lostLeaseRetry)
 	}
-	s := dhcp6.Plan(Lease(rec), now)
+	s := dhcp6.Plan(dhcprecord.FromRecord6(rec), now)
 	if s.Next.IsZero() {
 		return now.Add(time.Hour)
 	}
