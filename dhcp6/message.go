@@ -39,6 +39,9 @@ func build(typ dhcpv6.MessageType, xid dhcpv6.TransactionID, r *Request, addr ne
 	m.AddOption(ia)
 	if typ == dhcpv6.MessageTypeSolicit || typ == dhcpv6.MessageTypeRequest || typ == dhcpv6.MessageTypeRenew || typ == dhcpv6.MessageTypeRebind {
 		m.AddOption(dhcpv6.OptRequestedOption(dhcpv6.OptionDNSRecursiveNameServer))
+		if r.Hostname != "" {
+			m.AddOption(fqdn(r.Hostname))
+		}
 	}
 	if rapid && typ == dhcpv6.MessageTypeSolicit {
 		dhcpv6.WithRapidCommit(m)
@@ -53,3 +56,24 @@ func build(typ dhcpv6.MessageType, xid dhcpv6.TransactionID, r *Request, addr ne
 func frameOf(r *Request, m *dhcpv6.Message) []byte {
 	return rawlink.UDP6(r.MAC, allServersMAC, r.source(), allServers, clientPort, serverPort, m.ToBytes())
 }
+
+// fqdn is the Client FQDN option (39) of a partial name: the flags (S
+// set: the server may update the name's AAAA record; RFC 4704 section
+// 4.1), then the name as one DNS label without the terminating zero
+// (section 4.2). The library's OptFQDN always writes a fully qualified
+// name.
+type fqdn string
+
+func (fqdn) Code() dhcpv6.OptionCode { return dhcpv6.OptionFQDN }
+
+func (f fqdn) ToBytes() []byte {
+	label := string(f)
+	if len(label) > 63 {
+		label = label[:63]
+	}
+	return append([]byte{0x01, byte(len(label))}, label...)
+}
+
+func (f fqdn) String() string { return fmt.Sprintf("%s: %s", dhcpv6.OptionFQDN, string(f)) }
+
+func (fqdn) FromBytes([]byte) error { return fmt.Errorf("the client FQDN option is only sent") }

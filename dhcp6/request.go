@@ -31,6 +31,10 @@ type Request struct {
 	// Hint, if set, is asked for in the Solicit (an address the endpoint
 	// held before); servers are free to offer another.
 	Hint netip.Addr
+	// Hostname, if set, is sent as a partial name in the Client FQDN
+	// option (39, RFC 4704) of a Solicit, Request, Renew and Rebind: the
+	// LAN's server may put it in its DNS. One DNS label.
+	Hostname string
 }
 
 // DUIDFromMAC is the DUID-LL (RFC 8415 section 11.4) of an Ethernet MAC:

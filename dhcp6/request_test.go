@@ -80,3 +80,38 @@ func TestFrames(t *testing.T) {
 		t.Errorf("solicited-node group %s", g)
 	}
 }
+
+// The host name goes as a partial name in option 39 (flags S, one label,
+// no terminating zero) of the messages that ask for addresses, and not
+// in a Release or Decline.
+func TestHostnameOption(t *testing.T) {
+	r := &Request{Parent: "eth0", MAC: net.HardwareAddr{0x02, 0, 0, 0, 0, 1}, DUID: DUIDFromMAC(net.HardwareAddr{0x02, 0, 0, 0, 0, 1}), Hostname: "web"}
+	for _, typ := range []dhcpv6.MessageType{dhcpv6.MessageTypeSolicit, dhcpv6.MessageTypeRequest, dhcpv6.MessageTypeRenew, dhcpv6.MessageTypeRebind, dhcpv6.MessageTypeRelease} {
+		m, err := build(typ, dhcpv6.TransactionID{1, 2, 3}, r, netip.Addr{}, nil, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := dhcpv6.MessageFromBytes(m.ToBytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt := parsed.GetOneOption(dhcpv6.OptionFQDN)
+		if typ == dhcpv6.MessageTypeRelease {
+			if opt != nil {
+				t.Errorf("%s carries option 39", typ)
+			}
+			continue
+		}
+		if opt == nil {
+			t.Fatalf("%s carries no option 39", typ)
+		}
+		if got, want := opt.ToBytes(), []byte{0x01, 3, 'w', 'e', 'b'}; !bytes.Equal(got, want) {
+			t.Errorf("%s option 39 = %x, want %x", typ, got, want)
+		}
+	}
+	r.Hostname = ""
+	m, _ := build(dhcpv6.MessageTypeSolicit, dhcpv6.TransactionID{1, 2, 3}, r, netip.Addr{}, nil, 0, false)
+	if m.GetOneOption(dhcpv6.OptionFQDN) != nil {
+		t.Error("option 39 sent without a host name")
+	}
+}

@@ -51,13 +51,13 @@ func newCreation(d *Driver, req *network.CreateNetworkRequest) (*creation, error
 	if err != nil {
 		return nil, err
 	}
-	if want.Config.DHCP.FromIPAM, err = d.fromDHCPPool(want, req); err != nil {
+	if want.Config.DHCP.FromIPAM, want.Config.DHCP.FromIPAM6, err = d.fromDHCPPools(want, req); err != nil {
 		return nil, err
 	}
 	if want.Config.DHCP.Leases() && !d.leases.V4.HasClient() {
 		return nil, fmt.Errorf("network %s has dhcp=true, but this daemon was started without a DHCP client", dockerid.Short(want.ID))
 	}
-	if want.Config.IPv6Mode == config.IPv6DHCPv6 && !d.leases.V6.HasClient() {
+	if config.Leases6(want.Config) && !d.leases.V6.HasClient() {
 		return nil, fmt.Errorf("network %s has ipv6_mode=dhcpv6, but this daemon was started without a DHCPv6 client", dockerid.Short(want.ID))
 	}
 	return &creation{d: d, want: want, refs: config.IPAMRefs(req), asked: plan.RequestedParent(want)}, nil

@@ -34,9 +34,6 @@ func (d *Driver) RunLeases(ctx context.Context) error {
 // DHCP server (driver/internal/leases), answered as the endpoint's IPv4
 // address.
 func (d *Driver) dhcpAddr(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grant, error) {
-	if n.Config.DHCP.FromIPAM {
-		return d.adoptLease(ctx, n, ep, existing)
-	}
 	if !n.Config.DHCP.On {
 		return grant{}, nil
 	}

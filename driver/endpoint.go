@@ -83,7 +83,7 @@ func (d *Driver) newEndpoint(ctx context.Context, n record.Network, req *network
 	if ep.IPv6, err = config.EndpointAddr(iface.AddressIPv6, true); err != nil {
 		return ep, "", false, err
 	}
-	if n.Config.DHCP.FromIPAM {
+	if n.Config.DHCP.FromIPAM || n.Config.DHCP.FromIPAM6 {
 		mac, err := d.leaseMAC(n, ep, ep.MAC)
 		if err != nil {
 			return ep, "", false, err
@@ -102,7 +102,7 @@ func (d *Driver) newEndpoint(ctx context.Context, n record.Network, req *network
 // earlier ones gave is given back.
 func (d *Driver) addresses(ctx context.Context, n record.Network, ep *record.Endpoint, existing *record.Endpoint) (grants, error) {
 	var gs grants
-	for _, source := range []addrSource{d.staticAddrs, d.dhcpAddr, d.lanIPv6} {
+	for _, source := range []addrSource{d.staticAddrs, d.ipamLeases, d.dhcpAddr, d.lanIPv6} {
 		g, err := source(ctx, n, ep, existing)
 		gs = append(gs, g)
 		if err != nil {

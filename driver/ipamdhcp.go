@@ -15,49 +15,63 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// Networks on a DHCP pool of underlay's IPAM (--ipam-opt dhcp=true,
-// record.DHCPConfig.FromIPAM; the IPAM's side is ipam/dhcp.go): the IPAM
-// leased each endpoint's address with the MAC of its name before
-// CreateEndpoint. The endpoint gets that MAC (one given is refused unless
-// it is that one), takes the lease over into its record (the lifecycle
-// of driver/internal/leases renews it and releases it at DeleteEndpoint),
-// and the IPAM's record of the lease says so.
+// Networks on DHCP pools of underlay's IPAM (--ipam-opt dhcp=true for
+// IPv4, dhcpv6=true for IPv6; record.DHCPConfig.FromIPAM and FromIPAM6;
+// the IPAM's side is ipam/dhcp.go): the IPAM leased each endpoint's
+// address with the MAC of its name before CreateEndpoint. The endpoint
+// gets that MAC (one given is refused unless it is that one), takes the
+// leases over into its record (the lifecycle of driver/internal/leases
+// renews them and releases them at DeleteEndpoint), and the IPAM's
+// records of the leases say so.
 
-// fromDHCPPool says whether the network's IPv4 pool is one of the IPAM's
-// DHCP pools (its address space and prefix), refusing what such a network
-// cannot be.
-func (d *Driver) fromDHCPPool(want record.Network, req *network.CreateNetworkRequest) (bool, error) {
-	if len(req.IPv4Data) == 0 || req.IPv4Data[0] == nil {
-		return false, nil
+// fromDHCPPools says whether the network's IPv4 and IPv6 pools are DHCP
+// pools of the IPAM (by address space and prefix), refusing what such a
+// network cannot be.
+func (d *Driver) fromDHCPPools(want record.Network, req *network.CreateNetworkRequest) (v4, v6 bool, err error) {
+	first := func(data []*network.IPAMData) (bool, error) {
+		if len(data) == 0 || data[0] == nil {
+			return false, nil
+		}
+		pools, err := d.dhcpPools(data[0].AddressSpace, data[0].Pool)
+		return len(pools) > 0, err
 	}
-	pools, err := d.dhcpPools(req.IPv4Data[0].AddressSpace, req.IPv4Data[0].Pool)
-	if err != nil || len(pools) == 0 {
-		return false, err
+	if v4, err = first(req.IPv4Data); err != nil {
+		return false, false, err
 	}
-	if want.Type == kernel.KindIpvlan {
-		return false, config.Invalidf("network %s: --ipam-opt dhcp=true gives each container the MAC of its name, and ipvlan endpoints share the MAC of their parent: use -o type=macvlan, or ipvlan with -o dhcp=true and --ipam-driver null", dockerid.Short(want.ID))
+	if v6, err = first(req.IPv6Data); err != nil {
+		return false, false, err
 	}
-	return true, nil
+	if (v4 || v6) && want.Type == kernel.KindIpvlan {
+		return false, false, config.Invalidf("network %s: --ipam-opt dhcp=true (dhcpv6=true) gives each container the MAC of its name, and ipvlan endpoints share the MAC of their parent: use -o type=macvlan, or ipvlan with -o dhcp=true (-o ipv6_mode=dhcpv6) and --ipam-driver null", dockerid.Short(want.ID))
+	}
+	return v4, v6, nil
 }
 
 // dhcpPoolOnParent refuses a network on a DHCP pool of another parent
 // than the network's (resolved) one: the leases would be of another LAN.
 func (d *Driver) dhcpPoolOnParent(want record.Network) error {
-	if !want.Config.DHCP.FromIPAM || len(want.IPv4) == 0 {
-		return nil
-	}
-	pools, err := d.dhcpPools("", want.IPv4[0].Subnet)
-	if err != nil {
-		return err
-	}
-	var others []string
-	for _, p := range pools {
-		if p.Parent == want.Parent {
-			return nil
+	for _, fam := range []struct {
+		on    bool
+		pools []record.Pool
+	}{{want.Config.DHCP.FromIPAM, want.IPv4}, {want.Config.DHCP.FromIPAM6, want.IPv6}} {
+		if !fam.on || len(fam.pools) == 0 {
+			continue
 		}
-		others = append(others, p.Parent)
+		pools, err := d.dhcpPools("", fam.pools[0].Subnet)
+		if err != nil {
+			return err
+		}
+		var others []string
+		for _, p := range pools {
+			if p.Parent != want.Parent {
+				others = append(others, p.Parent)
+			}
+		}
+		if len(others) == len(pools) {
+			return config.Invalidf("network %s: its DHCP pool %s leases on --ipam-opt parent=%s, and the network's parent is %s: give -o parent and --ipam-opt parent the same interface", dockerid.Short(want.ID), fam.pools[0].Subnet, strings.Join(others, ","), want.Parent)
+		}
 	}
-	return config.Invalidf("network %s: its DHCP pool %s leases on --ipam-opt parent=%s, and the network's parent is %s: give -o parent and --ipam-opt parent the same interface", dockerid.Short(want.ID), want.IPv4[0].Subnet, strings.Join(others, ","), want.Parent)
+	return nil
 }
 
 // dhcpPools are the IPAM's DHCP pools of prefix (in space; any when "").
@@ -79,17 +93,17 @@ func (d *Driver) dhcpPools(space, prefix string) ([]store.IPAMPool, error) {
 	return out, err
 }
 
-// ipamLease is the IPAM's lease of an endpoint's IPv4 address on n, with
-// the ID of its pool.
+// ipamLease is the IPAM's lease of an endpoint's address (either family)
+// on n, with the ID of its pool.
 func (d *Driver) ipamLease(n record.Network, addr string) (string, store.IPAMLease, error) {
-	a, err := netip.ParsePrefix(addr)
-	missing := fmt.Errorf("%w: network %s takes its addresses from underlay's IPAM over DHCP, and the IPAM holds no lease of address %q on %s: create the container again (its address must come from the IPAM)", pluginapi.ErrNotFound, dockerid.Short(n.ID), addr, n.Parent)
-	if err != nil || len(n.IPv4) == 0 {
-		return "", store.IPAMLease{}, missing
-	}
+	a, perr := netip.ParsePrefix(addr)
 	var id string
 	var l store.IPAMLease
-	err = d.store.View(func(tx *store.Tx) error {
+	var found bool
+	err := d.store.View(func(tx *store.Tx) error {
+		if perr != nil {
+			return nil
+		}
 		pools, err := tx.IPAMPools()
 		for _, p := range pools {
 			if !p.DHCP || p.Parent != n.Parent {
@@ -103,68 +117,123 @@ func (d *Driver) ipamLease(n record.Network, addr string) (string, store.IPAMLea
 				return lerr
 			}
 			if ok {
-				id, l = p.ID, got
+				id, l, found = p.ID, got, true
 				return nil
 			}
 		}
-		if err == nil {
-			err = missing
-		}
 		return err
 	})
+	if err == nil && !found {
+		err = fmt.Errorf("%w: network %s takes its addresses from underlay's IPAM over DHCP, and the IPAM holds no lease of address %q on %s: create the container again (its address must come from the IPAM)", pluginapi.ErrNotFound, dockerid.Short(n.ID), addr, n.Parent)
+	}
 	return id, l, err
 }
 
-// leaseMAC is the MAC of an endpoint on a DHCP pool: its lease's. A MAC
-// Docker gives (--mac-address) must be that one.
-func (d *Driver) leaseMAC(n record.Network, ep record.Endpoint, given string) (string, error) {
-	if ep.IPv4 == "" {
-		return "", nil
+// ipamAddrs are the endpoint's addresses the IPAM leased: the IPv4 one
+// on a DHCP pool, the IPv6 one on a DHCPv6 pool.
+func ipamAddrs(n record.Network, ep record.Endpoint) []string {
+	var out []string
+	if n.Config.DHCP.FromIPAM && ep.IPv4 != "" {
+		out = append(out, ep.IPv4)
 	}
-	_, l, err := d.ipamLease(n, ep.IPv4)
-	if err != nil {
-		return "", err
+	if n.Config.DHCP.FromIPAM6 && ep.IPv6 != "" {
+		out = append(out, ep.IPv6)
 	}
-	if given != "" && !strings.EqualFold(given, l.MAC) {
-		who := "this container's name"
-		if l.Name != "" {
-			who = fmt.Sprintf("name %q", l.Name)
-		}
-		return "", config.Invalidf("endpoint %s asks for MAC %s, but network %s leases each address from the LAN's DHCP server with the MAC of the container's name: %s has %s (underlay mac --parent %s %s prints it): drop --mac-address (mac_address), or reserve the address for %s on the DHCP server",
-			dockerid.Short(ep.ID), given, dockerid.Short(n.ID), who, l.MAC, n.Parent, l.Name, l.MAC)
-	}
-	return l.MAC, nil
+	return out
 }
 
-// adoptLease is the address source of networks on a DHCP pool: the
-// endpoint takes the IPAM's lease of its address over (renewed from now
-// on by the driver), and the IPAM's record says so in the endpoint's
-// commit. When Docker asks again for an endpoint that holds it, the
-// endpoint keeps its lease as renewed since.
-func (d *Driver) adoptLease(_ context.Context, n record.Network, ep, existing *record.Endpoint) (grant, error) {
-	if ep.IPv4 == "" {
+// leaseMAC is the MAC of an endpoint on DHCP pools: its leases' (one
+// MAC: both families' leases are of the name's). A MAC Docker gives
+// (--mac-address) must be that one.
+func (d *Driver) leaseMAC(n record.Network, ep record.Endpoint, given string) (string, error) {
+	var mac, name, first string
+	for _, addr := range ipamAddrs(n, ep) {
+		_, l, err := d.ipamLease(n, addr)
+		if err != nil {
+			return "", err
+		}
+		if mac != "" && !strings.EqualFold(mac, l.MAC) {
+			return "", config.Invalidf("endpoint %s: the IPAM leased %s with MAC %s and %s with MAC %s, and an endpoint has one MAC: the engine sent no container name (each lease then has a random MAC): use an engine that sends it (moby v2), or take one family from DHCP", dockerid.Short(ep.ID), first, mac, addr, l.MAC)
+		}
+		mac, name, first = l.MAC, l.Name, addr
+	}
+	if given != "" && mac != "" && !strings.EqualFold(given, mac) {
+		if name == "" {
+			return "", config.Invalidf("endpoint %s asks for MAC %s, but network %s leases each address from the LAN's DHCP server, and its lease has MAC %s (random: the engine sent no container name): drop --mac-address (mac_address)",
+				dockerid.Short(ep.ID), given, dockerid.Short(n.ID), mac)
+		}
+		return "", config.Invalidf("endpoint %s asks for MAC %s, but network %s leases each address from the LAN's DHCP server with the MAC of the container's name: name %q has %s (underlay mac --parent %s %s prints it): drop --mac-address (mac_address), or reserve the address for %s on the DHCP server",
+			dockerid.Short(ep.ID), given, dockerid.Short(n.ID), name, mac, n.Parent, name, mac)
+	}
+	return mac, nil
+}
+
+// ipamLeases is the address source of networks on DHCP pools: the
+// endpoint takes the IPAM's leases of its addresses over (renewed from
+// now on by the driver), and the IPAM's records say so in the endpoint's
+// commit. When Docker asks again for an endpoint that holds them, the
+// endpoint keeps its leases as renewed since.
+func (d *Driver) ipamLeases(_ context.Context, n record.Network, ep, existing *record.Endpoint) (grant, error) {
+	type taken struct {
+		pool, addr string
+		l          store.IPAMLease
+	}
+	var ts []taken
+	for _, addr := range ipamAddrs(n, *ep) {
+		pool, l, err := d.ipamLease(n, addr)
+		if err != nil {
+			return grant{}, err
+		}
+		if err := d.leaseFree(l, ep.ID, addr); err != nil {
+			return grant{}, err
+		}
+		again := existing != nil && existing.MAC == ep.MAC
+		switch {
+		case l.Lease != nil && again && existing.Lease != nil && existing.IPv4 == addr:
+			ep.Lease = existing.Lease
+		case l.Lease != nil:
+			lease := *l.Lease
+			ep.Lease = &lease
+		case l.Lease6 != nil && again && existing.Lease6 != nil && existing.IPv6 == addr:
+			ep.Lease6 = existing.Lease6
+		case l.Lease6 != nil:
+			lease := *l.Lease6
+			ep.Lease6 = &lease
+		}
+		ts = append(ts, taken{pool, netip.MustParsePrefix(addr).Addr().String(), l})
+	}
+	if len(ts) == 0 {
 		return grant{}, nil
 	}
-	poolID, l, err := d.ipamLease(n, ep.IPv4)
-	if err != nil {
-		return grant{}, err
-	}
-	lease := l.Lease
-	lease.Hostname = l.Hostname
-	if existing != nil && existing.Lease != nil && existing.IPv4 == ep.IPv4 && existing.MAC == ep.MAC {
-		lease = *existing.Lease
-	}
-	ep.Lease = &lease
-	p, err := netip.ParsePrefix(ep.IPv4)
-	if err != nil {
-		return grant{}, err // ipamLease parsed it
-	}
-	addr := p.Addr().String()
 	return grant{
 		commit: func(tx *store.Tx) error {
-			l.NetworkID, l.EndpointID = n.ID, ep.ID
-			return tx.PutIPAMLease(poolID, addr, l)
+			for _, t := range ts {
+				t.l.NetworkID, t.l.EndpointID = n.ID, ep.ID
+				if err := tx.PutIPAMLease(t.pool, t.addr, t.l); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
-		start: func() { d.leases.V4.Schedule(n, *ep) },
+		start: func() {
+			d.leases.V4.Schedule(n, *ep)
+			d.leases.V6.Schedule(n, *ep)
+		},
 	}, nil
+}
+
+// leaseFree refuses a lease another live endpoint took over (Docker gave
+// its address to a second endpoint).
+func (d *Driver) leaseFree(l store.IPAMLease, epID, addr string) error {
+	if l.EndpointID == "" || l.EndpointID == epID {
+		return nil
+	}
+	var live bool
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		_, live, err = tx.Endpoint(l.NetworkID, l.EndpointID)
+		return err
+	}); err != nil || !live {
+		return err
+	}
+	return fmt.Errorf("%w: the IPAM's lease of %s is held by endpoint %s of network %s: remove that container first", pluginapi.ErrConflict, addr, dockerid.Short(l.EndpointID), dockerid.Short(l.NetworkID))
 }

@@ -2,11 +2,13 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
@@ -26,7 +28,7 @@ func TestNetworkOnTheIPAMsDHCPPool(t *testing.T) {
 	const space, subnet, web = "underlay-local", "198.18.1.0/24", "198.18.1.120"
 	far := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) // no renewal during the test
 	lease := store.IPAMLease{Name: "web", MAC: "52:31:86:b0:b1:32", Hostname: "web",
-		Lease: record.Lease{Addr: web + "/24", ServerID: "198.18.1.1", ClientID: "01523186b0b132", Acquired: far, T1: far, T2: far, Expiry: far}}
+		Lease: &record.Lease{Addr: web + "/24", ServerID: "198.18.1.1", ClientID: "01523186b0b132", Hostname: "web", Acquired: far, T1: far, T2: far, Expiry: far}}
 	if err := f.db.Batch(func(tx *store.Tx) error {
 		if err := tx.PutIPAMPool(store.IPAMPool{ID: "p1", Space: space, Prefix: subnet, Parent: "eth0", DHCP: true}); err != nil {
 			return err
@@ -84,3 +86,90 @@ func TestNetworkOnTheIPAMsDHCPPool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Docker asking again for an endpoint keeps its lease as renewed since;
+// a DHCPv6 pool's lease is taken over as the DHCP one, with its MAC; two
+// leases of one endpoint with two MACs (no name: random ones) are
+// refused.
+func TestIPAMLeasesAgainAndIPv6(t *testing.T) {
+	f := newFixture(t)
+	f.close()
+	f.dhcp4 = dhcp.New()
+	f.dhcp6 = fake6{}
+	f.open()
+	far := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	const mac = "52:31:86:b0:b1:32"
+	l4 := store.IPAMLease{Name: "web", MAC: mac, Lease: &record.Lease{Addr: "198.18.1.120/24", ClientID: "01523186b0b132", Acquired: far, T1: far, T2: far, Expiry: far}}
+	l6 := store.IPAMLease{Name: "web", MAC: mac, Lease6: &record.Lease6{Addr: "2001:db8:1::120", DUID: "00030001523186b0b132", IAID: "86b0b132", Hostname: "web", Acquired: far, T1: time.Hour, T2: time.Hour, Preferred: time.Hour, Valid: time.Hour}}
+	other6 := store.IPAMLease{MAC: "02:00:00:00:00:09", Lease6: &record.Lease6{Addr: "2001:db8:1::121", DUID: "0003000102000000000009", IAID: "00000009", Acquired: far, T1: time.Hour, T2: time.Hour, Preferred: time.Hour, Valid: time.Hour}}
+	other4 := store.IPAMLease{MAC: "02:00:00:00:00:08", Lease: &record.Lease{Addr: "198.18.1.121/24", Acquired: far, T1: far, T2: far, Expiry: far}}
+	if err := f.db.Batch(func(tx *store.Tx) error {
+		for _, p := range []store.IPAMPool{{ID: "p4", Space: "underlay-local", Prefix: "198.18.1.0/24", Parent: "eth0", DHCP: true}, {ID: "p6", Space: "underlay-local", Prefix: "2001:db8:1::/64", Parent: "eth0", DHCP: true}} {
+			if err := tx.PutIPAMPool(p); err != nil {
+				return err
+			}
+		}
+		for _, x := range []struct {
+			pool, addr string
+			l          store.IPAMLease
+		}{{"p4", "198.18.1.120", l4}, {"p6", "2001:db8:1::120", l6}, {"p6", "2001:db8:1::121", other6}, {"p4", "198.18.1.121", other4}} {
+			if err := tx.PutIPAMLease(x.pool, x.addr, x.l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.mustCreate(netReq{ID: "n1", Opts: map[string]string{"parent": "eth0"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}, V6: []string{"2001:db8:1::/64,2001:db8:1::1/64"}, Space: "underlay-local"})
+	if n, _ := f.record("n1"); !n.Config.DHCP.FromIPAM || !n.Config.DHCP.FromIPAM6 {
+		t.Fatalf("network config %+v: want both families from the IPAM's DHCP pools", n.Config.DHCP)
+	}
+	create := func(epID, a4, a6 string) (*network.CreateEndpointResponse, error) {
+		return f.d.CreateEndpoint(context.Background(), &network.CreateEndpointRequest{NetworkID: "n1", EndpointID: epID,
+			Interface: &network.EndpointInterface{Address: a4, AddressIPv6: a6}})
+	}
+	resp, err := create("e1", "198.18.1.120/24", "2001:db8:1::120/64")
+	if err != nil || resp.Interface == nil || resp.Interface.MacAddress != mac {
+		t.Fatalf("CreateEndpoint: %+v %v; want MAC %s", resp, err, mac)
+	}
+	ep, _, _ := f.endpointRecord("n1", "e1")
+	if ep.Lease == nil || ep.Lease6 == nil || ep.Lease6.Addr != "2001:db8:1::120" || ep.Lease6.Hostname != "web" {
+		t.Fatalf("endpoint %+v: want both leases", ep)
+	}
+	// The lease renewed meanwhile; Docker asks again: it stays.
+	renewed := *ep.Lease
+	renewed.T1 = far.Add(time.Hour)
+	ep.Lease = &renewed
+	if err := f.db.Batch(func(tx *store.Tx) error { return tx.PutEndpoint(ep) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create("e1", "198.18.1.120/24", "2001:db8:1::120/64"); err != nil {
+		t.Fatal(err)
+	}
+	if again, _, _ := f.endpointRecord("n1", "e1"); again.Lease == nil || !again.Lease.T1.Equal(renewed.T1) {
+		t.Fatalf("asked again: lease %+v, want the renewed one (T1 %s)", again.Lease, renewed.T1)
+	}
+	// Another endpoint given e1's address: refused.
+	_, err = create("e2", "198.18.1.120/24", "")
+	wantErr(t, err, pluginapi.ErrConflict, "198.18.1.120", "e1")
+	// No name: two random MACs.
+	_, err = create("e3", "198.18.1.121/24", "2001:db8:1::121/64")
+	wantErr(t, err, pluginapi.ErrInvalid, "02:00:00:00:00:08", "02:00:00:00:00:09", "no container name")
+}
+
+// fake6 is a DHCPv6 client that is never asked (the leases are far from
+// due).
+type fake6 struct{}
+
+func (fake6) Acquire(context.Context, dhcp6.Request) (dhcp6.Lease, error) {
+	return dhcp6.Lease{}, errors.New("not here")
+}
+func (fake6) Renew(context.Context, dhcp6.Lease, dhcp6.Request) (dhcp6.Lease, error) {
+	return dhcp6.Lease{}, errors.New("not here")
+}
+func (fake6) Rebind(context.Context, dhcp6.Lease, dhcp6.Request) (dhcp6.Lease, error) {
+	return dhcp6.Lease{}, errors.New("not here")
+}
+func (fake6) Release(context.Context, dhcp6.Lease, dhcp6.Request) error { return nil }
+func (fake6) Decline(context.Context, dhcp6.Lease, dhcp6.Request) error { return nil }

@@ -41,7 +41,18 @@ func (m *IPAM) RequestAddress(ctx context.Context, poolID, address string, opts 
 		return netip.Prefix{}, err
 	}
 	if ok && rec.DHCP && !r.gateway {
-		return m.leaseAddress(ctx, rec, r)
+		used, err := m.dhcpPoolUsed(rec)
+		switch {
+		case err != nil:
+			return netip.Prefix{}, err
+		case used:
+			return m.leaseAddress(ctx, rec, r)
+		case r.name == "" && r.want.IsValid():
+			// An --aux-address, asked for while the network is created
+			// (before the driver's CreateNetwork): kept from the leases.
+		default:
+			return netip.Prefix{}, invalidf("pool %s leases its addresses from DHCP for underlay's network driver, and no underlay network uses it: create the network with -d underlay (the driver gives each container the MAC of its lease and renews it), or drop --ipam-opt dhcp=true (dhcpv6=true)", rec.ID)
+		}
 	}
 	addrs, err := m.addrsNearPool(ctx, rec, ok)
 	if err != nil {

@@ -100,6 +100,8 @@ type PoolOption struct {
 type poolParsing struct {
 	r     *poolRequest
 	bases []Base
+	// dhcpAsked: dhcp=true or dhcpv6=true, of either family.
+	dhcpAsked bool
 }
 
 // PoolOptions is the IPAM option table, in the README's order.

@@ -12,26 +12,32 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp"
-	"github.com/underlay-net/underlay/internal/dhcprecord"
+	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/internal/dockerid"
 	"github.com/underlay-net/underlay/internal/lanmac"
+	"github.com/underlay-net/underlay/internal/netaddr"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
+	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store"
 )
 
-// DHCP pools (--ipam-opt dhcp=true, issue 36): a LAN pool whose addresses
-// the LAN's DHCP server gives. RequestAddress leases one for the endpoint
-// with the MAC of its name (lanmac.NameMAC over the parent's base address
-// and VLAN: the same name gets the same MAC, so the same lease, after any
-// re-creation), a client ID of that MAC and the name as its host name, and
-// records the lease as the address's value. The driver's CreateEndpoint
-// gives the endpoint that MAC and takes the lease over (renewals, release
-// at DeleteEndpoint); ReleaseAddress gives back a lease no endpoint took.
+// DHCP pools (--ipam-opt dhcp=true for IPv4, dhcpv6=true for IPv6; issue
+// 36): a LAN pool whose addresses the LAN's DHCP (DHCPv6) server gives.
+// RequestAddress leases one for the endpoint with the MAC of its name
+// (lanmac.NameMAC over the parent's base address and VLAN: the same name
+// gets the same MAC, so the same lease, after any re-creation), a client
+// identity of that MAC (DHCP's client ID, DHCPv6's DUID-LL) and the name
+// as its host name, and records the lease as the address's value. The
+// driver's CreateEndpoint gives the endpoint that MAC and takes the lease
+// over (renewals, release at DeleteEndpoint); ReleaseAddress gives back a
+// lease no endpoint took. The two families differ only in their client
+// (leaseFamily: dhcpFamily, dhcp6Family); the lifecycle is one.
 
 // Option keys of DHCP pools.
 const (
 	OptDHCP         = "dhcp"
+	OptDHCPv6       = "dhcpv6"
 	OptDHCPHostname = "dhcp_hostname"
 )
 
@@ -52,30 +58,30 @@ type DHCPClient interface {
 	Decline(ctx context.Context, l dhcp.Lease, r dhcp.Request) error
 }
 
+// DHCP6Client is the DHCPv6 client of DHCPv6 pools; *dhcp6.Client
+// implements it.
+type DHCP6Client interface {
+	Acquire(ctx context.Context, r dhcp6.Request) (dhcp6.Lease, error)
+	Release(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) error
+	Decline(ctx context.Context, l dhcp6.Lease, r dhcp6.Request) error
+}
+
 // dhcpOptions are the option table's rows of DHCP pools.
 func dhcpOptions() []PoolOption {
 	return []PoolOption{
 		{
 			Name: OptDHCP, Values: "`true` or `false`", Default: "`false`",
-			Doc: "The pool's IPv4 addresses come from the LAN's DHCP server on `parent`, each leased with the MAC of the container's name: see [Identity by name](#identity-by-name).",
-			parse: func(p *poolParsing, v string, given bool) error {
-				if !given || p.r.V6 {
-					return nil
-				}
-				on, err := strconv.ParseBool(v)
-				if err != nil {
-					return invalidf("--ipam-opt dhcp=%s is not true or false", v)
-				}
-				if on && p.r.Parent == "" {
-					return invalidf("--ipam-opt dhcp=true needs --ipam-opt parent=IFACE: the interface on the LAN whose DHCP server gives the addresses (the network's -o parent)")
-				}
-				p.r.DHCP = on
-				return nil
-			},
+			Doc:   "The pool's IPv4 addresses come from the LAN's DHCP server on `parent`, each leased with the MAC of the container's name: see [Identity by name](#identity-by-name).",
+			parse: func(p *poolParsing, v string, given bool) error { return parseDHCPOption(p, OptDHCP, false, v, given) },
+		},
+		{
+			Name: OptDHCPv6, Values: "`true` or `false`", Default: "`false`",
+			Doc:   "The pool's IPv6 addresses come from the LAN's DHCPv6 server on `parent`, each leased with the MAC of the container's name: see [Identity by name](#identity-by-name).",
+			parse: func(p *poolParsing, v string, given bool) error { return parseDHCPOption(p, OptDHCPv6, true, v, given) },
 		},
 		{
 			Name: OptDHCPHostname, Values: "`true` or `false`", Default: "`true`",
-			Doc: "With `dhcp`: tell the LAN's DHCP server the container's name as its host name (option 12), so the LAN's DNS resolves it.",
+			Doc: "With `dhcp` or `dhcpv6`: tell the LAN's server the container's name as its host name (DHCP option 12, DHCPv6 option 39), so the LAN's DNS resolves it.",
 			parse: func(p *poolParsing, v string, given bool) error {
 				if !given {
 					return nil
@@ -84,8 +90,8 @@ func dhcpOptions() []PoolOption {
 				if err != nil {
 					return invalidf("--ipam-opt dhcp_hostname=%s is not true or false", v)
 				}
-				if !p.r.DHCP && !p.r.V6 {
-					return invalidf("--ipam-opt dhcp_hostname=%s applies to --ipam-opt dhcp=true pools: add dhcp=true, or drop it", v)
+				if !p.dhcpAsked {
+					return invalidf("--ipam-opt dhcp_hostname=%s applies to --ipam-opt dhcp=true and dhcpv6=true pools: add one, or drop it", v)
 				}
 				p.r.NoHostname = !on
 				return nil
@@ -94,44 +100,88 @@ func dhcpOptions() []PoolOption {
 	}
 }
 
+// parseDHCPOption takes dhcp (v6 false) or dhcpv6: the pool of its family
+// is a DHCP pool; both need the parent.
+func parseDHCPOption(p *poolParsing, key string, v6 bool, v string, given bool) error {
+	if !given {
+		return nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return invalidf("--ipam-opt %s=%s is not true or false", key, v)
+	}
+	if on && p.r.Parent == "" {
+		return invalidf("--ipam-opt %s=true needs --ipam-opt parent=IFACE: the interface on the LAN whose server gives the addresses (the network's -o parent)", key)
+	}
+	p.dhcpAsked = p.dhcpAsked || on
+	if p.r.V6 == v6 {
+		p.r.DHCP = on
+	}
+	return nil
+}
+
 // checkDHCPPool refuses a DHCP pool this daemon cannot lease for.
 func (m *IPAM) checkDHCPPool(req poolRequest, parent parentRef) error {
 	switch {
 	case !req.DHCP:
 		return nil
-	case m.dhcp == nil:
-		return invalidf("--ipam-opt dhcp=true: this underlay runs without a DHCP client: drop dhcp=true")
+	case m.family(req.V6).missing():
+		key := map[bool]string{false: OptDHCP, true: OptDHCPv6}[req.V6]
+		return invalidf("--ipam-opt %s=true: this underlay runs without a %s client: drop %s=true", key, m.family(req.V6).name(), key)
 	case !parent.Found:
 		return invalidf("--ipam-opt dhcp=true: parent %s is not an interface of this host: the IPAM leases from the host's own link, name one that exists here", req.Parent)
 	}
 	return nil
 }
 
+// dhcpPoolUsed says whether an underlay network uses the DHCP pool rec
+// (its parent and prefix; the driver records it with CreateNetwork, after
+// the pool's gateway and aux addresses were asked for).
+func (m *IPAM) dhcpPoolUsed(rec store.IPAMPool) (bool, error) {
+	var used bool
+	err := m.store.View(func(tx *store.Tx) error {
+		nets, err := tx.NetworksOn(rec.Parent)
+		for _, n := range nets {
+			pools, from := n.IPv4, n.Config.DHCP.FromIPAM
+			if v6(rec) {
+				pools, from = n.IPv6, n.Config.DHCP.FromIPAM6
+			}
+			for _, p := range pools {
+				if pfx, perr := netip.ParsePrefix(p.Subnet); from && perr == nil && pfx.Masked().String() == rec.Prefix {
+					used = true
+				}
+			}
+		}
+		return err
+	})
+	return used, err
+}
+
 // leaseAddress is RequestAddress on a DHCP pool: the lease of the name's
 // MAC (a random one without a name), checked free and recorded with the
 // address, declining offers the host or another endpoint holds.
 func (m *IPAM) leaseAddress(ctx context.Context, rec store.IPAMPool, r addrRequest) (netip.Prefix, error) {
-	if m.dhcp == nil {
-		return netip.Prefix{}, invalidf("pool %s takes its addresses from DHCP, and this underlay runs without a DHCP client: create the network without --ipam-opt dhcp=true", rec.ID)
-	}
 	pool, err := netip.ParsePrefix(rec.Prefix)
 	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("%w: pool %s has prefix %q", store.ErrCorrupt, rec.ID, rec.Prefix)
+	}
+	fam := m.family(pool.Addr().Is6())
+	if fam.missing() {
+		return netip.Prefix{}, invalidf("pool %s takes its addresses from %s, and this underlay runs without a %s client: create the network without --ipam-opt dhcp=true (dhcpv6=true)", rec.ID, fam.name(), fam.name())
 	}
 	name := strings.TrimPrefix(r.name, "/")
 	if err := m.nameFree(rec, name); err != nil {
 		return netip.Prefix{}, err
 	}
-	req, err := m.dhcpRequest(ctx, rec, name)
+	ask, err := m.leaseAsk(ctx, rec, name)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	if r.want.IsValid() {
-		req.Only = r.want
-	} else if sticky, err := m.stickyAddr(rec, name); err != nil {
-		return netip.Prefix{}, err
-	} else {
-		req.Address = sticky
+	ask.want = r.want
+	if !r.want.IsValid() {
+		if ask.sticky, err = m.stickyAddr(rec, name); err != nil {
+			return netip.Prefix{}, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, dhcpTimeout)
 	defer cancel()
@@ -144,30 +194,75 @@ func (m *IPAM) leaseAddress(ctx context.Context, rec store.IPAMPool, r addrReque
 		r.own[a.Prefix.Addr()] = true
 	}
 	for declined := 0; ; declined++ {
-		l, err := m.dhcp.Acquire(ctx, req)
-		switch {
-		case errors.Is(err, dhcp.ErrNotOffered):
-			return netip.Prefix{}, fmt.Errorf("%w: the address %s asked for (--ip) was not given by the LAN's DHCP server on %s: %w. Drop --ip to take the server's address, or reserve %s for MAC %s on the server", pluginapi.ErrConflict, r.want, rec.Parent, err, r.want, req.MAC)
-		case err != nil:
-			return netip.Prefix{}, fmt.Errorf("no DHCP lease for %s on %s within %s: %w: check that the LAN's DHCP server answers on %s", who(name), rec.Parent, dhcpTimeout, err, rec.Parent)
-		}
-		a := l.Addr.Addr()
-		if !pool.Contains(a) {
-			m.giveBack(ctx, l, req, "release")
-			return netip.Prefix{}, invalidf("the LAN's DHCP server on %s leased %s, outside the pool %s: give the network the LAN's subnet (--subnet %s)", rec.Parent, l.Addr, pool, l.Addr.Masked())
-		}
-		got, err := m.commitLease(rec, r, name, req, l)
-		if err == nil {
-			m.log.Info("address leased from the LAN's DHCP server", "pool", rec.ID, "name", name, "address", l.Addr, "mac", req.MAC.String(), "server", l.ServerID, "hostname", req.Hostname)
-			return got, nil
-		}
-		if !errors.Is(err, pluginapi.ErrConflict) || declined+1 >= maxDHCPDeclines || r.want.IsValid() {
-			m.giveBack(ctx, l, req, "decline")
+		l, err := fam.acquire(ctx, ask)
+		if err != nil {
 			return netip.Prefix{}, err
 		}
-		m.log.Warn("DHCP offer declined: the address is held", "pool", rec.ID, "name", name, "address", a, "error", err)
-		m.giveBack(ctx, l, req, "decline")
+		if !pool.Contains(l.addr) {
+			l.giveBack(ctx, m.log, "release")
+			return netip.Prefix{}, invalidf("the LAN's %s server on %s leased %s, outside the pool %s: give the network the LAN's subnet (--subnet)", fam.name(), rec.Parent, l.addr, pool)
+		}
+		if r.want.IsValid() && l.addr != r.want {
+			l.giveBack(ctx, m.log, "release")
+			return netip.Prefix{}, fmt.Errorf("%w: the address %s asked for (--ip) was not given by the LAN's %s server on %s, which gave %s: drop --ip to take the server's address, or reserve %s for MAC %s on the server", pluginapi.ErrConflict, r.want, fam.name(), rec.Parent, l.addr, r.want, ask.mac)
+		}
+		if held, err := m.probeLeased(ctx, rec, ask, l); err != nil || held != "" {
+			l.giveBack(ctx, m.log, "decline")
+			switch {
+			case err != nil:
+				return netip.Prefix{}, err
+			case r.want.IsValid() || declined+1 >= maxDHCPDeclines:
+				return netip.Prefix{}, fmt.Errorf("%w: the LAN's %s server on %s leased %s, which %s answers for on the LAN (declined): free it on the LAN, or check the server's range", pluginapi.ErrConflict, fam.name(), rec.Parent, l.addr, held)
+			}
+			continue
+		}
+		l.rec.Name, l.rec.MAC, l.rec.Hostname = name, ask.mac.String(), ask.hostname
+		got, err := m.commitLease(rec, r, name, l)
+		if err == nil {
+			m.log.Info("address leased from the LAN's "+fam.name()+" server", "pool", rec.ID, "name", name, "address", l.addr, "mac", ask.mac.String(), "hostname", ask.hostname)
+			return got, nil
+		}
+		if !errors.Is(err, pluginapi.ErrConflict) {
+			l.giveBack(ctx, m.log, "release")
+			return netip.Prefix{}, err
+		}
+		l.giveBack(ctx, m.log, "decline")
+		if r.want.IsValid() {
+			return netip.Prefix{}, err
+		}
+		if declined+1 >= maxDHCPDeclines {
+			return netip.Prefix{}, fmt.Errorf("the LAN's %s server on %s offered %d addresses that are held here (declined each): %w: check the server's range against the addresses of the host and of its containers", fam.name(), rec.Parent, maxDHCPDeclines, err)
+		}
+		m.log.Warn("offered address declined: it is held", "pool", rec.ID, "name", name, "address", l.addr, "error", err)
 	}
+}
+
+// probeLeased probes a leased address on the LAN with the pool's budget
+// (address_probe; the default when not given) from the name's MAC, as a
+// well-behaved DHCP client checks its lease (RFC 2131 section 2.2): held
+// names the MAC that answered ("" for none). A probe that could not run
+// keeps the lease, with a WARN; one probed clean is told to the probe memo,
+// so the driver's CreateEndpoint does not probe it again.
+func (m *IPAM) probeLeased(ctx context.Context, rec store.IPAMPool, ask leaseAsk, l leased) (held string, err error) {
+	budget := probeBudget(rec)
+	if m.prober == nil || budget <= 0 {
+		return "", nil
+	}
+	perr := m.probeOne(ctx, rec.Parent, ask.mac, l.addr, budget)
+	var ce *probe.ConflictError
+	switch {
+	case errors.As(perr, &ce):
+		m.probeEvents.AddressInUseOnLAN()
+		m.log.Warn("leased address is in use on the LAN: declined", "pool", rec.ID, "address", l.addr, "held_by", ce.MAC.String(), "name", ask.name)
+		return "MAC " + ce.MAC.String(), nil
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("probe leased address %s on %s: %w", l.addr, rec.Parent, ctx.Err())
+	case perr != nil:
+		m.log.Warn("could not probe a leased address on the LAN; keeping it unprobed", "pool", rec.ID, "address", l.addr, "error", perr)
+		return "", nil
+	}
+	m.memo.Probed(rec.Parent, l.addr, budget)
+	return "", nil
 }
 
 // who names the requester in errors.
@@ -178,46 +273,31 @@ func who(name string) string {
 	return fmt.Sprintf("container %q", name)
 }
 
-// giveBack releases or declines a lease not kept (logged on failure).
-func (m *IPAM) giveBack(ctx context.Context, l dhcp.Lease, req dhcp.Request, how string) {
-	ctx = context.WithoutCancel(ctx)
-	var err error
-	if how == "decline" {
-		err = m.dhcp.Decline(ctx, l, req)
-	} else {
-		err = m.dhcp.Release(ctx, l, req)
-	}
-	if err != nil {
-		m.log.Warn("could not give a DHCP lease back", "how", how, "address", l.Addr, "mac", req.MAC.String(), "error", err)
-	}
-}
-
-// dhcpRequest is the DHCP request of name on rec's parent: the name's MAC
-// (a random one without a name, said once per pool), a client ID of that
-// MAC (type 1), the name as host name unless the pool says not.
-func (m *IPAM) dhcpRequest(ctx context.Context, rec store.IPAMPool, name string) (dhcp.Request, error) {
-	req := dhcp.Request{Parent: rec.Parent}
+// leaseAsk is what name asks the LAN for on rec's parent: the name's MAC
+// (a random one without a name, said once per pool) and the name as its
+// host name unless the pool says not.
+func (m *IPAM) leaseAsk(ctx context.Context, rec store.IPAMPool, name string) (leaseAsk, error) {
+	ask := leaseAsk{parent: rec.Parent, name: name}
 	if name == "" {
-		req.MAC = lanmac.Random()
+		ask.mac = lanmac.Random()
 		m.noName.once(rec.ID, func() {
 			m.log.Info("the engine sent no endpoint name: DHCP leases of this pool use random MACs, and a re-created container gets a new lease (engine 28.5 and older send none)", "pool", rec.ID, "parent", rec.Parent)
 		})
-	} else {
-		mac, err := m.NameMAC(ctx, rec.Parent, 0, name)
-		if err != nil {
-			return req, err
-		}
-		req.MAC = mac
-		if !rec.NoHostname {
-			if h, ok := lanmac.HostLabel(name); ok {
-				req.Hostname = h
-			} else {
-				m.log.Warn("container name is no DNS label: not told to the LAN as a host name", "pool", rec.ID, "name", name)
-			}
+		return ask, nil
+	}
+	mac, err := m.NameMAC(ctx, rec.Parent, 0, name)
+	if err != nil {
+		return ask, err
+	}
+	ask.mac = mac
+	if !rec.NoHostname {
+		if h, ok := lanmac.HostLabel(name); ok {
+			ask.hostname = h
+		} else {
+			m.log.Warn("container name is no DNS label: not told to the LAN as a host name", "pool", rec.ID, "name", name)
 		}
 	}
-	req.ClientID = append([]byte{1}, req.MAC...)
-	return req, nil
+	return ask, nil
 }
 
 // NameMAC is the MAC of name on parent (a link of the host, by name or
@@ -260,39 +340,78 @@ func NameMAC(ctx context.Context, links LinkReader, parent string, vlan int, nam
 	return lanmac.NameMAC(base, vlan, name), nil
 }
 
-// nameFree refuses a name that holds a lease of another DHCP pool on the
-// same parent: its MAC would be there twice (one container on two DHCP
-// networks of one parent).
+// nameFree refuses a name whose MAC is in use on the parent: held by a
+// live endpoint (a running container that was renamed, and another now
+// has its old name), or leased on another DHCP pool of the same family
+// on the parent (one container on two DHCP networks of one parent). A
+// lease record whose endpoint is gone, or that no endpoint took within
+// staleLease, is stale and counts for nothing.
 func (m *IPAM) nameFree(rec store.IPAMPool, name string) error {
 	if name == "" {
 		return nil
 	}
+	now := m.now()
 	return m.store.View(func(tx *store.Tx) error {
 		pools, err := tx.IPAMPools()
 		if err != nil {
 			return err
 		}
 		for _, p := range pools {
-			if p.ID == rec.ID || !p.DHCP || p.Parent != rec.Parent {
+			if !p.DHCP || p.Parent != rec.Parent {
 				continue
 			}
 			for _, a := range tx.IPAMAddresses(p.ID) {
 				l, ok, err := tx.IPAMLease(p.ID, a)
 				if err != nil {
-					return err
+					m.log.Warn("unreadable IPAM lease record: it counts for nothing", "pool", p.ID, "address", a, "error", err)
+					continue
 				}
-				if ok && l.Name == name {
-					where := fmt.Sprintf("the DHCP pool %s (%s)", p.ID, p.Prefix)
-					if l.NetworkID != "" {
-						where = fmt.Sprintf("network %s (pool %s)", dockerid.Short(l.NetworkID), p.Prefix)
-					}
-					return fmt.Errorf("%w: container %q already has its name's MAC %s on parent %s, with address %s on %s: a name has one MAC per parent, so one container can be on one DHCP network of a parent: disconnect it from that network first, or use one network",
-						pluginapi.ErrConflict, name, l.MAC, rec.Parent, a, where)
+				if !ok || l.Name != name {
+					continue
+				}
+				live, err := leaseLive(tx, l, now)
+				if err != nil || !live {
+					continue
+				}
+				switch {
+				case l.EndpointID != "":
+					return fmt.Errorf("%w: container name %q has its name's MAC %s on parent %s, held by endpoint %s of network %s (address %s): a container renamed while it runs keeps it; stop that container, or give this one another name",
+						pluginapi.ErrConflict, name, l.MAC, rec.Parent, dockerid.Short(l.EndpointID), dockerid.Short(l.NetworkID), a)
+				case p.ID != rec.ID && v6(p) == v6(rec):
+					return fmt.Errorf("%w: container %q already has its name's MAC %s on parent %s, with address %s on the DHCP pool %s (%s): a name has one MAC per parent, so one container can be on one DHCP network of a parent: disconnect it from that network first, or use one network",
+						pluginapi.ErrConflict, name, l.MAC, rec.Parent, a, p.ID, p.Prefix)
 				}
 			}
 		}
 		return nil
 	})
+}
+
+// staleLease is how long a lease no endpoint took over counts as being on
+// its way to one (RequestAddress to CreateEndpoint takes milliseconds).
+const staleLease = time.Minute
+
+// leaseLive says whether a lease record is in use: its endpoint exists,
+// or, taken over by none, it was leased less than staleLease ago.
+func leaseLive(tx *store.Tx, l store.IPAMLease, now time.Time) (bool, error) {
+	if l.EndpointID != "" {
+		_, ok, err := tx.Endpoint(l.NetworkID, l.EndpointID)
+		return ok, err
+	}
+	var acquired time.Time
+	switch {
+	case l.Lease != nil:
+		acquired = l.Lease.Acquired
+	case l.Lease6 != nil:
+		acquired = l.Lease6.Acquired
+	}
+	return now.Sub(acquired) < staleLease, nil
+}
+
+// v6 says whether p is an IPv6 pool.
+func v6(p store.IPAMPool) bool {
+	pfx, err := netip.ParsePrefix(p.Prefix)
+	return err == nil && pfx.Addr().Is6()
 }
 
 // stickyAddr is the address name was last given in rec's subnet (asked
@@ -316,48 +435,69 @@ func (m *IPAM) stickyAddr(rec store.IPAMPool, name string) (netip.Addr, error) {
 // checks of any address (allocate: the host's, this pool's, the parent's
 // other holders'); an address of the same name in the pool is a stale one
 // (Docker's names are unique): it goes.
-func (m *IPAM) commitLease(rec store.IPAMPool, r addrRequest, name string, req dhcp.Request, l dhcp.Lease) (netip.Prefix, error) {
-	r.want = l.Addr.Addr()
-	r.lease = &store.IPAMLease{Name: name, MAC: req.MAC.String(), Hostname: req.Hostname, Lease: dhcprecord.ToRecord(l, req.ClientID)}
+func (m *IPAM) commitLease(rec store.IPAMPool, r addrRequest, name string, l leased) (netip.Prefix, error) {
+	r.want = l.addr
+	r.lease = &l.rec
 	var got netip.Prefix
 	err := m.store.Batch(func(tx *store.Tx) error {
 		if name != "" {
 			for _, a := range tx.IPAMAddresses(rec.ID) {
 				old, ok, err := tx.IPAMLease(rec.ID, a)
-				if err != nil {
-					return err
+				if err != nil || !ok || old.Name != name {
+					continue
 				}
-				if ok && old.Name == name {
-					if err := tx.DeleteIPAMAddress(rec.ID, a); err != nil {
-						return err
-					}
+				if live, err := leaseLive(tx, old, m.now()); err != nil || live {
+					continue // allocate refuses it, if it is this address
+				}
+				if err := tx.DeleteIPAMAddress(rec.ID, a); err != nil {
+					return err
 				}
 			}
 		}
 		var err error
-		got, _, err = m.allocate(tx, r, true)
-		return err
+		if got, _, err = m.allocate(tx, r, true); err != nil {
+			return err
+		}
+		return forgetJournaled(tx, rec.Parent, l.addr)
 	})
 	return got, err
+}
+
+// forgetJournaled drops the driver's journaled releases of addr on parent
+// (of an endpoint deleted before a kill -9, or whose release failed): the
+// same name asks with the same client identity, so that release would end
+// the lease just taken.
+func forgetJournaled(tx *store.Tx, parent string, addr netip.Addr) error {
+	pending, err := tx.PendingReleases()
+	if err != nil {
+		return err
+	}
+	for _, p := range pending {
+		a, err := netaddr.Parse(p.Addr())
+		if p.Parent == parent && err == nil && a == addr {
+			if err := tx.DeletePendingRelease(p.NetworkID, p.EndpointID, p.Addr()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // releaseLease gives back the lease of an address no endpoint took over
 // (ReleaseAddress after a CreateEndpoint that failed or never came).
 func (m *IPAM) releaseLease(ctx context.Context, rec store.IPAMPool, l store.IPAMLease) {
-	if m.dhcp == nil || l.EndpointID != "" {
+	if l.EndpointID != "" {
 		return
 	}
-	mac, err := net.ParseMAC(l.MAC)
-	if err != nil {
+	fam := m.family(l.Lease6 != nil)
+	if fam.missing() {
 		return
 	}
-	dl, err := dhcprecord.FromRecord(l.Lease)
-	if err != nil {
-		return
+	if back, err := fam.held(rec.Parent, l); err != nil {
+		m.log.Warn("could not give back a lease no endpoint took", "pool", rec.ID, "name", l.Name, "error", err)
+	} else {
+		back.giveBack(ctx, m.log, "release")
 	}
-	req := dhcp.Request{Parent: rec.Parent, MAC: mac, Hostname: l.Hostname}
-	req.ClientID = append([]byte{1}, mac...)
-	m.giveBack(ctx, dl, req, "release")
 }
 
 // onceSet runs a function once per key (the log line once per pool).

@@ -102,9 +102,10 @@ type Config struct {
 	// ProbeMemo is told of the addresses probed clean, for the driver's
 	// CreateEndpoint to skip; nil: no one.
 	ProbeMemo ProbeMemo
-	// DHCP leases the addresses of DHCP pools (dhcp.go); nil: DHCP pools
-	// are refused.
-	DHCP DHCPClient
+	// DHCP and DHCP6 lease the addresses of DHCP pools (dhcp.go); nil:
+	// DHCP pools of that family are refused.
+	DHCP  DHCPClient
+	DHCP6 DHCP6Client
 }
 
 // IPAM implements the remote IpamDriver protocol.
@@ -130,6 +131,7 @@ type IPAM struct {
 	skips    *lanSkips
 	inflight *inflight
 	dhcp     DHCPClient
+	dhcp6    DHCP6Client
 	// noName: the pools whose missing endpoint names were said (dhcp.go).
 	noName *onceSet
 }
@@ -187,7 +189,7 @@ func New(c Config) (*IPAM, error) {
 		released: &releases{at: map[netip.Prefix]time.Time{}},
 		prober:   c.Prober, memo: c.ProbeMemo, probeEvents: pe,
 		skips: &lanSkips{at: map[skipKey]lanSkip{}}, inflight: &inflight{at: map[inflightKey]bool{}},
-		dhcp: c.DHCP, noName: &onceSet{}}, nil
+		dhcp: c.DHCP, dhcp6: c.DHCP6, noName: &onceSet{}}, nil
 }
 
 type noMemo struct{}

@@ -44,8 +44,9 @@ type IPAMPool struct {
 	// Probe is --ipam-opt address_probe as a Go duration ("0s": off; ""
 	// when not given). A field an older underlay ignores (JSON).
 	Probe string `json:"probe,omitempty"`
-	// DHCP: the pool's addresses are leased from the LAN's DHCP server
-	// on Parent (--ipam-opt dhcp=true), each with an IPAMLease.
+	// DHCP: the pool's addresses are leased from the LAN's DHCP server of
+	// their family on Parent (--ipam-opt dhcp=true for an IPv4 pool,
+	// dhcpv6=true for an IPv6 one), each with an IPAMLease.
 	DHCP bool `json:"dhcp,omitempty"`
 	// NoHostname: the leases do not tell the LAN the container's name
 	// (--ipam-opt dhcp_hostname=false).
@@ -63,11 +64,14 @@ type IPAMLease struct {
 	// MAC (lanmac.NameMAC), or a random one without a name. The driver
 	// gives the endpoint this MAC.
 	MAC string `json:"mac"`
-	// Hostname is option 12 as sent; "" for none.
+	// Hostname is the host name as sent (DHCP option 12, DHCPv6 option
+	// 39); "" for none.
 	Hostname string `json:"hostname,omitempty"`
-	// Lease is the lease as the server acknowledged it (its ClientID is
-	// option 61 as sent).
-	Lease record.Lease `json:"lease"`
+	// Lease is a DHCP lease as the server acknowledged it (its ClientID
+	// is option 61 as sent); Lease6 a DHCPv6 one (with its DUID and
+	// IAID). One of them is set.
+	Lease  *record.Lease  `json:"lease,omitempty"`
+	Lease6 *record.Lease6 `json:"lease6,omitempty"`
 	// NetworkID and EndpointID are the endpoint that took the lease over
 	// (the driver renews it and releases it at DeleteEndpoint); empty
 	// until then, and the IPAM releases it itself at ReleaseAddress.

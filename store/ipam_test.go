@@ -228,7 +228,7 @@ func TestIPAMPoolCorruptRecord(t *testing.T) {
 func TestIPAMLeases(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	db := open(t, path)
-	l := IPAMLease{Name: "web", MAC: "52:31:86:b0:b1:32", Hostname: "web", Lease: record.Lease{Addr: "198.18.180.120/24", ServerID: "198.18.180.1"}}
+	l := IPAMLease{Name: "web", MAC: "52:31:86:b0:b1:32", Hostname: "web", Lease: &record.Lease{Addr: "198.18.180.120/24", ServerID: "198.18.180.1"}}
 	mustUpdate(t, db, func(tx *Tx) error {
 		if err := tx.PutIPAMPool(IPAMPool{ID: "p", Space: "local", Prefix: "198.18.180.0/24", Parent: "eth0", DHCP: true}); err != nil {
 			return err

@@ -124,12 +124,12 @@ func serve(c serveConfig, stderr io.Writer) error {
 	// spares the driver's CreateEndpoint a second probe of the same one.
 	prober := probe.New()
 	probed := probe.NewMemo(0, nil)
-	// One DHCP client: the IPAM leases the addresses of DHCP pools with it,
-	// the driver renews them (and its own networks' leases).
-	dhcpClient := dhcp.New(dhcp.WithLogger(log))
+	// One client per family: the IPAM leases the addresses of DHCP pools
+	// with it, the driver renews them (and its own networks' leases).
+	dhcpClient, dhcp6Client := dhcp.New(dhcp.WithLogger(log)), dhcp6.New(dhcp6.WithLogger(log))
 	d, err := driver.New(driver.Config{
 		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
-		DHCP: dhcpClient, DHCPv6: dhcp6.New(dhcp6.WithLogger(log)), Prober: probed.Wrap(prober),
+		DHCP: dhcpClient, DHCPv6: dhcp6Client, Prober: probed.Wrap(prober),
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log), Events: m,
 	})
@@ -159,7 +159,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 		Store: db, Host: kernel, Bases: c.Bases, Reservation: c.Reservation, Logger: log, Events: m,
 		Nameservers: func() []netip.Addr { return ipam.ReadNameservers(c.ResolvConf) },
 		Known:       startDockerSubnets(ctx, docker.Networks, log),
-		Prober:      prober, ProbeMemo: probed, DHCP: dhcpClient,
+		Prober:      prober, ProbeMemo: probed, DHCP: dhcpClient, DHCP6: dhcp6Client,
 	})
 	if err != nil {
 		return err

@@ -18,10 +18,10 @@ import (
 // forever stands for a lease granted forever in the record.
 const forever = 100 * 365 * 24 * time.Hour
 
-// ToRecord is the durable record of lease l, acquired with client ID
-// clientID (option 61 as sent; nil for none): absolute times in place of
-// durations from when it was acquired.
-func ToRecord(l dhcp.Lease, clientID []byte) record.Lease {
+// ToRecord is the durable record of lease l, acquired (or renewed) with
+// request r, whose client ID (option 61) and host name (option 12) it
+// keeps: absolute times in place of durations from when it was acquired.
+func ToRecord(l dhcp.Lease, r dhcp.Request) record.Lease {
 	at := func(d time.Duration) time.Time {
 		if d == dhcp.Infinite || d > forever {
 			d = forever
@@ -29,7 +29,7 @@ func ToRecord(l dhcp.Lease, clientID []byte) record.Lease {
 		return l.Acquired.Add(d)
 	}
 	s := record.Lease{Addr: l.Addr.String(), ServerID: addrString(l.ServerID), Router: addrString(l.Router),
-		ClientID: hex.EncodeToString(clientID), Acquired: l.Acquired, T1: at(l.T1), T2: at(l.T2), Expiry: at(l.LeaseTime)}
+		ClientID: hex.EncodeToString(r.ClientID), Hostname: r.Hostname, Acquired: l.Acquired, T1: at(l.T1), T2: at(l.T2), Expiry: at(l.LeaseTime)}
 	for _, rt := range l.Routes {
 		s.Routes = append(s.Routes, record.LeaseRoute{Dst: rt.Dst.String(), Gateway: addrString(rt.Gateway)})
 	}
@@ -63,10 +63,10 @@ func addrString(a netip.Addr) string {
 	return a.String()
 }
 
-// ToRecord6 is the durable record of DHCPv6 lease l, acquired with client
-// DUID duid.
-func ToRecord6(l dhcp6.Lease, duid []byte) record.Lease6 {
-	return record.Lease6{Addr: l.Addr.String(), DUID: hex.EncodeToString(duid), IAID: hex.EncodeToString(l.IAID[:]),
+// ToRecord6 is the durable record of DHCPv6 lease l, acquired (or
+// renewed) with request r, whose DUID and host name (option 39) it keeps.
+func ToRecord6(l dhcp6.Lease, r dhcp6.Request) record.Lease6 {
+	return record.Lease6{Addr: l.Addr.String(), DUID: hex.EncodeToString(r.DUID), Hostname: r.Hostname, IAID: hex.EncodeToString(l.IAID[:]),
 		ServerID: hex.EncodeToString(l.ServerID), Acquired: l.Acquired, T1: l.T1, T2: l.T2, Preferred: l.Preferred, Valid: l.Valid}
 }
 

@@ -12,6 +12,9 @@ type Lease6 struct {
 	// with; renewals and the release present the same ones.
 	DUID string `json:"duid"`
 	IAID string `json:"iaid"`
+	// Hostname is option 39's name as sent (the container's name on a
+	// DHCPv6 pool of underlay's IPAM); empty for none.
+	Hostname string `json:"hostname,omitempty"`
 	// ServerID (hex) is the DUID of the server that granted the lease.
 	ServerID string `json:"server"`
 	// Acquired is when the exchange that granted the lease began.

@@ -84,6 +84,9 @@ type DHCPConfig struct {
 	// (--ipam-opt dhcp=true): it leases each endpoint's address, and the
 	// driver gives the endpoint the lease's MAC and renews it.
 	FromIPAM bool `json:"from_ipam,omitempty"`
+	// FromIPAM6: the network's IPv6 pool is a DHCPv6 pool of underlay's
+	// IPAM (--ipam-opt dhcpv6=true), as FromIPAM is for IPv4.
+	FromIPAM6 bool `json:"from_ipam6,omitempty"`
 }
 
 // Leases says the network's endpoints hold DHCP leases the driver renews:

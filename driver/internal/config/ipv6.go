@@ -3,6 +3,7 @@ package config
 import (
 	"github.com/docker/go-plugins-helpers/network"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
+	"github.com/underlay-net/underlay/store/record"
 )
 
 // IPv6 from the LAN (-o ipv6_mode): static (Docker's IPAM gives the
@@ -68,4 +69,10 @@ func CheckIPv6Mode(mode string, req *network.CreateNetworkRequest, o netOptions,
 		return Invalidf("host_address is not supported on ipv6_mode=%s networks: drop host_address, or use ipv6_mode=static", mode)
 	}
 	return nil
+}
+
+// Leases6 says the network's endpoints hold DHCPv6 leases the driver
+// renews: its own (ipv6_mode=dhcpv6) or the IPAM's (a DHCPv6 pool).
+func Leases6(c record.NetworkConfig) bool {
+	return c.IPv6Mode == IPv6DHCPv6 || c.DHCP.FromIPAM6
 }

@@ -32,7 +32,7 @@ func (l *LAN) Budget(ctx context.Context, n record.Network) time.Duration {
 	if p := n.Config.Probe; p.Given {
 		return p.Budget
 	}
-	if n.Config.DHCP.Leases() || n.Config.IPv6Mode == config.IPv6DHCPv6 {
+	if n.Config.DHCP.Leases() || config.Leases6(n.Config) {
 		return probeopt.Default
 	}
 	if l.Routes == nil || len(n.IPv4)+len(n.IPv6) == 0 || n.Internal {

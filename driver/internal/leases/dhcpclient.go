@@ -23,7 +23,7 @@ func (a OverDHCP) Acquire(ctx context.Context, r Request) (record.Lease, error) 
 	if err != nil {
 		return record.Lease{}, nakOr(err)
 	}
-	return dhcprecord.ToRecord(l, r.ClientID), nil
+	return dhcprecord.ToRecord(l, request(r)), nil
 }
 
 func (a OverDHCP) Renew(ctx context.Context, r Request, s record.Lease) (record.Lease, error) {
@@ -35,7 +35,7 @@ func (a OverDHCP) Renew(ctx context.Context, r Request, s record.Lease) (record.
 	if err != nil {
 		return record.Lease{}, nakOr(err)
 	}
-	return dhcprecord.ToRecord(n, r.ClientID), nil
+	return dhcprecord.ToRecord(n, request(r)), nil
 }
 
 func (a OverDHCP) Release(ctx context.Context, r Request, s record.Lease) error {

@@ -247,7 +247,7 @@ const (
 
 func (DHCP6) Words() Words                                  { return dhcp6Words }
 func (f DHCP6) HasClient() bool                             { return f.Client != nil }
-func (DHCP6) On(n record.Network) bool                      { return n.Config.IPv6Mode == config.IPv6DHCPv6 }
+func (DHCP6) On(n record.Network) bool                      { return config.Leases6(n.Config) }
 func (DHCP6) Of(ep record.Endpoint) *record.Lease6          { return ep.Lease6 }
 func (DHCP6) Answer(l record.Lease6) string                 { return l.Addr + "/128" }
 func (DHCP6) Next(l record.Lease6, now time.Time) time.Time { return next6(l, now) }
@@ -318,6 +318,18 @@ func (DHCP6) Request(ctx context.Context, links LinkGetter, n record.Network, ep
 		return r, fmt.Errorf("endpoint %s has no usable MAC (%q) for its DHCPv6 lease: %w", dockerid.Short(ep.ID), ep.MAC, err)
 	}
 	r.MAC, r.DUID = mac, dhcp6.DUIDFromMAC(mac)
+	if l := ep.Lease6; l != nil {
+		// A lease is renewed with the identity it was taken with (the
+		// IPAM's, of a DHCPv6 pool, has an IAID of the MAC's) and its host
+		// name.
+		if duid, err := hex.DecodeString(l.DUID); err == nil && len(duid) > 0 {
+			r.DUID = duid
+		}
+		if id, err := hex.DecodeString(l.IAID); err == nil && len(id) == 4 {
+			r.IAID = [4]byte(id)
+		}
+		r.Hostname = l.Hostname
+	}
 	return r, nil
 }
 
@@ -329,7 +341,7 @@ func (f DHCP6) Acquire(ctx context.Context, r dhcp6.Request, only netip.Addr) (r
 	if err != nil {
 		return record.Lease6{}, err
 	}
-	return dhcprecord.ToRecord6(l, r.DUID), nil
+	return dhcprecord.ToRecord6(l, r), nil
 }
 
 // Renew renews while dhcp6.Plan says Renewing, rebinds after.
@@ -345,7 +357,7 @@ func (f DHCP6) Renew(ctx context.Context, r dhcp6.Request, rec record.Lease6, no
 	if err != nil {
 		return record.Lease6{}, err
 	}
-	return dhcprecord.ToRecord6(got, r.DUID), nil
+	return dhcprecord.ToRecord6(got, r), nil
 }
 
 func (DHCP6) Refused(err error) (string, bool) {

@@ -85,7 +85,7 @@ func (ls *Leaser[L, R]) lostBlocks() ([]plan.BlockKey, error) {
 	var lost []plan.BlockKey
 	err := ls.store.View(func(tx *store.Tx) error {
 		return tx.ForEachNetwork(func(n record.Network) error {
-			if !n.Config.DHCP.Leases() && n.Config.IPv6Mode != config.IPv6DHCPv6 {
+			if !n.Config.DHCP.Leases() && !config.Leases6(n.Config) {
 				return nil
 			}
 			eps, err := tx.Endpoints(n.ID)

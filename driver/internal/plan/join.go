@@ -53,7 +53,7 @@ func JoinAnswer(n record.Network, ep record.Endpoint) *JoinResponse {
 		return resp
 	}
 	resp.Gateway = gatewayFor(ep.IPv4, n.IPv4)
-	if m := n.Config.IPv6Mode; m != config.IPv6SLAAC && m != config.IPv6DHCPv6 {
+	if m := n.Config.IPv6Mode; m != config.IPv6SLAAC && !config.Leases6(n.Config) {
 		// The LAN modes' default route is the one the container's kernel
 		// takes from the router's advertisements, not a pool's gateway.
 		resp.GatewayIPv6 = gatewayFor(ep.IPv6, n.IPv6)

@@ -57,7 +57,7 @@ func LostBlocks(n record.Network, ep record.Endpoint) []BlockKey {
 			out = append(out, BlockKey{Parent: n.Parent, Addr: p.Addr()})
 		}
 	}
-	if l := ep.Lease6; l != nil && !l.Lost.IsZero() && n.Config.IPv6Mode == config.IPv6DHCPv6 {
+	if l := ep.Lease6; l != nil && !l.Lost.IsZero() && config.Leases6(n.Config) {
 		if a, err := netip.ParseAddr(l.Addr); err == nil {
 			out = append(out, BlockKey{Parent: n.Parent, Addr: a})
 		}
