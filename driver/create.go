@@ -104,7 +104,7 @@ func (c *creation) resolveParent(ctx context.Context) (err error) {
 		}
 	}
 	c.want.Parent = c.res.Name
-	if err := c.d.dhcpPoolOnParent(c.want); err != nil {
+	if err := c.d.settleDHCPPools(&c.want, c.refs); err != nil {
 		return err
 	}
 	if c.res.Why != "" {

@@ -25,15 +25,21 @@ import (
 // records of the leases say so.
 
 // fromDHCPPools says whether the network's IPv4 and IPv6 pools are DHCP
-// pools of the IPAM (by address space and prefix), refusing what such a
-// network cannot be.
+// pools of the IPAM (by address space and prefix: libnetwork does not
+// tell the pool's ID; settleDHCPPools decides by the parent once it is
+// resolved), refusing what such a network cannot be.
 func (d *Driver) fromDHCPPools(want record.Network, req *network.CreateNetworkRequest) (v4, v6 bool, err error) {
 	first := func(data []*network.IPAMData) (bool, error) {
 		if len(data) == 0 || data[0] == nil {
 			return false, nil
 		}
-		pools, err := d.dhcpPools(data[0].AddressSpace, data[0].Pool)
-		return len(pools) > 0, err
+		pools, err := d.ipamPools(data[0].AddressSpace, data[0].Pool)
+		for _, p := range pools {
+			if p.DHCP {
+				return true, err
+			}
+		}
+		return false, err
 	}
 	if v4, err = first(req.IPv4Data); err != nil {
 		return false, false, err
@@ -47,35 +53,58 @@ func (d *Driver) fromDHCPPools(want record.Network, req *network.CreateNetworkRe
 	return v4, v6, nil
 }
 
-// dhcpPoolOnParent refuses a network on a DHCP pool of another parent
-// than the network's (resolved) one: the leases would be of another LAN.
-func (d *Driver) dhcpPoolOnParent(want record.Network) error {
+// settleDHCPPools decides, once the parent is resolved, whether the
+// network is on a DHCP pool of its prefix: one whose parent is the
+// network's. A pool of the prefix that is not DHCP on that parent (two
+// LANs with one subnet) is the network's instead; only DHCP pools of
+// other parents is a mismatch, refused.
+func (d *Driver) settleDHCPPools(want *record.Network, refs []config.IPAMRef) error {
 	for _, fam := range []struct {
-		on    bool
+		on    *bool
 		pools []record.Pool
-	}{{want.Config.DHCP.FromIPAM, want.IPv4}, {want.Config.DHCP.FromIPAM6, want.IPv6}} {
-		if !fam.on || len(fam.pools) == 0 {
+	}{{&want.Config.DHCP.FromIPAM, want.IPv4}, {&want.Config.DHCP.FromIPAM6, want.IPv6}} {
+		if !*fam.on || len(fam.pools) == 0 {
 			continue
 		}
-		pools, err := d.dhcpPools("", fam.pools[0].Subnet)
+		pools, err := d.ipamPools(spaceOf(refs, fam.pools[0].Subnet), fam.pools[0].Subnet)
 		if err != nil {
 			return err
 		}
 		var others []string
+		onParent := false
 		for _, p := range pools {
-			if p.Parent != want.Parent {
+			switch {
+			case p.Parent == want.Parent && p.DHCP:
+				onParent = true
+			case p.Parent == want.Parent || p.Parent == "":
+				*fam.on = false // this LAN's own pool of the subnet
+			case p.DHCP:
 				others = append(others, p.Parent)
 			}
 		}
-		if len(others) == len(pools) {
+		if onParent {
+			*fam.on = true
+			continue
+		}
+		if *fam.on {
 			return config.Invalidf("network %s: its DHCP pool %s leases on --ipam-opt parent=%s, and the network's parent is %s: give -o parent and --ipam-opt parent the same interface", dockerid.Short(want.ID), fam.pools[0].Subnet, strings.Join(others, ","), want.Parent)
 		}
 	}
 	return nil
 }
 
-// dhcpPools are the IPAM's DHCP pools of prefix (in space; any when "").
-func (d *Driver) dhcpPools(space, prefix string) ([]store.IPAMPool, error) {
+// spaceOf is the address space of the request's pool of subnet.
+func spaceOf(refs []config.IPAMRef, subnet string) string {
+	for _, r := range refs {
+		if r.Pool == subnet {
+			return r.Space
+		}
+	}
+	return ""
+}
+
+// ipamPools are the IPAM's pools of prefix (in space; any when "").
+func (d *Driver) ipamPools(space, prefix string) ([]store.IPAMPool, error) {
 	p, err := netip.ParsePrefix(prefix)
 	if err != nil {
 		return nil, nil
@@ -84,7 +113,7 @@ func (d *Driver) dhcpPools(space, prefix string) ([]store.IPAMPool, error) {
 	err = d.store.View(func(tx *store.Tx) error {
 		pools, err := tx.IPAMPools()
 		for _, ip := range pools {
-			if ip.DHCP && ip.Prefix == p.Masked().String() && (space == "" || ip.Space == space) {
+			if ip.Prefix == p.Masked().String() && (space == "" || ip.Space == space) {
 				out = append(out, ip)
 			}
 		}

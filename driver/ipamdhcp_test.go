@@ -42,6 +42,18 @@ func TestNetworkOnTheIPAMsDHCPPool(t *testing.T) {
 	wantErr(t, err, pluginapi.ErrInvalid, "dhcp=true", "type=macvlan")
 	err = f.create(netReq{ID: "n-eth1", Opts: map[string]string{"parent": "eth1"}, V4: pool, Space: space})
 	wantErr(t, err, pluginapi.ErrInvalid, subnet, "parent=eth0", "eth1")
+	// Another LAN with the same subnet, on eth1, with a pool of its own
+	// that is not DHCP: its network is not on eth0's DHCP pool.
+	if err := f.db.Batch(func(tx *store.Tx) error {
+		return tx.PutIPAMPool(store.IPAMPool{ID: "p2", Space: space, Prefix: subnet, Parent: "eth1"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.mustCreate(netReq{ID: "n-eth1b", Opts: map[string]string{"parent": "eth1"}, V4: pool, Space: space})
+	if n, _ := f.record("n-eth1b"); n.Config.DHCP.FromIPAM {
+		t.Fatal("a network of eth1's own pool taken for one on eth0's DHCP pool")
+	}
+	f.d.DeleteNetwork(context.Background(), &network.DeleteNetworkRequest{NetworkID: "n-eth1b"})
 	// Docker's own pool of that prefix is not the IPAM's.
 	f.mustCreate(netReq{ID: "n-docker", Opts: map[string]string{"parent": "eth1"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	if n, _ := f.record("n-docker"); n.Config.DHCP.FromIPAM {

@@ -264,7 +264,9 @@ func (m *IPAM) ReleaseAddress(ctx context.Context, poolID, address string) error
 			return err
 		}
 		if lease, leased, err = tx.IPAMLease(poolID, a.String()); err != nil {
-			return err
+			// The address is freed all the same: it cannot be given back.
+			m.log.Warn("unreadable IPAM lease record: the address is freed without a release", "pool", poolID, "address", a, "error", err)
+			leased = false
 		}
 		if err := m.nameReleased(tx, poolID, a); err != nil {
 			return err

@@ -130,6 +130,8 @@ func (m *IPAM) checkDHCPPool(req poolRequest, parent parentRef) error {
 		return invalidf("--ipam-opt %s=true: this underlay runs without a %s client: drop %s=true", key, m.family(req.V6).name(), key)
 	case !parent.Found:
 		return invalidf("--ipam-opt dhcp=true: parent %s is not an interface of this host: the IPAM leases from the host's own link, name one that exists here", req.Parent)
+	case req.Range.IsValid():
+		return invalidf("--ip-range %s on a DHCP pool: the LAN's server picks the addresses, not underlay: set the range on the server, or drop --ip-range", req.Range)
 	}
 	return nil
 }

@@ -444,3 +444,19 @@ func TestDHCPLeaseProbed(t *testing.T) {
 		t.Fatalf("memo %v, conflicts counted %d", memo.got, ev.n)
 	}
 }
+
+// ReleasePool gives back the leases no endpoint took; --ip-range is
+// refused on a DHCP pool (the server picks).
+func TestDHCPPoolRelease(t *testing.T) {
+	e, srv := dhcpEnv(t)
+	_, err := e.m.RequestPool(ctx, "", "198.18.180.0/24", "198.18.180.128/25", lanDHCP, false)
+	wantErr(t, err, pluginapi.ErrInvalid, "--ip-range 198.18.180.128/25", "the server")
+	p := e.dhcpPool(t, "198.18.180.0/24", lanDHCP, false)
+	a := e.address(t, p.ID, "", named("web"))
+	if err := e.m.ReleasePool(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if len(srv.released) != 1 || !strings.HasSuffix(srv.released[0], " "+a.Addr().String()) {
+		t.Fatalf("released %v, want %s's lease", srv.released, a)
+	}
+}

@@ -295,20 +295,25 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 }
 
 // ReleasePool forgets a pool and its addresses; an unknown ID is fine.
-func (m *IPAM) ReleasePool(_ context.Context, id string) error {
+func (m *IPAM) ReleasePool(ctx context.Context, id string) error {
 	if id == "" {
 		return invalidf("ReleasePool without PoolID")
 	}
 	var prefix netip.Prefix
+	var pool store.IPAMPool
+	var leases []store.IPAMLease
 	if err := m.store.Batch(func(tx *store.Tx) error {
 		p, ok, err := tx.IPAMPool(id)
 		if err != nil {
 			return err
 		}
-		prefix = netip.Prefix{}
+		prefix, pool, leases = netip.Prefix{}, p, nil
 		if ok {
 			prefix, _ = netip.ParsePrefix(p.Prefix)
 			for _, a := range tx.IPAMAddresses(id) {
+				if l, leased, err := tx.IPAMLease(id, a); err == nil && leased {
+					leases = append(leases, l)
+				}
 				if addr, err := netip.ParseAddr(a); err == nil {
 					if err := m.nameReleased(tx, id, addr); err != nil {
 						return err
@@ -319,6 +324,9 @@ func (m *IPAM) ReleasePool(_ context.Context, id string) error {
 		return tx.DeleteIPAMPool(id)
 	}); err != nil {
 		return fmt.Errorf("release pool %s: %w", id, err)
+	}
+	for _, l := range leases { // those no endpoint took over (releaseLease)
+		m.releaseLease(ctx, pool, l)
 	}
 	if _, none := m.known.(noKnown); !none && prefix.IsValid() {
 		m.released.add(prefix.Masked(), m.now())

@@ -69,7 +69,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			return err
 		}
 		return tx.ForEachNetwork(func(nw record.Network) error {
-			v4, v6 := nw.Config.DHCP.On, nw.Config.IPv6Mode == "dhcpv6"
+			v4, v6 := nw.Config.DHCP.Leases(), nw.Config.IPv6Mode == "dhcpv6" || nw.Config.DHCP.FromIPAM6
 			if !v4 && !v6 {
 				return nil
 			}
