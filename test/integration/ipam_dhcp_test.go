@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,8 @@ func TestIPAMDHCPIdentityByName(t *testing.T) {
 	var resp ipam.RequestAddressResponse
 	code, msg := d.IPAMCall("RequestAddress", ipam.RequestAddressRequest{PoolID: pool.PoolID, Address: "198.18.184.20",
 		Options: map[string]string{"com.docker.network.endpoint.name": "fixed"}}, &resp)
-	if code == 200 || !strings.Contains(msg, "198.18.184.20") || !strings.Contains(msg, "198.18.184.1") {
+	offered := regexp.MustCompile(`198\.18\.184\.1[0-5][0-9]\b`) // the server's range, .100-.150
+	if code == 200 || !strings.Contains(msg, "198.18.184.20 ") || !offered.MatchString(msg) {
 		t.Fatalf("--ip outside the server's range answered %d %q: want it refused naming the address asked and the one offered", code, msg)
 	}
 
@@ -170,5 +172,50 @@ func waitResolves(t *testing.T, far *itest.Netns, server, name, addr string) {
 			t.Fatalf("the LAN's DNS does not resolve %s to %s after 10s: %v\n%s", name, addr, err, out)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The same through a DHCPv6 pool (--ipam-opt dhcpv6=true) against
+// dnsmasq's DHCPv6 with its DNS: the name's MAC, the DUID-LL of it and an
+// IAID of its last four bytes in dnsmasq's lease, the name (option 39)
+// resolved to the address, the same lease after a re-creation.
+func TestIPAMDHCPv6IdentityByName(t *testing.T) {
+	t.Parallel()
+	ns := itest.NewNetns(t)
+	lan := itest.NewLAN6(t, ns, "lan6n", netip.MustParsePrefix("2001:db8:64::1/64"))
+	srv := &itest.Dnsmasq6{Dnsmasq: itest.StartDnsmasq(t, itest.DnsmasqConfig{NS: lan.Far, Interface: itest.LAN6ServerLink, Dir: t.TempDir(), DNS: true,
+		Range: "2001:db8:64::100,2001:db8:64::1ff,64,2m", Extra: []string{"--enable-ra"}, Ready: "DHCPv6, IP range"})}
+	d := itest.StartDaemon(t, ns, itest.DaemonOptions{})
+	const netID = "4d4a1c0000000000000000000000000000000000000000000000000000000066"
+	var pool ipam.RequestPoolResponse
+	d.MustIPAMCall("RequestPool", ipam.RequestPoolRequest{AddressSpace: itest.LocalSpace, Pool: "2001:db8:64::/64", V6: true,
+		Options: map[string]string{"parent": "lan6n", "dhcpv6": "true"}}, &pool)
+	d.MustRequestAddress(pool.PoolID, "2001:db8:64::1", true)
+	d.MustCreateNetwork(itest.Net{ID: netID, Opts: map[string]string{"parent": "lan6n"}, V6: []string{"2001:db8:64::/64,2001:db8:64::1/64"}, Space: itest.LocalSpace})
+	mac := nameMAC(t, d, "lan6n", "web6")
+	hw, _ := net.ParseMAC(mac)
+	ep := func(n int) string { return fmt.Sprintf("f%063d", n) }
+
+	for i := 1; i <= 2; i++ { // a re-creation: the same again
+		addr := requestNamed(t, d, pool.PoolID, "web6")
+		ce, _ := d.Endpoint(netID, ep(i), "", addr+"/64", "")
+		if ce.Interface == nil || ce.Interface.MacAddress != mac || ce.Interface.AddressIPv6 != "" {
+			t.Fatalf("CreateEndpoint %d answered %+v: want only MAC %s", i, ce.Interface, mac)
+		}
+		l, ok := srv.WaitLease6(10*time.Second, netip.MustParseAddr(addr), func(l itest.Dnsmasq6Lease) bool {
+			return l.DUID == "00:03:00:01:"+mac && l.Hostname == "web6"
+		})
+		if want := uint32(hw[2])<<24 | uint32(hw[3])<<16 | uint32(hw[4])<<8 | uint32(hw[5]); !ok || l.IAID != want {
+			t.Fatalf("dnsmasq's lease of %s: %q; want the DUID-LL of %s, IAID %d and host name web6", addr, l.Line, mac, want)
+		}
+		waitResolves(t, lan.Far, "2001:db8:64::1", "web6", addr)
+		d.RemoveEndpoint(netID, ep(i))
+		if !itest.WaitFor(10*time.Second, func() bool { return strings.Contains(srv.Log(), "DHCPRELEASE") && len(srv.Leases6()) == 0 }) {
+			t.Fatalf("the lease of %s is not released after DeleteEndpoint:\n%v", addr, srv.Leases6())
+		}
+		if strings.Count(srv.Log(), "DHCPRELEASE") != i {
+			t.Fatalf("dnsmasq logged %d releases after %d DeleteEndpoints", strings.Count(srv.Log(), "DHCPRELEASE"), i)
+		}
+		releaseAddr(t, d, pool.PoolID, addr)
 	}
 }
