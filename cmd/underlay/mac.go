@@ -56,10 +56,12 @@ func runMAC(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "underlay mac: --vlan %d is not a VLAN ID from 1 to 4094\n", *vlan)
 		return 2
 	}
-	if p, v, ok := strings.Cut(*parent, "."); ok && *vlan == 0 && v != "" {
-		fmt.Fprintf(stderr, "underlay mac: note: for a VLAN the network makes (-o parent=%s), give --parent %s --vlan %s\n", *parent, p, v)
+	links := netlinkutil.New()
+	mac, err := ipam.NameMAC(context.Background(), links, *parent, *vlan, names[0])
+	if p, v, ok := strings.Cut(*parent, "."); err != nil && ok && *vlan == 0 && v != "" {
+		fmt.Fprintf(stderr, "underlay mac: %v: for VLAN %s of %s before its link exists, give --parent %s --vlan %s\n", err, v, p, p, v)
+		return 1
 	}
-	mac, err := ipam.NameMAC(context.Background(), netlinkutil.New(), *parent, *vlan, names[0])
 	if err != nil {
 		fmt.Fprintln(stderr, "underlay mac:", err)
 		return 1

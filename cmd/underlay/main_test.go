@@ -223,3 +223,25 @@ func TestParseServeDockerHost(t *testing.T) {
 		delete(env, "DOCKER_HOST")
 	}
 }
+
+// underlay mac: usage errors exit 2 saying what is missing; a parent the
+// host does not have exits 1 naming it.
+func TestMACCommandErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"mac", "web"}, 2, "--parent is missing"},
+		{[]string{"mac", "--parent", "eth0"}, 2, "container name is missing"},
+		{[]string{"mac", "--parent", "eth0", "a", "b"}, 2, "give one container name (got 2: a b)"},
+		{[]string{"mac", "--parent", "eth0", "--vlan", "5000", "web"}, 2, "--vlan 5000 is not a VLAN ID"},
+		{[]string{"mac", "--parent", "nosuchlink0", "web"}, 1, "nosuchlink0"},
+		{[]string{"mac", "--parent", "nosuch0.10", "web"}, 1, "give --parent nosuch0 --vlan 10"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(tc.args, &out, &errOut); code != tc.code || !strings.Contains(errOut.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("underlay %v: exit %d, stderr %q, stdout %q; want exit %d mentioning %q", tc.args, code, errOut.String(), out.String(), tc.code, tc.want)
+		}
+	}
+}
