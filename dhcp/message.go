@@ -22,6 +22,9 @@ type Request struct {
 	ClientID []byte
 	// Hostname is option 12, optional.
 	Hostname string
+	// FQDN sends Hostname in the Client FQDN option (81, RFC 4702) too:
+	// a partial name in wire format, the server asked to update DNS.
+	FQDN bool
 	// Address, optional, is the address to ask for again (option 50 in the
 	// DISCOVER), e.g. the expired lease's after a restart.
 	Address netip.Addr
@@ -97,6 +100,9 @@ func message(r Request, xid dhcpv4.TransactionID, t dhcpv4.MessageType, extra ..
 		if r.Hostname != "" {
 			mods = append(mods, dhcpv4.WithOption(dhcpv4.OptHostName(r.Hostname)))
 		}
+		if r.Hostname != "" && r.FQDN {
+			mods = append(mods, dhcpv4.WithOption(clientFQDN(r.Hostname)))
+		}
 	}
 	m, err := dhcpv4.New(append(mods, extra...)...)
 	if err != nil {
@@ -161,4 +167,16 @@ func mine(r Request, m *dhcpv4.DHCPv4) bool {
 		return false
 	}
 	return true
+}
+
+// clientFQDN is option 81 (RFC 4702 section 2) of a partial name: flags
+// S (the server updates the A record) and E (the name in wire format),
+// RCODE1 and RCODE2 0, then the name as one DNS label without the
+// terminating zero (a partial name, section 2.3.1).
+func clientFQDN(label string) dhcpv4.Option {
+	if len(label) > 63 {
+		label = label[:63]
+	}
+	data := append([]byte{0x05, 0, 0, byte(len(label))}, label...)
+	return dhcpv4.Option{Code: dhcpv4.OptionFQDN, Value: dhcpv4.OptionGeneric{Data: data}}
 }

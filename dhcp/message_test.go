@@ -174,3 +174,29 @@ func TestMine(t *testing.T) {
 		}
 	}
 }
+
+// The host name goes in option 12, and with FQDN in option 81 too as a
+// partial name (flags S and E, RCODEs 0, one label without the zero);
+// neither goes in a RELEASE.
+func TestHostnameAndClientFQDN(t *testing.T) {
+	r := Request{Parent: "eth0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, Hostname: "web", FQDN: true}
+	m, err := discover(r, dhcpv4.TransactionID{1, 2, 3, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.HostName(); got != "web" {
+		t.Errorf("option 12 = %q, want web", got)
+	}
+	if got, want := m.Options.Get(dhcpv4.OptionFQDN), []byte{0x05, 0, 0, 3, 'w', 'e', 'b'}; !bytes.Equal(got, want) {
+		t.Errorf("option 81 = %x, want %x", got, want)
+	}
+	r.FQDN = false
+	if m, _ := discover(r, dhcpv4.TransactionID{1, 2, 3, 4}); m.Options.Has(dhcpv4.OptionFQDN) {
+		t.Error("option 81 sent without FQDN")
+	}
+	r.FQDN = true
+	rel, err := release(r, dhcpv4.TransactionID{1, 2, 3, 5}, netip.MustParseAddr("198.18.180.120"), netip.MustParseAddr("198.18.180.1"))
+	if err != nil || rel.Options.Has(dhcpv4.OptionFQDN) || rel.Options.Has(dhcpv4.OptionHostName) {
+		t.Errorf("a RELEASE carries the host name: %v %v", rel, err)
+	}
+}

@@ -39,6 +39,7 @@ const (
 	OptDHCP         = "dhcp"
 	OptDHCPv6       = "dhcpv6"
 	OptDHCPHostname = "dhcp_hostname"
+	OptDHCPFQDN     = "dhcp_fqdn"
 )
 
 const (
@@ -94,6 +95,24 @@ func dhcpOptions() []PoolOption {
 					return invalidf("--ipam-opt dhcp_hostname=%s applies to --ipam-opt dhcp=true and dhcpv6=true pools: add one, or drop it", v)
 				}
 				p.r.NoHostname = !on
+				return nil
+			},
+		},
+		{
+			Name: OptDHCPFQDN, Values: "`true` or `false`", Default: "`false`",
+			Doc: "With `dhcp`: send the host name in the Client FQDN option (81) too, for DHCP servers that register only names sent that way.",
+			parse: func(p *poolParsing, v string, given bool) error {
+				if !given {
+					return nil
+				}
+				on, err := strconv.ParseBool(v)
+				if err != nil {
+					return invalidf("--ipam-opt dhcp_fqdn=%s is not true or false", v)
+				}
+				if on && !p.dhcpAsked {
+					return invalidf("--ipam-opt dhcp_fqdn=true applies to --ipam-opt dhcp=true pools: add dhcp=true, or drop it")
+				}
+				p.r.FQDN = on && !p.r.V6
 				return nil
 			},
 		},
@@ -279,7 +298,7 @@ func who(name string) string {
 // (a random one without a name, said once per pool) and the name as its
 // host name unless the pool says not.
 func (m *IPAM) leaseAsk(ctx context.Context, rec store.IPAMPool, name string) (leaseAsk, error) {
-	ask := leaseAsk{parent: rec.Parent, name: name}
+	ask := leaseAsk{parent: rec.Parent, name: name, fqdn: rec.FQDN}
 	if name == "" {
 		ask.mac = lanmac.Random()
 		m.noName.once(rec.ID, func() {

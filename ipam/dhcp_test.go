@@ -128,6 +128,7 @@ func TestDHCPPoolOptions(t *testing.T) {
 		{map[string]string{OptParent: "eth0", OptDHCP: "yes please"}, []string{"dhcp=yes please", "true or false"}},
 		{map[string]string{OptParent: "eth0", OptDHCPHostname: "false"}, []string{"dhcp_hostname=false applies to --ipam-opt dhcp=true"}},
 		{map[string]string{OptParent: "eth0", OptDHCP: "true", OptDHCPHostname: "no"}, []string{"dhcp_hostname=no", "true or false"}},
+		{map[string]string{OptParent: "eth0", OptDHCPFQDN: "true"}, []string{"dhcp_fqdn=true applies to --ipam-opt dhcp=true"}},
 	} {
 		_, err := e.m.RequestPool(ctx, "", "198.18.180.0/24", "", tc.opts, false)
 		wantErr(t, err, pluginapi.ErrInvalid, tc.words...)
@@ -182,6 +183,16 @@ func TestDHCPLeaseFollowsTheName(t *testing.T) {
 	y := e.address(t, p.ID, "", nil)
 	if my := srv.last().MAC.String(); mx == my || x == y || srv.last().Hostname != "" {
 		t.Fatalf("no name: %s %s and %s %s", x, mx, y, my)
+	}
+	// dhcp_fqdn=true: option 81 too.
+	f := e.dhcpPool(t, "198.18.184.0/24", map[string]string{OptParent: "eth0", OptDHCP: "true", OptDHCPFQDN: "true"}, false)
+	if !f.FQDN {
+		t.Fatalf("pool %+v: want dhcp_fqdn recorded", f)
+	}
+	srv.nextAddr = netip.MustParseAddr("198.18.184.50")
+	e.address(t, f.ID, "", named("cam"))
+	if r := srv.last(); !r.FQDN || r.Hostname != "cam" {
+		t.Fatalf("dhcp_fqdn=true sent %+v", r)
 	}
 	// dhcp_hostname=false: no host name.
 	q := e.dhcpPool(t, "198.18.181.0/24", map[string]string{OptParent: "eth1", OptDHCP: "true", OptDHCPHostname: "false"}, false)

@@ -24,6 +24,7 @@ type leaseAsk struct {
 	parent, name string
 	mac          net.HardwareAddr
 	hostname     string     // "" for none
+	fqdn         bool       // the host name in DHCP's option 81 too
 	want         netip.Addr // --ip: the one address to take
 	sticky       netip.Addr // the name's last address, asked for again
 }
@@ -72,7 +73,7 @@ func (f dhcpFamily) missing() bool         { return f.c == nil }
 func clientID(mac net.HardwareAddr) []byte { return append([]byte{1}, mac...) }
 
 func (f dhcpFamily) acquire(ctx context.Context, ask leaseAsk) (leased, error) {
-	req := dhcp.Request{Parent: ask.parent, MAC: ask.mac, ClientID: clientID(ask.mac), Hostname: ask.hostname, Only: ask.want, Address: ask.sticky}
+	req := dhcp.Request{Parent: ask.parent, MAC: ask.mac, ClientID: clientID(ask.mac), Hostname: ask.hostname, FQDN: ask.fqdn, Only: ask.want, Address: ask.sticky}
 	l, err := f.c.Acquire(ctx, req)
 	switch {
 	case errors.Is(err, dhcp.ErrNotOffered):

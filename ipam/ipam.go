@@ -211,8 +211,9 @@ type poolRequest struct {
 	V6     bool
 	// Probe is address_probe in canonical form, "" when not given.
 	Probe string
-	// DHCP and NoHostname are dhcp=true and dhcp_hostname=false (IPv4).
-	DHCP, NoHostname bool
+	// DHCP and NoHostname are dhcp=true (dhcpv6=true for IPv6) and
+	// dhcp_hostname=false; FQDN dhcp_fqdn=true.
+	DHCP, NoHostname, FQDN bool
 }
 
 // RequestPool hands out a pool: the one asked for, the LAN of a parent, or
@@ -230,7 +231,7 @@ func (m *IPAM) RequestPool(ctx context.Context, space, pool, subPool string, opt
 	if err := m.checkDHCPPool(req, parent); err != nil {
 		return store.IPAMPool{}, err
 	}
-	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: parent.Name(), Created: m.now(), Probe: req.Probe, DHCP: req.DHCP, NoHostname: req.NoHostname}
+	rec := store.IPAMPool{ID: newID(), Space: req.Space, Parent: parent.Name(), Created: m.now(), Probe: req.Probe, DHCP: req.DHCP, NoHostname: req.NoHostname, FQDN: req.FQDN}
 	if req.Range.IsValid() {
 		rec.Range = req.Range.String()
 	}

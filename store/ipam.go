@@ -51,6 +51,9 @@ type IPAMPool struct {
 	// NoHostname: the leases do not tell the LAN the container's name
 	// (--ipam-opt dhcp_hostname=false).
 	NoHostname bool `json:"no_hostname,omitempty"`
+	// FQDN: the DHCP leases send the host name as option 81 too
+	// (--ipam-opt dhcp_fqdn=true).
+	FQDN bool `json:"fqdn,omitempty"`
 }
 
 // IPAMLease is the DHCP lease of an address of a DHCP pool: whom it was

@@ -29,7 +29,7 @@ func ToRecord(l dhcp.Lease, r dhcp.Request) record.Lease {
 		return l.Acquired.Add(d)
 	}
 	s := record.Lease{Addr: l.Addr.String(), ServerID: addrString(l.ServerID), Router: addrString(l.Router),
-		ClientID: hex.EncodeToString(r.ClientID), Hostname: r.Hostname, Acquired: l.Acquired, T1: at(l.T1), T2: at(l.T2), Expiry: at(l.LeaseTime)}
+		ClientID: hex.EncodeToString(r.ClientID), Hostname: r.Hostname, FQDN: r.FQDN, Acquired: l.Acquired, T1: at(l.T1), T2: at(l.T2), Expiry: at(l.LeaseTime)}
 	for _, rt := range l.Routes {
 		s.Routes = append(s.Routes, record.LeaseRoute{Dst: rt.Dst.String(), Gateway: addrString(rt.Gateway)})
 	}

@@ -20,6 +20,8 @@ type Lease struct {
 	// Hostname is option 12 as sent (the container's name on a DHCP pool
 	// of underlay's IPAM); empty for none.
 	Hostname string `json:"hostname,omitempty"`
+	// FQDN: Hostname went in option 81 too.
+	FQDN bool `json:"fqdn,omitempty"`
 	// Acquired is when the server acknowledged the lease; T1 and T2 are
 	// when to renew and rebind, Expiry when it ends without a renewal.
 	Acquired time.Time `json:"acquired"`

@@ -36,7 +36,7 @@ func TestIPAMDHCPIdentityByName(t *testing.T) {
 
 	var pool ipam.RequestPoolResponse
 	d.MustIPAMCall("RequestPool", ipam.RequestPoolRequest{AddressSpace: itest.LocalSpace, Pool: "198.18.184.0/24",
-		Options: map[string]string{"parent": "lan4", "dhcp": "true"}}, &pool)
+		Options: map[string]string{"parent": "lan4", "dhcp": "true", "dhcp_fqdn": "true"}}, &pool)
 	if gw := d.MustRequestAddress(pool.PoolID, "198.18.184.1", true); plain(gw) != "198.18.184.1" {
 		t.Fatalf("gateway %s", gw)
 	}

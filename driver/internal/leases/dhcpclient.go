@@ -55,7 +55,7 @@ func (a OverDHCP) Decline(ctx context.Context, r Request, s record.Lease) error 
 }
 
 func request(r Request) dhcp.Request {
-	return dhcp.Request{Parent: r.Parent, MAC: r.MAC, ClientID: r.ClientID, Hostname: r.Hostname, Address: r.Address, Only: r.Only}
+	return dhcp.Request{Parent: r.Parent, MAC: r.MAC, ClientID: r.ClientID, Hostname: r.Hostname, FQDN: r.FQDN, Address: r.Address, Only: r.Only}
 }
 
 func nakOr(err error) error {

@@ -33,8 +33,9 @@ type Request struct {
 	// ClientID is option 61, unique and stable per endpoint; set for
 	// ipvlan endpoints, which share the parent's MAC.
 	ClientID []byte
-	// Hostname is option 12; "" for none.
+	// Hostname is option 12; "" for none. FQDN sends it in option 81 too.
 	Hostname string
+	FQDN     bool
 	// Address is the address to ask for again (after a NAK or a restart).
 	Address netip.Addr
 	// Only, when valid, is the one address Acquire may take: an offer of
@@ -138,7 +139,7 @@ func (DHCP) Request(ctx context.Context, links LinkGetter, n record.Network, ep 
 		if id, err := hex.DecodeString(ep.Lease.ClientID); err == nil && len(id) > 0 && r.ClientID == nil {
 			r.ClientID = id
 		}
-		r.Hostname = ep.Lease.Hostname
+		r.Hostname, r.FQDN = ep.Lease.Hostname, ep.Lease.FQDN
 	}
 	return r, nil
 }
