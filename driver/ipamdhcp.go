@@ -24,10 +24,10 @@ import (
 // renews them and releases them at DeleteEndpoint), and the IPAM's
 // records of the leases say so.
 
-// fromDHCPPools says whether the network's IPv4 and IPv6 pools are DHCP
-// pools of the IPAM (by address space and prefix: libnetwork does not
-// tell the pool's ID; settleDHCPPools decides by the parent once it is
-// resolved), refusing what such a network cannot be.
+// fromDHCPPools says whether the network's IPv4 and IPv6 pools may be
+// DHCP pools of the IPAM (by address space and prefix: libnetwork does
+// not tell the pool's ID; settleDHCPPools decides by the parent once it
+// is resolved, and refuses what such a network cannot be).
 func (d *Driver) fromDHCPPools(want record.Network, req *network.CreateNetworkRequest) (v4, v6 bool, err error) {
 	first := func(data []*network.IPAMData) (bool, error) {
 		if len(data) == 0 || data[0] == nil {
@@ -46,9 +46,6 @@ func (d *Driver) fromDHCPPools(want record.Network, req *network.CreateNetworkRe
 	}
 	if v6, err = first(req.IPv6Data); err != nil {
 		return false, false, err
-	}
-	if (v4 || v6) && want.Type == kernel.KindIpvlan {
-		return false, false, config.Invalidf("network %s: --ipam-opt dhcp=true (dhcpv6=true) gives each container the MAC of its name, and ipvlan endpoints share the MAC of their parent: use -o type=macvlan, or ipvlan with -o dhcp=true (-o ipv6_mode=dhcpv6) and --ipam-driver null", dockerid.Short(want.ID))
 	}
 	return v4, v6, nil
 }
@@ -89,6 +86,9 @@ func (d *Driver) settleDHCPPools(want *record.Network, refs []config.IPAMRef) er
 		if *fam.on {
 			return config.Invalidf("network %s: its DHCP pool %s leases on --ipam-opt parent=%s, and the network's parent is %s: give -o parent and --ipam-opt parent the same interface", dockerid.Short(want.ID), fam.pools[0].Subnet, strings.Join(others, ","), want.Parent)
 		}
+	}
+	if (want.Config.DHCP.FromIPAM || want.Config.DHCP.FromIPAM6) && want.Type == kernel.KindIpvlan {
+		return config.Invalidf("network %s: --ipam-opt dhcp=true (dhcpv6=true) gives each container the MAC of its name, and ipvlan endpoints share the MAC of their parent: use -o type=macvlan, or ipvlan with -o dhcp=true (-o ipv6_mode=dhcpv6) and --ipam-driver null", dockerid.Short(want.ID))
 	}
 	return nil
 }
@@ -153,7 +153,7 @@ func (d *Driver) ipamLease(n record.Network, addr string) (string, store.IPAMLea
 		return err
 	})
 	if err == nil && !found {
-		err = fmt.Errorf("%w: network %s takes its addresses from underlay's IPAM over DHCP, and the IPAM holds no lease of address %q on %s: create the container again (its address must come from the IPAM)", pluginapi.ErrNotFound, dockerid.Short(n.ID), addr, n.Parent)
+		err = fmt.Errorf("%w: network %s takes its addresses from underlay's IPAM over DHCP (DHCPv6), and the IPAM holds no lease of address %q on %s: create the container again (its address must come from the IPAM)", pluginapi.ErrNotFound, dockerid.Short(n.ID), addr, n.Parent)
 	}
 	return id, l, err
 }

@@ -100,8 +100,9 @@ type PoolOption struct {
 type poolParsing struct {
 	r     *poolRequest
 	bases []Base
-	// dhcpAsked: dhcp=true or dhcpv6=true, of either family.
-	dhcpAsked bool
+	// dhcpAsked: dhcp=true or dhcpv6=true, of either family; dhcp4Asked:
+	// dhcp=true.
+	dhcpAsked, dhcp4Asked bool
 }
 
 // PoolOptions is the IPAM option table, in the README's order.

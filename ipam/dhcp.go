@@ -109,8 +109,8 @@ func dhcpOptions() []PoolOption {
 				if err != nil {
 					return invalidf("--ipam-opt dhcp_fqdn=%s is not true or false", v)
 				}
-				if on && !p.dhcpAsked {
-					return invalidf("--ipam-opt dhcp_fqdn=true applies to --ipam-opt dhcp=true pools: add dhcp=true, or drop it")
+				if on && !p.dhcp4Asked {
+					return invalidf("--ipam-opt dhcp_fqdn=true applies to --ipam-opt dhcp=true pools (DHCPv6 sends the name in option 39 anyway): add dhcp=true, or drop it")
 				}
 				p.r.FQDN = on && !p.r.V6
 				return nil
@@ -133,6 +133,7 @@ func parseDHCPOption(p *poolParsing, key string, v6 bool, v string, given bool) 
 		return invalidf("--ipam-opt %s=true needs --ipam-opt parent=IFACE: the interface on the LAN whose server gives the addresses (the network's -o parent)", key)
 	}
 	p.dhcpAsked = p.dhcpAsked || on
+	p.dhcp4Asked = p.dhcp4Asked || on && !v6
 	if p.r.V6 == v6 {
 		p.r.DHCP = on
 	}
@@ -148,7 +149,7 @@ func (m *IPAM) checkDHCPPool(req poolRequest, parent parentRef) error {
 		key := map[bool]string{false: OptDHCP, true: OptDHCPv6}[req.V6]
 		return invalidf("--ipam-opt %s=true: this underlay runs without a %s client: drop %s=true", key, m.family(req.V6).name(), key)
 	case !parent.Found:
-		return invalidf("--ipam-opt dhcp=true: parent %s is not an interface of this host: the IPAM leases from the host's own link, name one that exists here", req.Parent)
+		return invalidf("--ipam-opt %s=true: parent %s is not an interface of this host: the IPAM leases from the host's own link, name one that exists here", map[bool]string{false: OptDHCP, true: OptDHCPv6}[req.V6], req.Parent)
 	case req.Range.IsValid():
 		return invalidf("--ip-range %s on a DHCP pool: the LAN's server picks the addresses, not underlay: set the range on the server, or drop --ip-range", req.Range)
 	}
@@ -221,18 +222,19 @@ func (m *IPAM) leaseAddress(ctx context.Context, rec store.IPAMPool, r addrReque
 		}
 		if !pool.Contains(l.addr) {
 			l.giveBack(ctx, m.log, "release")
-			return netip.Prefix{}, invalidf("the LAN's %s server on %s leased %s, outside the pool %s: give the network the LAN's subnet (--subnet)", fam.name(), rec.Parent, l.addr, pool)
+			return netip.Prefix{}, invalidf("the LAN's %s server on %s leased %s, outside the pool %s: give the network the LAN's subnet (--subnet), the one the server's address is in", fam.name(), rec.Parent, l.addr, pool)
 		}
 		if r.want.IsValid() && l.addr != r.want {
 			l.giveBack(ctx, m.log, "release")
-			return netip.Prefix{}, fmt.Errorf("%w: the address %s asked for (--ip) was not given by the LAN's %s server on %s, which gave %s: drop --ip to take the server's address, or reserve %s for MAC %s on the server", pluginapi.ErrConflict, r.want, fam.name(), rec.Parent, l.addr, r.want, ask.mac)
+			flag := map[bool]string{false: "--ip", true: "--ip6"}[r.want.Is6()]
+			return netip.Prefix{}, fmt.Errorf("%w: the address %s asked for (%s) was not given by the LAN's %s server on %s, which gave %s: drop %s to take the server's address, or reserve %s for MAC %s on the server", pluginapi.ErrConflict, r.want, flag, fam.name(), rec.Parent, l.addr, flag, r.want, ask.mac)
 		}
-		if held, err := m.probeLeased(ctx, rec, ask, l); err != nil || held != "" {
+		if held, err := m.probeLeased(ctx, rec, ask, l); err != nil {
+			l.giveBack(ctx, m.log, "release") // not known to be held
+			return netip.Prefix{}, err
+		} else if held != "" {
 			l.giveBack(ctx, m.log, "decline")
-			switch {
-			case err != nil:
-				return netip.Prefix{}, err
-			case r.want.IsValid() || declined+1 >= maxDHCPDeclines:
+			if r.want.IsValid() || declined+1 >= maxDHCPDeclines {
 				return netip.Prefix{}, fmt.Errorf("%w: the LAN's %s server on %s leased %s, which %s answers for on the LAN (declined): free it on the LAN, or check the server's range", pluginapi.ErrConflict, fam.name(), rec.Parent, l.addr, held)
 			}
 			continue
@@ -266,6 +268,10 @@ func (m *IPAM) leaseAddress(ctx context.Context, rec store.IPAMPool, r addrReque
 // so the driver's CreateEndpoint does not probe it again.
 func (m *IPAM) probeLeased(ctx context.Context, rec store.IPAMPool, ask leaseAsk, l leased) (held string, err error) {
 	budget := probeBudget(rec)
+	if dl, ok := ctx.Deadline(); ok {
+		// What is left of the request's time, less a margin for the commit.
+		budget = min(budget, time.Until(dl)-500*time.Millisecond)
+	}
 	if m.prober == nil || budget <= 0 {
 		return "", nil
 	}
@@ -394,13 +400,17 @@ func (m *IPAM) nameFree(rec store.IPAMPool, name string) error {
 				if err != nil || !live {
 					continue
 				}
+				where := fmt.Sprintf("the DHCP pool %s (%s)", p.ID, p.Prefix)
+				if l.NetworkID != "" {
+					where = fmt.Sprintf("network %s (%s)", dockerid.Short(l.NetworkID), p.Prefix)
+				}
 				switch {
+				case p.ID != rec.ID && (v6(p) == v6(rec) || l.EndpointID != ""):
+					return fmt.Errorf("%w: container %q has its name's MAC %s on parent %s already, with address %s on %s: a name has one MAC per parent, so one container can be on one DHCP network of a parent (or a container renamed while it runs still holds the name): disconnect it from that network, stop the renamed one, or use another name",
+						pluginapi.ErrConflict, name, l.MAC, rec.Parent, a, where)
 				case l.EndpointID != "":
-					return fmt.Errorf("%w: container name %q has its name's MAC %s on parent %s, held by endpoint %s of network %s (address %s): a container renamed while it runs keeps it; stop that container, or give this one another name",
-						pluginapi.ErrConflict, name, l.MAC, rec.Parent, dockerid.Short(l.EndpointID), dockerid.Short(l.NetworkID), a)
-				case p.ID != rec.ID && v6(p) == v6(rec):
-					return fmt.Errorf("%w: container %q already has its name's MAC %s on parent %s, with address %s on the DHCP pool %s (%s): a name has one MAC per parent, so one container can be on one DHCP network of a parent: disconnect it from that network first, or use one network",
-						pluginapi.ErrConflict, name, l.MAC, rec.Parent, a, p.ID, p.Prefix)
+					return fmt.Errorf("%w: container name %q has its name's MAC %s on parent %s, held by endpoint %s of %s (address %s): a container renamed while it runs keeps it; stop that container, or give this one another name",
+						pluginapi.ErrConflict, name, l.MAC, rec.Parent, dockerid.Short(l.EndpointID), where, a)
 				}
 			}
 		}
@@ -454,25 +464,40 @@ func (m *IPAM) stickyAddr(rec store.IPAMPool, name string) (netip.Addr, error) {
 
 // commitLease records the leased address in one transaction with the
 // checks of any address (allocate: the host's, this pool's, the parent's
-// other holders'); an address of the same name in the pool is a stale one
-// (Docker's names are unique): it goes.
+// other holders'). Records the lease makes stale go first: those of the
+// same name that no live endpoint holds (Docker's names are unique: it
+// asks again), and one at the leased address that nothing holds any
+// more, or that this name leased and no endpoint took (a request whose
+// answer was lost): the server just gave that address to this client.
 func (m *IPAM) commitLease(rec store.IPAMPool, r addrRequest, name string, l leased) (netip.Prefix, error) {
 	r.want = l.addr
 	r.lease = &l.rec
+	now := m.now()
 	var got netip.Prefix
 	err := m.store.Batch(func(tx *store.Tx) error {
-		if name != "" {
-			for _, a := range tx.IPAMAddresses(rec.ID) {
-				old, ok, err := tx.IPAMLease(rec.ID, a)
-				if err != nil || !ok || old.Name != name {
-					continue
-				}
-				if live, err := leaseLive(tx, old, m.now()); err != nil || live {
-					continue // allocate refuses it, if it is this address
-				}
-				if err := tx.DeleteIPAMAddress(rec.ID, a); err != nil {
-					return err
-				}
+		for _, a := range tx.IPAMAddresses(rec.ID) {
+			old, ok, err := tx.IPAMLease(rec.ID, a)
+			if err != nil || !ok {
+				continue
+			}
+			live, err := leaseLive(tx, old, now)
+			if err != nil {
+				return err
+			}
+			sameName := name != "" && old.Name == name
+			atAddr := a == l.addr.String()
+			if !(sameName && !live || atAddr && (!live || sameName && old.EndpointID == "")) {
+				continue // a live one at the address: allocate refuses it
+			}
+			addr, err := netip.ParseAddr(a)
+			if err != nil {
+				continue
+			}
+			if err := m.nameReleased(tx, rec.ID, addr); err != nil {
+				return err
+			}
+			if err := tx.DeleteIPAMAddress(rec.ID, a); err != nil {
+				return err
 			}
 		}
 		var err error

@@ -389,8 +389,14 @@ func TestDHCPNameHeldByALiveEndpoint(t *testing.T) {
 	// release journaled: the name leases again, the record and the
 	// journal entry go.
 	if err := e.db.Batch(func(tx *store.Tx) error {
-		if err := tx.PutPendingRelease(record.PendingRelease{NetworkID: "net1", EndpointID: "ep1", Parent: "eth0", Lease: record.Lease{Addr: a.String()}}); err != nil {
-			return err
+		for _, pr := range []record.PendingRelease{
+			{NetworkID: "net1", EndpointID: "ep1", Parent: "eth0", Lease: record.Lease{Addr: a.String()}},
+			{NetworkID: "net1", EndpointID: "ep9", Parent: "eth0", Lease: record.Lease{Addr: "198.18.180.99/24"}}, // another address: stays
+			{NetworkID: "net2", EndpointID: "ep8", Parent: "eth1", Lease: record.Lease{Addr: a.String()}},        // another parent: stays
+		} {
+			if err := tx.PutPendingRelease(pr); err != nil {
+				return err
+			}
 		}
 		return tx.DeleteEndpoint("net1", "ep1")
 	}); err != nil {
@@ -400,8 +406,13 @@ func TestDHCPNameHeldByALiveEndpoint(t *testing.T) {
 		t.Fatalf("web got %s, want %s again", b, a)
 	}
 	var pending []record.PendingRelease
-	if err := e.db.View(func(tx *store.Tx) (err error) { pending, err = tx.PendingReleases(); return err }); err != nil || len(pending) != 0 {
-		t.Fatalf("journaled releases %v (%v): the one of the address leased again must go", pending, err)
+	if err := e.db.View(func(tx *store.Tx) (err error) { pending, err = tx.PendingReleases(); return err }); err != nil || len(pending) != 2 {
+		t.Fatalf("journaled releases %v (%v): the one of the address leased again must go, the two others stay", pending, err)
+	}
+	for _, pr := range pending {
+		if pr.EndpointID == "ep1" {
+			t.Fatalf("the journaled release of %s on eth0 is still there: %+v", a, pr)
+		}
 	}
 	// Leased but never taken over, over a minute ago: stale.
 	q := e.dhcpPool(t, "198.18.181.0/24", lanDHCP, false)
@@ -469,5 +480,27 @@ func TestDHCPPoolRelease(t *testing.T) {
 	}
 	if len(srv.released) != 1 || !strings.HasSuffix(srv.released[0], " "+a.Addr().String()) {
 		t.Fatalf("released %v, want %s's lease", srv.released, a)
+	}
+}
+
+// A lease whose answer was lost (no CreateEndpoint, no ReleaseAddress)
+// is the same name's when Docker asks again: the server gives it back and
+// it is taken, not declined; a stale record of another name at the
+// offered address (its lease long gone) does not make it declined either.
+func TestDHCPLeaseOverStaleRecords(t *testing.T) {
+	e, srv := dhcpEnv(t)
+	p := e.dhcpPool(t, "198.18.180.0/24", lanDHCP, false)
+	a := e.address(t, p.ID, "", named("web"))
+	if b := e.address(t, p.ID, "", named("web")); b != a || len(srv.declined) != 0 {
+		t.Fatalf("asked again: %s, declined %v; want %s taken again", b, srv.declined, a)
+	}
+	old := e.address(t, p.ID, "", named("old"))
+	e.clock.Advance(2 * time.Minute) // never taken over: stale
+	srv.next = []netip.Addr{old.Addr()}
+	if c := e.address(t, p.ID, "", named("new")); c != old || len(srv.declined) != 0 {
+		t.Fatalf("new got %s, declined %v; want %s (old's stale record) taken", c, srv.declined, old)
+	}
+	if l := leaseOf(t, e, p.ID, old); l.Name != "new" {
+		t.Fatalf("the record at %s is %+v, want new's", old, l)
 	}
 }

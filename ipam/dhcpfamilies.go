@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/dhcp6"
@@ -38,9 +39,16 @@ type leased struct {
 	back func(ctx context.Context, how string) error
 }
 
-// giveBack releases or declines l (logged on failure).
+// giveBackWait bounds one give-back: it must not hold a request that
+// Docker waits for (DHCPv6 retransmits a Release for seconds).
+const giveBackWait = 2 * time.Second
+
+// giveBack releases or declines l (logged on failure), within
+// giveBackWait.
 func (l leased) giveBack(ctx context.Context, log *slog.Logger, how string) {
-	if err := l.back(context.WithoutCancel(ctx), how); err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackWait)
+	defer cancel()
+	if err := l.back(ctx, how); err != nil {
 		log.Warn("could not give a lease back", "how", how, "address", l.addr, "mac", l.rec.MAC, "error", err)
 	}
 }
@@ -87,8 +95,11 @@ func (f dhcpFamily) acquire(ctx context.Context, ask leaseAsk) (leased, error) {
 
 func (f dhcpFamily) held(parent string, l store.IPAMLease) (leased, error) {
 	mac, err := net.ParseMAC(l.MAC)
-	if err != nil || l.Lease == nil {
-		return leased{}, fmt.Errorf("the recorded lease has no usable MAC %q or no DHCP lease: %w", l.MAC, err)
+	switch {
+	case err != nil:
+		return leased{}, fmt.Errorf("the recorded lease has no usable MAC %q: %w", l.MAC, err)
+	case l.Lease == nil:
+		return leased{}, fmt.Errorf("the record of MAC %s holds no DHCP lease", l.MAC)
 	}
 	dl, err := dhcprecord.FromRecord(*l.Lease)
 	if err != nil {
@@ -133,8 +144,11 @@ func (f dhcp6Family) acquire(ctx context.Context, ask leaseAsk) (leased, error) 
 
 func (f dhcp6Family) held(parent string, l store.IPAMLease) (leased, error) {
 	mac, err := net.ParseMAC(l.MAC)
-	if err != nil || l.Lease6 == nil {
-		return leased{}, fmt.Errorf("the recorded lease has no usable MAC %q or no DHCPv6 lease: %w", l.MAC, err)
+	switch {
+	case err != nil:
+		return leased{}, fmt.Errorf("the recorded lease has no usable MAC %q: %w", l.MAC, err)
+	case l.Lease6 == nil:
+		return leased{}, fmt.Errorf("the record of MAC %s holds no DHCPv6 lease", l.MAC)
 	}
 	duid, err := hex.DecodeString(l.Lease6.DUID)
 	if err != nil {

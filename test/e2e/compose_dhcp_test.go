@@ -106,9 +106,12 @@ networks:
 		if err := dns.WaitReleased(leaseWait, a, m, before); err != nil {
 			t.Fatal(err)
 		}
-		if ls := dns.Leases(); len(ls) > 0 {
-			t.Fatalf("leases left after compose down: %v", ls)
-		}
+		eventually(t, leaseWait, "no lease left after compose down", func() error {
+			if ls := dns.Leases(); len(ls) > 0 {
+				return fmt.Errorf("leases %v", ls)
+			}
+			return nil
+		})
 	}
 
 	e.markLog()

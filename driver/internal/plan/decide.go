@@ -97,7 +97,15 @@ func KeepParent(linkExists bool, eps []record.Endpoint, boot string) bool {
 func SameConfig(a, b record.Network) bool {
 	return a.ID == b.ID && a.Type == b.Type && RequestedParent(a) == RequestedParent(b) && a.Mode == b.Mode &&
 		a.Flag == b.Flag && a.MTU == b.MTU && a.Internal == b.Internal && a.HostAddress == b.HostAddress &&
-		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6) && a.Config.DHCP == b.Config.DHCP
+		samePools(a.IPv4, b.IPv4) && samePools(a.IPv6, b.IPv6) && sameDHCP(a.Config.DHCP, b.Config.DHCP)
+}
+
+// sameDHCP compares the DHCP options; whether the pools are the IPAM's
+// DHCP pools follows from the pools, and a request's is known only once
+// its parent is resolved (after the reuse is decided).
+func sameDHCP(a, b record.DHCPConfig) bool {
+	a.FromIPAM, a.FromIPAM6, b.FromIPAM, b.FromIPAM6 = false, false, false, false
+	return a == b
 }
 
 func samePools(a, b []record.Pool) bool {

@@ -41,6 +41,7 @@ func JoinAnswer(n record.Network, ep record.Endpoint) *JoinResponse {
 	}
 	if ep.Lease != nil {
 		leaseJoin(resp, ep.Lease)
+		resp.GatewayIPv6 = gateway6(n, ep)
 		return resp
 	}
 	if n.Type == kernel.KindIpvlan && n.Mode != "l2" {
@@ -53,12 +54,18 @@ func JoinAnswer(n record.Network, ep record.Endpoint) *JoinResponse {
 		return resp
 	}
 	resp.Gateway = gatewayFor(ep.IPv4, n.IPv4)
-	if m := n.Config.IPv6Mode; m != config.IPv6SLAAC && !config.Leases6(n.Config) {
-		// The LAN modes' default route is the one the container's kernel
-		// takes from the router's advertisements, not a pool's gateway.
-		resp.GatewayIPv6 = gatewayFor(ep.IPv6, n.IPv6)
-	}
+	resp.GatewayIPv6 = gateway6(n, ep)
 	return resp
+}
+
+// gateway6 is the endpoint's IPv6 gateway: its pool's, except where IPv6
+// comes from the LAN (slaac, DHCPv6 leases), whose default route is the
+// one the container's kernel takes from the router's advertisements.
+func gateway6(n record.Network, ep record.Endpoint) string {
+	if n.Config.IPv6Mode == config.IPv6SLAAC || config.Leases6(n.Config) {
+		return ""
+	}
+	return gatewayFor(ep.IPv6, n.IPv6)
 }
 
 // gatewayFor returns the gateway of the pool holding addr; none when the
