@@ -123,8 +123,8 @@ func (d *Driver) ipamPools(space, prefix string) ([]store.IPAMPool, error) {
 }
 
 // ipamLease is the IPAM's lease of an endpoint's address (either family)
-// on n, with the ID of its pool.
-func (d *Driver) ipamLease(n record.Network, addr string) (string, store.IPAMLease, error) {
+// on n, with the ID of its pool and the address without its length.
+func (d *Driver) ipamLease(n record.Network, addr string) (string, netip.Addr, store.IPAMLease, error) {
 	a, perr := netip.ParsePrefix(addr)
 	var id string
 	var l store.IPAMLease
@@ -155,7 +155,7 @@ func (d *Driver) ipamLease(n record.Network, addr string) (string, store.IPAMLea
 	if err == nil && !found {
 		err = fmt.Errorf("%w: network %s takes its addresses from underlay's IPAM over DHCP (DHCPv6), and the IPAM holds no lease of address %q on %s: create the container again (its address must come from the IPAM)", pluginapi.ErrNotFound, dockerid.Short(n.ID), addr, n.Parent)
 	}
-	return id, l, err
+	return id, a.Addr(), l, err
 }
 
 // ipamAddrs are the endpoint's addresses the IPAM leased: the IPv4 one
@@ -177,7 +177,7 @@ func ipamAddrs(n record.Network, ep record.Endpoint) []string {
 func (d *Driver) leaseMAC(n record.Network, ep record.Endpoint, given string) (string, error) {
 	var mac, name, first string
 	for _, addr := range ipamAddrs(n, ep) {
-		_, l, err := d.ipamLease(n, addr)
+		_, _, l, err := d.ipamLease(n, addr)
 		if err != nil {
 			return "", err
 		}
@@ -209,7 +209,7 @@ func (d *Driver) ipamLeases(_ context.Context, n record.Network, ep, existing *r
 	}
 	var ts []taken
 	for _, addr := range ipamAddrs(n, *ep) {
-		pool, l, err := d.ipamLease(n, addr)
+		pool, a, l, err := d.ipamLease(n, addr)
 		if err != nil {
 			return grant{}, err
 		}
@@ -229,7 +229,7 @@ func (d *Driver) ipamLeases(_ context.Context, n record.Network, ep, existing *r
 			lease := *l.Lease6
 			ep.Lease6 = &lease
 		}
-		ts = append(ts, taken{pool, netip.MustParsePrefix(addr).Addr().String(), l})
+		ts = append(ts, taken{pool, a.String(), l})
 	}
 	if len(ts) == 0 {
 		return grant{}, nil

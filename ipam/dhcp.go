@@ -226,8 +226,7 @@ func (m *IPAM) leaseAddress(ctx context.Context, rec store.IPAMPool, r addrReque
 		}
 		if r.want.IsValid() && l.addr != r.want {
 			l.giveBack(ctx, m.log, "release")
-			flag := map[bool]string{false: "--ip", true: "--ip6"}[r.want.Is6()]
-			return netip.Prefix{}, fmt.Errorf("%w: the address %s asked for (%s) was not given by the LAN's %s server on %s, which gave %s: drop %s to take the server's address, or reserve %s for MAC %s on the server", pluginapi.ErrConflict, r.want, flag, fam.name(), rec.Parent, l.addr, flag, r.want, ask.mac)
+			return netip.Prefix{}, notGiven(fam.name(), ask, fmt.Errorf("it gave %s", l.addr))
 		}
 		if held, err := m.probeLeased(ctx, rec, ask, l); err != nil {
 			l.giveBack(ctx, m.log, "release") // not known to be held
@@ -292,6 +291,14 @@ func (m *IPAM) probeLeased(ctx context.Context, rec store.IPAMPool, ask leaseAsk
 	return "", nil
 }
 
+// notGiven is the refusal of an address asked for (--ip, --ip6) that the
+// LAN's server (of family fam) did not give; why says what it did.
+func notGiven(fam string, ask leaseAsk, why error) error {
+	flag := map[bool]string{false: "--ip", true: "--ip6"}[ask.want.Is6()]
+	return fmt.Errorf("%w: the address %s asked for (%s) was not given by the LAN's %s server on %s: %w: drop %s to take the server's address, or reserve %s for MAC %s on the server",
+		pluginapi.ErrConflict, ask.want, flag, fam, ask.parent, why, flag, ask.want, ask.mac)
+}
+
 // who names the requester in errors.
 func who(name string) string {
 	if name == "" {
@@ -312,7 +319,7 @@ func (m *IPAM) leaseAsk(ctx context.Context, rec store.IPAMPool, name string) (l
 		})
 		return ask, nil
 	}
-	mac, err := m.NameMAC(ctx, rec.Parent, 0, name)
+	mac, err := NameMAC(ctx, m.host, rec.Parent, 0, name)
 	if err != nil {
 		return ask, err
 	}
@@ -325,13 +332,6 @@ func (m *IPAM) leaseAsk(ctx context.Context, rec store.IPAMPool, name string) (l
 		}
 	}
 	return ask, nil
-}
-
-// NameMAC is the MAC of name on parent (a link of the host, by name or
-// altname): lanmac.NameMAC over the parent's base address, and its VLAN
-// ID, or vlan when the parent is the base of a VLAN not made yet.
-func (m *IPAM) NameMAC(ctx context.Context, parent string, vlan int, name string) (net.HardwareAddr, error) {
-	return NameMAC(ctx, m.host, parent, vlan, name)
 }
 
 // LinkReader reads links by name and index; *netlinkutil.Kernel

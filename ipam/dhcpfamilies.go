@@ -13,7 +13,6 @@ import (
 	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/internal/dhcprecord"
-	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/store"
 )
 
@@ -85,7 +84,7 @@ func (f dhcpFamily) acquire(ctx context.Context, ask leaseAsk) (leased, error) {
 	l, err := f.c.Acquire(ctx, req)
 	switch {
 	case errors.Is(err, dhcp.ErrNotOffered):
-		return leased{}, fmt.Errorf("%w: the address %s asked for (--ip) was not given by the LAN's DHCP server on %s: %w. Drop --ip to take the server's address, or reserve %s for MAC %s on the server", pluginapi.ErrConflict, ask.want, ask.parent, err, ask.want, ask.mac)
+		return leased{}, notGiven("DHCP", ask, err)
 	case err != nil:
 		return leased{}, fmt.Errorf("no DHCP lease for %s on %s within %s: %w: check that the LAN's DHCP server answers on %s", who(ask.name), ask.parent, dhcpTimeout, err, ask.parent)
 	}
