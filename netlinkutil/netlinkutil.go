@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,6 +185,7 @@ func convert(l netlink.Link) kernel.Link {
 	a := l.Attrs()
 	out := kernel.Link{Name: a.Name, Index: a.Index, Kind: l.Type(), ParentIndex: a.ParentIndex, MTU: a.MTU,
 		Alias: a.Alias, AltNames: a.AltNames, Encap: a.EncapType, Down: a.Flags&net.FlagUp == 0}
+	out.NoCarrier = !out.Down && a.RawFlags&unix.IFF_LOWER_UP == 0
 	if a.HardwareAddr != nil {
 		out.MAC = a.HardwareAddr.String()
 	}
@@ -211,7 +214,21 @@ func (k *Kernel) Get(ctx context.Context, name string) (kernel.Link, error) {
 	if err != nil {
 		return kernel.Link{}, fmt.Errorf("look up link %s: %w", name, err)
 	}
-	return convert(l), nil
+	out := convert(l)
+	out.Wireless = isWireless(out.Name)
+	return out, nil
+}
+
+// isWireless reports whether sysfs shows the link as an 802.11 device
+// (cfg80211 links have phy80211; wext ones wireless). Sysfs shows the
+// namespace it was mounted in: the host's for the daemon and the CLI.
+func isWireless(name string) bool {
+	for _, entry := range []string{"phy80211", "wireless"} {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", name, entry)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // List implements Links.

@@ -44,6 +44,13 @@ type Link struct {
 	Encap string
 	// Down is set when the link is administratively down (IFF_UP clear).
 	Down bool
+	// NoCarrier is set when the link is up but has no carrier
+	// (IFF_LOWER_UP clear: no cable, no peer, a VLAN whose base is down).
+	NoCarrier bool
+	// Wireless is set when the link is an 802.11 (Wi-Fi) device: the
+	// kernel shows it a phy80211 or wireless entry in sysfs. Filled by Get
+	// only (not List or the kept links).
+	Wireless bool
 }
 
 // Ethernet reports whether the link carries Ethernet frames, which
