@@ -71,6 +71,12 @@ type NetworkConfig struct {
 	// Announce is -o com.docker.network.advertise_addr_nmsgs and
 	// com.docker.network.advertise_addr_ms.
 	Announce Announce `json:"announce,omitzero"`
+	// AllowWireless is -o allow_wireless: macvlan on a Wi-Fi parent is
+	// created (the LAN preflight refuses it otherwise).
+	AllowWireless bool `json:"allow_wireless,omitempty"`
+	// NoLANCheck is -o lan_check=false: no LAN preflight in the
+	// background after the create (zero: it runs).
+	NoLANCheck bool `json:"no_lan_check,omitempty"`
 }
 
 // DHCPConfig is a network's DHCP configuration.

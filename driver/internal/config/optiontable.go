@@ -259,6 +259,44 @@ var DriverOptions = []DriverOption{
 			return nil
 		},
 	},
+	{
+		Name: OptAllowWireless, Values: code("true", "false"), Default: code("false"), NeedsValue: "true (or false)", config: true,
+		Doc: "Create a macvlan network on a wireless (802.11) parent, which is refused otherwise: see [Troubleshooting](#troubleshooting-the-lan).",
+		parse: func(p *parsing, v string) error {
+			return boolOption(OptAllowWireless, v, &p.o.Config.AllowWireless)
+		},
+	},
+	{
+		Name: OptLANCheck, Values: code("true", "false"), Default: code("true"), NeedsValue: "true (or false)", config: true,
+		Doc: "Run the LAN preflight (`underlay doctor --lan`) in the background after the create; its verdicts are logged, counted in metrics and shown by `underlay ls` and `underlay doctor`.",
+		parse: func(p *parsing, v string) error {
+			on := true
+			if err := boolOption(OptLANCheck, v, &on); err != nil {
+				return err
+			}
+			p.o.Config.NoLANCheck = !on
+			return nil
+		},
+	},
+}
+
+// The LAN preflight's options.
+const (
+	OptAllowWireless = "allow_wireless"
+	OptLANCheck      = "lan_check"
+)
+
+// boolOption parses a boolean option's value into dst; "" leaves dst.
+func boolOption(name, v string, dst *bool) error {
+	if v == "" {
+		return nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return Invalidf("%s %q is not a boolean: use -o %s=true or -o %s=false", name, v, name, name)
+	}
+	*dst = b
+	return nil
 }
 
 // parseType takes the link type: type=, else ipvlan when an ipvlan
