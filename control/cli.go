@@ -18,6 +18,7 @@ import (
 //
 //	underlay ls     [--socket PATH] [--docker-host unix://PATH] [--json]
 //	underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
+//	underlay doctor --lan PARENT [--network NAME|ID] [-o KEY=VALUE]... [--timeout DURATION] [--json] (lan.go)
 
 // Exit codes of doctor (README.md, underlay doctor). A monitor reads only
 // ExitHealthy as healthy.
@@ -104,6 +105,9 @@ func RunLs(args []string, stdout, stderr io.Writer) int {
 
 // RunDoctor runs `underlay doctor` and returns its exit code.
 func RunDoctor(args []string, stdout, stderr io.Writer) int {
+	if hasLAN(args) {
+		return runLAN(args, stdout, stderr)
+	}
 	o, err := parse("doctor", args, true, stdout, stderr)
 	if err != nil {
 		return usageCode(err, stderr)

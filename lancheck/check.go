@@ -60,10 +60,6 @@ type Network struct {
 	// Parent is the link the network's endpoints are made on: a VLAN
 	// link as eth0.10.
 	Parent string
-	// Base and VLAN are the VLAN's base link and ID when Parent is a
-	// VLAN (VLAN 0 otherwise).
-	Base string
-	VLAN int
 	// Type is "macvlan" or "ipvlan"; Mode its mode.
 	Type, Mode string
 	// DHCP: the network takes its IPv4 addresses from the LAN's DHCP.
@@ -151,8 +147,12 @@ type LinkState struct {
 	Kind                      string
 	Down, NoCarrier, Wireless bool
 	MTU                       int
-	// Base is the state of a VLAN's base link (nil when not a VLAN).
-	Base *LinkState
+	// Base is the state of a VLAN's base link (nil when not a VLAN);
+	// BaseName its name and VLAN the VLAN's ID (also when the VLAN does
+	// not exist yet and its name says LINK.VID).
+	Base     *LinkState
+	BaseName string
+	VLAN     int
 }
 
 // Observations are what Observe saw; the zero value of a part means it
@@ -166,6 +166,9 @@ type Observations struct {
 	// answering host) from the parent and from a throwaway macvlan child
 	// with a new MAC; Parent6 the IPv6 reach from the parent.
 	Parent4, Child4, Parent6 Reach
+	// Parent4From and Parent6From say where the targets came from ("the
+	// network's gateway", ...).
+	Parent4From, Parent6From string
 	// ChildErr says why no throwaway child could be made ("" when it was,
 	// or when the network's type needs none).
 	ChildErr string

@@ -1,9 +1,215 @@
 package lancheck
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/underlay-net/underlay/internal/lanmac"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
+)
+
+// DefaultBudget bounds a run whose context has no deadline.
+const DefaultBudget = 5 * time.Second
+
+// probeBudget is how long one ARP probe or neighbour solicitation of a
+// reach check waits for its answer (3 frames, as address probes send).
+const probeBudget = time.Second
+
+// collectShare is the share of the budget the DHCP, DHCPv6 and router
+// collectors listen for: the rest is left to ask a router a DHCP offer
+// named.
+const collectShare = 0.6
 
 // Observe gathers what the kernel and the LAN show of n's parent within
-// ctx's deadline.
+// ctx's deadline (DefaultBudget without one).
 func Observe(ctx context.Context, env Env, n Network) Observations {
-	return Observations{} // written next
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultBudget)
+		defer cancel()
+	}
+	w := env.wire
+	if w == nil {
+		w = realWire{env: env}
+	}
+	o := Observations{Skipped: map[Check]string{}}
+	parent, err := env.Kernel.Get(ctx, n.Parent)
+	o.Link = linkState(ctx, env.Kernel, n.Parent, parent, err)
+	if o.Link.Exists {
+		if rs, err := env.Kernel.RoutesVia(ctx, parent.Index); err == nil {
+			o.HostGateway4, o.HostGateway6 = defaultGateways(rs)
+		}
+	}
+	if why := unusable(n.Parent, o.Link); why != "" {
+		for _, c := range []Check{NewMAC, DHCP, IPv6RA, DHCPv6} {
+			o.Skipped[c] = why
+		}
+		if g, from := gateway4(n, o.HostGateway4, nil); g.IsValid() {
+			o.Parent4, o.Parent4From = Reach{Target: g, Err: why}, from
+		}
+		if g, from := gateway6(n, o.HostGateway6); g.IsValid() {
+			o.Parent6, o.Parent6From = Reach{Target: g, Err: why}, from
+		}
+		return o
+	}
+	parentMAC, _ := net.ParseMAC(parent.MAC)
+	// The throwaway client: a new MAC of its own on macvlan, the parent's
+	// (as its endpoints have) on ipvlan.
+	clientMAC := lanmac.Random()
+	if n.Type == kernel.KindIpvlan {
+		clientMAC = parentMAC
+	}
+
+	start := time.Now()
+	deadline, _ := ctx.Deadline()
+	collect, cancel := context.WithDeadline(ctx, start.Add(time.Duration(float64(deadline.Sub(start))*collectShare)))
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		offers, err := w.Offers(collect, n.Parent, clientMAC, n.Type == kernel.KindIpvlan)
+		o.Offers, o.OffersErr = offers, errString(err)
+	})
+	wg.Go(func() {
+		rs, err := w.Routers(collect, n.Parent, clientMAC)
+		o.Routers, o.RoutersErr = rs, errString(err)
+	})
+	wg.Go(func() {
+		as, err := w.Advertises(collect, n.Parent, clientMAC)
+		o.Advertises, o.AdvertErr = as, errString(err)
+	})
+	var reach sync.WaitGroup
+	target4, from4 := gateway4(n, o.HostGateway4, nil)
+	if target4.IsValid() {
+		o.Parent4From = from4
+		reach.Go(func() { o.Parent4, o.Child4, o.ChildErr = reach4(ctx, w, n, parentMAC, target4) })
+	}
+	if g, from := gateway6(n, o.HostGateway6); g.IsValid() {
+		o.Parent6From = from
+		reach.Go(func() { o.Parent6 = w.Probe6(ctx, n.Parent, parentMAC, g) })
+	}
+	wg.Wait()
+	if !target4.IsValid() {
+		// A router or server a DHCP offer named is the host to ask.
+		target4, o.Parent4From = gateway4(n, o.HostGateway4, o.Offers)
+		if !target4.IsValid() && len(o.Offers) > 0 {
+			target4, o.Parent4From = o.Offers[0].Server, "the DHCP server that answered (no gateway is known)"
+		}
+		if target4.IsValid() {
+			o.Parent4, o.Child4, o.ChildErr = reach4(ctx, w, n, parentMAC, target4)
+		}
+	}
+	reach.Wait()
+	return o
+}
+
+// reach4 asks for target from the parent and, on macvlan, from a
+// throwaway child with a new MAC, at the same time.
+func reach4(ctx context.Context, w wire, n Network, parentMAC net.HardwareAddr, target netip.Addr) (parent, child Reach, childErr string) {
+	var wg sync.WaitGroup
+	wg.Go(func() { parent = w.Probe4(ctx, n.Parent, parentMAC, target) })
+	if n.Type != kernel.KindIpvlan {
+		wg.Go(func() {
+			var err error
+			child, err = w.ChildProbe4(ctx, n.Parent, lanmac.Random(), target)
+			childErr = errString(err)
+		})
+	}
+	wg.Wait()
+	return parent, child, childErr
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// unusable says why nothing can be sent on the parent ("" when it can).
+func unusable(name string, l LinkState) string {
+	switch {
+	case !l.Exists:
+		return fmt.Sprintf("%s does not exist", name)
+	case l.Down:
+		return fmt.Sprintf("%s is down", name)
+	}
+	return ""
+}
+
+// linkState is what the kernel says of the parent and a VLAN's base.
+func linkState(ctx context.Context, k Kernel, name string, l kernel.Link, err error) LinkState {
+	if err != nil {
+		s := LinkState{Err: err.Error()}
+		if base, vid, ok := vlanName(name); ok {
+			s.BaseName, s.VLAN = base, vid
+			bl, berr := k.Get(ctx, base)
+			b := stateOf(bl, berr)
+			s.Base = &b
+		}
+		return s
+	}
+	s := stateOf(l, nil)
+	if l.Kind == "vlan" && l.ParentIndex > 0 {
+		s.VLAN = l.VLAN
+		bl, berr := k.LinkByIndex(ctx, l.ParentIndex)
+		b := stateOf(bl, berr)
+		s.Base, s.BaseName = &b, bl.Name
+	}
+	return s
+}
+
+func stateOf(l kernel.Link, err error) LinkState {
+	if err != nil {
+		return LinkState{Err: err.Error()}
+	}
+	return LinkState{Exists: true, Kind: l.Kind, Down: l.Down, NoCarrier: l.NoCarrier, Wireless: l.Wireless, MTU: l.MTU}
+}
+
+// vlanName splits LINK.VID.
+func vlanName(name string) (string, int, bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 {
+		return "", 0, false
+	}
+	vid, err := strconv.Atoi(name[i+1:])
+	if err != nil || vid < 1 || vid > 4094 {
+		return "", 0, false
+	}
+	return name[:i], vid, true
+}
+
+// defaultGateways are the gateways of the main table's default routes
+// (the lowest metric wins) among rs.
+func defaultGateways(rs []kernel.Route) (v4, v6 netip.Addr) {
+	best4, best6 := -1, -1
+	for _, r := range rs {
+		if r.Dst.Bits() != 0 || !r.Gateway.IsValid() || (r.Table != 0 && r.Table != kernel.MainTable) {
+			continue
+		}
+		switch {
+		case r.Gateway.Is4() && (best4 < 0 || r.Priority < best4):
+			v4, best4 = r.Gateway, r.Priority
+		case r.Gateway.Is6() && (best6 < 0 || r.Priority < best6):
+			v6, best6 = r.Gateway, r.Priority
+		}
+	}
+	return v4, v6
+}
+
+// gateway6 is the IPv6 address the reach check asks for: the network's
+// gateway, else the host's default route's through the parent.
+func gateway6(n Network, host netip.Addr) (netip.Addr, string) {
+	switch {
+	case n.Gateway6.IsValid():
+		return n.Gateway6, "the network's IPv6 gateway"
+	case host.IsValid():
+		return host.WithZone(""), "the host's IPv6 default route's gateway through " + n.Parent
+	}
+	return netip.Addr{}, ""
 }

@@ -3,8 +3,10 @@ package lancheck
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/netip"
 
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netns"
 )
@@ -13,8 +15,13 @@ import (
 type Kernel interface {
 	// Get returns the named link (with Wireless filled).
 	Get(ctx context.Context, name string) (kernel.Link, error)
+	// LinkByIndex returns the link with the index (a VLAN's base).
+	LinkByIndex(ctx context.Context, index int) (kernel.Link, error)
 	// RoutesVia returns the routes through the link with the index.
 	RoutesVia(ctx context.Context, index int) ([]kernel.Route, error)
+	// AddThrowaway makes a marked macvlan child of parent with mac in an
+	// anonymous namespace of its own (the new-mac check).
+	AddThrowaway(ctx context.Context, parent string, mac net.HardwareAddr, mark string) (*netlinkutil.Throwaway, error)
 }
 
 // Env is what Observe acts through.
@@ -25,6 +32,9 @@ type Env struct {
 	// Mark is the alias the throwaway child link carries.
 	Mark string
 	Log  *slog.Logger
+	// wire is what sends and receives on the LAN; nil: the real one
+	// (tests give a fake).
+	wire wire
 }
 
 // Run observes the LAN of n's parent within ctx's deadline and judges
@@ -36,14 +46,14 @@ func Run(ctx context.Context, env Env, n Network) []Item {
 // gateway4 is the IPv4 address the reach checks ask for: the network's
 // gateway, else the host's default route's through the parent, else the
 // router of a DHCP offer.
-func gateway4(n Network, o Observations) (netip.Addr, string) {
+func gateway4(n Network, host netip.Addr, offers []Offer) (netip.Addr, string) {
 	switch {
 	case n.Gateway4.IsValid():
 		return n.Gateway4, "the network's gateway"
-	case o.HostGateway4.IsValid():
-		return o.HostGateway4, "the host's default route's gateway through " + n.Parent
+	case host.IsValid():
+		return host, "the host's default route's gateway through " + n.Parent
 	}
-	for _, of := range o.Offers {
+	for _, of := range offers {
 		if of.Router.IsValid() {
 			return of.Router, "the router of " + of.Server.String() + "'s DHCP offer"
 		}

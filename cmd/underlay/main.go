@@ -43,6 +43,8 @@ const usage = `usage:
                  [--metrics-listen ADDR]
   underlay ls     [--socket PATH] [--docker-host unix://PATH] [--json]
   underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
+  underlay doctor --lan PARENT [--network NAME|ID] [-o KEY=VALUE]... [--timeout DURATION] [--json]
+                  [--socket PATH] [--docker-host unix://PATH]
   underlay mac    --parent PARENT [--vlan N] NAME
   underlay version
 `

@@ -1,0 +1,87 @@
+package lancheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/underlay-net/underlay/probe"
+)
+
+// wire is what Observe sends and receives on the LAN.
+type wire interface {
+	// Offers sends a DISCOVER from mac (ipvlan: with a client ID) and
+	// returns every OFFER until ctx ends.
+	Offers(ctx context.Context, parent string, mac net.HardwareAddr, ipvlan bool) ([]Offer, error)
+	// Routers sends router solicitations and returns every router
+	// advertisement until ctx ends.
+	Routers(ctx context.Context, parent string, mac net.HardwareAddr) ([]Router, error)
+	// Advertises sends a DHCPv6 Solicit and returns every Advertise
+	// until ctx ends.
+	Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]Advertise, error)
+	// Probe4 and Probe6 ask for target from mac on parent (an ARP probe,
+	// a neighbour solicitation from ::).
+	Probe4(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) Reach
+	Probe6(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) Reach
+	// ChildProbe4 makes a throwaway macvlan child of parent with mac and
+	// asks for target from it; the error says why no child was made.
+	ChildProbe4(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) (Reach, error)
+}
+
+// realWire is the wire of dhcp, dhcp6, probe and Routers.
+type realWire struct{ env Env }
+
+func (w realWire) prober() *probe.Prober { return probe.New(probe.WithNetns(w.env.Netns)) }
+
+func (w realWire) Probe4(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) Reach {
+	r := Reach{Target: target, From: fmt.Sprintf("the parent %s (%s)", parent, mac)}
+	answered(&r, w.prober().Probe(ctx, parent, mac, target, probeBudget))
+	return r
+}
+
+func (w realWire) Probe6(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) Reach {
+	r := Reach{Target: target, From: fmt.Sprintf("the parent %s (%s)", parent, mac)}
+	answered(&r, w.prober().ProbeIPv6(ctx, parent, mac, target, probeBudget))
+	return r
+}
+
+func (w realWire) ChildProbe4(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) (Reach, error) {
+	t, err := w.env.Kernel.AddThrowaway(ctx, parent, mac, w.env.Mark)
+	if err != nil {
+		return Reach{Target: target}, err
+	}
+	defer func() {
+		if err := t.Close(); err != nil && w.env.Log != nil {
+			w.env.Log.Warn("LAN preflight: could not delete its throwaway child", "parent", parent, "mac", mac.String(), "err", err)
+		}
+	}()
+	r := Reach{Target: target, From: mac.String()}
+	answered(&r, probe.New(probe.WithNetns(t.Netns)).Probe(ctx, t.Name, mac, target, probeBudget))
+	return r, nil
+}
+
+// answered reads a probe's result: a conflict is the answer.
+func answered(r *Reach, err error) {
+	var c *probe.ConflictError
+	switch {
+	case errors.As(err, &c):
+		r.Answered, r.AnswerMAC = true, c.MAC
+	case err != nil:
+		r.Err = err.Error()
+	}
+}
+
+// Written with the collectors of dhcp, dhcp6 and ra.go.
+func (w realWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, ipvlan bool) ([]Offer, error) {
+	return nil, errors.New("not built yet")
+}
+
+func (w realWire) Routers(ctx context.Context, parent string, mac net.HardwareAddr) ([]Router, error) {
+	return nil, errors.New("not built yet")
+}
+
+func (w realWire) Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]Advertise, error) {
+	return nil, errors.New("not built yet")
+}
