@@ -71,4 +71,3 @@ func TestThrowawayChild(t *testing.T) {
 		t.Fatalf("child %s left after Close", l.Attrs().Name)
 	}
 }
-
