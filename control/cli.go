@@ -18,7 +18,7 @@ import (
 //
 //	underlay ls     [--socket PATH] [--docker-host unix://PATH] [--json]
 //	underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
-//	underlay doctor --lan PARENT [--network NAME|ID] [-o KEY=VALUE]... [--timeout DURATION] [--json] (lan.go)
+//	(underlay doctor --lan is cmd/underlay's lan.go: it needs the driver's option table)
 
 // Exit codes of doctor (README.md, underlay doctor). A monitor reads only
 // ExitHealthy as healthy.
@@ -105,9 +105,6 @@ func RunLs(args []string, stdout, stderr io.Writer) int {
 
 // RunDoctor runs `underlay doctor` and returns its exit code.
 func RunDoctor(args []string, stdout, stderr io.Writer) int {
-	if hasLAN(args) {
-		return runLAN(args, stdout, stderr)
-	}
 	o, err := parse("doctor", args, true, stdout, stderr)
 	if err != nil {
 		return usageCode(err, stderr)

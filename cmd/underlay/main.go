@@ -75,6 +75,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "ls":
 		return control.RunLs(args[1:], stdout, stderr)
 	case "doctor":
+		if hasLAN(args[1:]) {
+			return runLAN(args[1:], stdout, stderr)
+		}
 		return control.RunDoctor(args[1:], stdout, stderr)
 	case "mac":
 		return runMAC(args[1:], stdout, stderr)

@@ -245,3 +245,52 @@ func TestMACCommandErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestDoctorLANCommandErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"doctor", "--lan"}, "flag needs an argument"},
+		{[]string{"doctor", "--lan", ""}, "--lan needs the parent link"},
+		{[]string{"doctor", "--lan", "eth0", "extra"}, `unexpected argument "extra"`},
+		{[]string{"doctor", "--lan", "eth0", "-o", "bogus=1"}, `unknown driver option "bogus"`},
+		{[]string{"doctor", "--lan", "eth0", "-o", "type"}, `-o "type" is not KEY=VALUE`},
+		{[]string{"doctor", "--lan", "eth0", "-o", "type=ipvlan", "-o", "type=macvlan"}, "-o type is given twice"},
+		{[]string{"doctor", "--lan", "eth0", "-o", "type=bridge"}, `type "bridge" is not a link type`},
+		{[]string{"doctor", "--lan", "eth0", "-o", "parent=eth1"}, "-o parent=eth1 is not the parent eth0"},
+		{[]string{"doctor", "--lan", "eth0", "--network", "lan", "-o", "dhcp=true"}, "give one"},
+		{[]string{"doctor", "--lan", "eth0", "--timeout", "0s"}, "--timeout 0s is not a duration"},
+		{[]string{"doctor", "--lan", "eth0", "--docker-host", "unix://"}, "unix://"},
+		{[]string{"doctor", "--lan", "eth0", "--network", "lan", "--socket", "/nonexistent/underlay.sock"}, "--network lan needs the daemon"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("underlay %q: exit %d, stderr %q, stdout %q; want exit 2 mentioning %q", tc.args, code, errOut.String(), out.String(), tc.want)
+		}
+	}
+}
+
+// A parent that does not exist is a problem the checks name (exit 1),
+// not a failure to run; nothing is sent.
+func TestDoctorLANMissingParent(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"doctor", "--lan", "nosuchlink0", "--json", "--timeout", "1s"}, &out, &errOut)
+	if code != 1 {
+		t.Fatalf("exit %d, stderr %q, stdout %q; want 1", code, errOut.String(), out.String())
+	}
+	var r struct {
+		Parent string
+		Checks []struct{ Check, Verdict, Evidence, Fix string }
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	verdicts := map[string]string{}
+	for _, c := range r.Checks {
+		verdicts[c.Check] = c.Verdict
+	}
+	if r.Parent != "nosuchlink0" || verdicts["parent"] != "problem" || verdicts["new-mac"] != "unknown" || verdicts["dhcp"] != "unknown" {
+		t.Fatalf("report %s", out.String())
+	}
+}

@@ -1,7 +1,8 @@
-package control
+package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/underlay-net/underlay/control"
 	"github.com/underlay-net/underlay/dockerapi"
 	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/lancheck"
@@ -25,8 +27,8 @@ import (
 //	underlay doctor --lan PARENT [--network NAME|ID] [-o KEY=VALUE]... [--timeout DURATION] [--json]
 //	                [--socket PATH] [--docker-host unix://PATH]
 //
-// Exit ExitHealthy when no check says problem, ExitFindings when one does,
-// ExitCannot when it cannot run; unknown never changes the code.
+// Exit control.ExitHealthy when no check says problem, ExitFindings when
+// one does, ExitCannot when it cannot run; unknown never changes the code.
 
 // LANReport is `underlay doctor --lan --json`'s document.
 type LANReport struct {
@@ -88,7 +90,7 @@ func parseLAN(args []string, stderr io.Writer) (lanOptions, error) {
 	fs.Var(optsFlag(o.opts), "o", "a driver option of docker network create, KEY=VALUE (repeatable)")
 	fs.DurationVar(&o.timeout, "timeout", lancheck.DefaultBudget, "how long the whole run may take")
 	fs.BoolVar(&o.json, "json", false, "print one JSON document")
-	fs.StringVar(&o.socket, "socket", "", "the daemon's socket, for --network (default "+DefaultSocket+", else the one managed plugin's "+PluginSockets+")")
+	fs.StringVar(&o.socket, "socket", "", "the daemon's socket, for --network (default "+control.DefaultSocket+", else the one managed plugin's "+control.PluginSockets+")")
 	def := os.Getenv("DOCKER_HOST")
 	if def == "" {
 		def = "unix:///var/run/docker.sock"
@@ -107,35 +109,42 @@ func parseLAN(args []string, stderr io.Writer) (lanOptions, error) {
 	case o.network != "" && len(o.opts) > 0:
 		return o, errors.New("--network and -o both give the network's options: give one")
 	}
-	return o, CheckDockerHost(o.dockerHost)
+	return o, control.CheckDockerHost(o.dockerHost)
 }
 
 // runLAN runs `underlay doctor --lan` and returns its exit code.
 func runLAN(args []string, stdout, stderr io.Writer) int {
 	o, err := parseLAN(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
-		return usageCode(err, stderr)
+		fmt.Fprintln(stderr, "underlay doctor --lan:", err)
+		return control.ExitCannot
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 	n, label, err := o.lanNetwork(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "underlay doctor --lan:", err)
-		return ExitCannot
+		return control.ExitCannot
 	}
 	env := lancheck.Env{Kernel: netlinkutil.New(), Netns: netns.None(), Mark: lanMark, Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	report := LANReport{Parent: o.parent, Network: label, Checks: lancheck.Run(ctx, env, n)}
 	if o.json {
-		if code := writeJSON(stdout, stderr, report); code != 0 {
-			return code
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			fmt.Fprintln(stderr, "underlay doctor --lan:", err)
+			return control.ExitCannot
 		}
 	} else {
 		printLAN(stdout, report)
 	}
 	if len(lancheck.Problems(report.Checks)) > 0 {
-		return ExitFindings
+		return control.ExitFindings
 	}
-	return ExitHealthy
+	return control.ExitHealthy
 }
 
 // lanNetwork is the network the checks judge by: --network's (from the
@@ -145,11 +154,11 @@ func (o lanOptions) lanNetwork(ctx context.Context) (lancheck.Network, string, e
 		n, err := driver.LANOptions(o.parent, o.opts)
 		return n, "", err
 	}
-	socket, err := FindSocket(o.socket, DefaultSocket, PluginSockets)
+	socket, err := control.FindSocket(o.socket, control.DefaultSocket, control.PluginSockets)
 	if err != nil {
 		return lancheck.Network{}, "", fmt.Errorf("--network %s needs the daemon: %w", o.network, err)
 	}
-	st, err := NewClient(socket).State(ctx)
+	st, err := control.NewClient(socket).State(ctx)
 	if err != nil {
 		return lancheck.Network{}, "", fmt.Errorf("--network %s: %w", o.network, err)
 	}
