@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/underlay-net/underlay/probe"
+	"golang.org/x/sys/unix"
 )
 
 // wire is what Observe sends and receives on the LAN.
@@ -49,6 +50,15 @@ func (w realWire) Probe6(ctx context.Context, parent string, mac net.HardwareAdd
 
 func (w realWire) ChildProbe4(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) (Reach, error) {
 	t, err := w.env.Kernel.AddThrowaway(ctx, parent, mac, w.env.Mark)
+	if errors.Is(err, unix.EPERM) {
+		// No namespace without CAP_SYS_ADMIN (the managed plugin): the
+		// new MAC goes out from the parent's socket instead, as an
+		// endpoint's own probe does (the MAC is in the parent's unicast
+		// filter while it runs). The switch sees the same frames.
+		r := Reach{Target: target, From: mac.String() + " (sent from " + parent + "'s socket: no namespace for a child could be made)"}
+		answered(&r, w.prober().Probe(ctx, parent, mac, target, probeBudget))
+		return r, nil
+	}
 	if err != nil {
 		return Reach{Target: target}, err
 	}
