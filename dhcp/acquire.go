@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -92,8 +93,8 @@ type acquisition struct {
 	refused, others, naks []string
 }
 
-// offer judges an OFFER.
-func (a *acquisition) offer(m *dhcpv4.DHCPv4) verdict {
+// offer judges an OFFER (from any Ethernet source).
+func (a *acquisition) offer(m *dhcpv4.DHCPv4, _ net.HardwareAddr) verdict {
 	if m.MessageType() != dhcpv4.MessageTypeOffer {
 		return skip
 	}

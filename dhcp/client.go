@@ -202,10 +202,11 @@ func (c *Client) once(p *rawlink.Port[dhcpv4.TransactionID, reply], r Request, a
 }
 
 // answers accepts the ACK for addr from server (any server when server
-// is the zero Addr), or its NAK. A NAK without option 54 (RFC 2131
-// requires it) or from another server is ignored and noted in seen.
-func answers(addr, server netip.Addr, seen *notes) func(*dhcpv4.DHCPv4) verdict {
-	return func(m *dhcpv4.DHCPv4) verdict {
+// is the zero Addr), or its NAK, from any Ethernet source. A NAK without
+// option 54 (RFC 2131 requires it) or from another server is ignored and
+// noted in seen.
+func answers(addr, server netip.Addr, seen *notes) func(*dhcpv4.DHCPv4, net.HardwareAddr) verdict {
+	return func(m *dhcpv4.DHCPv4, _ net.HardwareAddr) verdict {
 		sid, ok := addr4(m.ServerIdentifier())
 		switch m.MessageType() {
 		case dhcpv4.MessageTypeAck:

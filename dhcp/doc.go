@@ -24,7 +24,10 @@
 // are ErrUnusable; only other addresses than Request.Only, ErrNotOffered.
 // Plan, a pure function, says what a lease calls for at a moment: wait for
 // T1, renew, rebind, or acquire anew once expired. WithConn builds a client
-// over an injected frame connection (tests without root).
+// over an injected frame connection (tests without root). Client.Offers,
+// for the LAN preflight (package lancheck), sends only DISCOVERs and
+// returns every server's OFFER seen until its context ends: nothing is
+// leased.
 //
 // # Rogue and broken servers
 //

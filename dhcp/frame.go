@@ -1,7 +1,9 @@
 package dhcp
 
 import (
+	"bytes"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -27,10 +29,12 @@ func frame(srcMAC []byte, src, dst netip.Addr, payload []byte) []byte {
 	return rawlink.UDP4(srcMAC, rawlink.BroadcastMAC, src, dst, clientPort, serverPort, payload)
 }
 
-// reply is what a transaction receives: a DHCP reply, or (frag set) the
-// note that a reply for its xid came IP-fragmented.
+// reply is what a transaction receives: a DHCP reply and the Ethernet
+// source of its frame (from), or (frag set) the note that a reply for
+// its xid came IP-fragmented.
 type reply struct {
 	m    *dhcpv4.DHCPv4
+	from net.HardwareAddr
 	frag string
 }
 
@@ -52,7 +56,7 @@ func demux(f []byte) (dhcpv4.TransactionID, reply, bool) {
 	if m == nil || m.OpCode != dhcpv4.OpcodeBootReply {
 		return dhcpv4.TransactionID{}, reply{}, false
 	}
-	return m.TransactionID, reply{m: m}, true
+	return m.TransactionID, reply{m: m, from: bytes.Clone(d.SrcMAC)}, true
 }
 
 // fragmented describes the first fragment of a reply.

@@ -30,7 +30,8 @@ func FuzzReply(f *testing.F) {
 			return
 		}
 		_ = mine(r, m)
-		_ = answers(addrA, serverA, &notes{})(m)
+		_ = answers(addrA, serverA, &notes{})(m, nil)
+		_ = offerOf(m, testMAC)
 		_ = checkOffer(m, addrA, serverA)
 		if l, err := leaseFromACK(m, time.Now()); err == nil {
 			_ = Plan(l, time.Now().Add(time.Minute))

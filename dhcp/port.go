@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -44,11 +45,12 @@ var errStop = errors.New("refused too many answers")
 
 // exchange sends a message built by build with a fresh xid, and resends it
 // (same xid) after c.retransmit, doubling up to 16 s, until accept takes a
-// reply of the client r, says stop, or ctx ends; a reply it refuses (again)
+// reply of the client r (from the Ethernet source from), says stop, or
+// ctx ends; a reply it refuses (again)
 // brings the next send forward to againWait. It returns the reply and when
 // the message was first sent. What it saw beside (fragments) goes to seen.
 func (c *Client) exchange(ctx context.Context, p *rawlink.Port[dhcpv4.TransactionID, reply], r Request, build func(dhcpv4.TransactionID) (*dhcpv4.DHCPv4, error),
-	accept func(*dhcpv4.DHCPv4) verdict, seen *notes) (*dhcpv4.DHCPv4, time.Time, error) {
+	accept func(m *dhcpv4.DHCPv4, from net.HardwareAddr) verdict, seen *notes) (*dhcpv4.DHCPv4, time.Time, error) {
 	xid, w := p.Register(newXID)
 	defer p.Unregister(xid)
 	m, err := build(xid)
@@ -82,7 +84,7 @@ func (c *Client) exchange(ctx context.Context, p *rawlink.Port[dhcpv4.Transactio
 				if !mine(r, reply) {
 					continue
 				}
-				switch accept(reply) {
+				switch accept(reply, in.from) {
 				case take:
 					timer.Stop()
 					c.log.Debug("dhcp received", "type", reply.MessageType().String(), "parent", p.Parent(), "xid", xid.String(), "mac", r.MAC.String())

@@ -28,7 +28,10 @@
 // expired. Errors wrap ErrNoAnswer, ErrNoAddrsAvail, ErrNoBinding (the
 // server no longer holds the lease: stop using the address, Acquire
 // anew), ErrUnusable or ErrRefused. WithConn builds a client over an
-// injected frame connection (tests without root).
+// injected frame connection (tests without root). Client.Advertises,
+// for the LAN preflight (package lancheck), sends only Solicits and
+// returns every server's Advertise seen until its context ends: nothing
+// is bound.
 //
 // # Identities
 //

@@ -34,6 +34,8 @@ type exchange struct {
 	sends int
 	// accept judges a reply that is the client's; rank orders kept ones.
 	accept func(m *dhcpv6.Message) (verdict, int)
+	// saw, if set, gets every reply that is the client's, before accept.
+	saw func(rep reply)
 }
 
 // run sends the exchange's message for r on p with a fresh transaction
@@ -79,6 +81,9 @@ func (c *Client) run(ctx context.Context, p *rawlink.Port[dhcpv6.TransactionID, 
 			case rep := <-ch:
 				if !bytes.Equal(rep.dstMAC, r.MAC) || !sameDUID(rep.m.Options.ClientID(), r.DUID) {
 					continue
+				}
+				if x.saw != nil {
+					x.saw(rep)
 				}
 				v, rank := x.accept(rep.m)
 				switch {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/underlay-net/underlay/internal/rawlink"
@@ -17,10 +18,12 @@ import (
 // transaction ID, and Neighbour Solicitations for the link-local address
 // of an endpoint with a transaction under way are answered (claim).
 
-// reply is a DHCPv6 message as received.
+// reply is a DHCPv6 message as received, with its frame's Ethernet
+// addresses and its IPv6 source.
 type reply struct {
-	m      *dhcpv6.Message
-	dstMAC net.HardwareAddr
+	m              *dhcpv6.Message
+	dstMAC, srcMAC net.HardwareAddr
+	src            netip.Addr
 }
 
 // link opens the parent's link for its port: SOCK_RAW, ETH_P_ALL (see
@@ -60,7 +63,7 @@ func demux(f []byte) (dhcpv6.TransactionID, reply, bool) {
 	if m == nil {
 		return dhcpv6.TransactionID{}, reply{}, false
 	}
-	return m.TransactionID, reply{m: m, dstMAC: bytes.Clone(d.DstMAC)}, true
+	return m.TransactionID, reply{m: m, dstMAC: bytes.Clone(d.DstMAC), srcMAC: bytes.Clone(d.SrcMAC), src: d.Src}, true
 }
 
 // parse decodes a DHCPv6 client-server message, or returns nil for
