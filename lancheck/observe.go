@@ -21,10 +21,14 @@ const DefaultBudget = 5 * time.Second
 // reach check waits for its answer (3 frames, as address probes send).
 const probeBudget = time.Second
 
-// collectShare is the share of the budget the DHCP, DHCPv6 and router
-// collectors listen for: the rest is left to ask a router a DHCP offer
-// named.
-const collectShare = 0.6
+// askAfter is what the collectors leave of the budget when no gateway is
+// known: the time to ask the router a DHCP offer names. Servers answer
+// late (dnsmasq pings an address for about 3 s before it offers it), so
+// the collectors listen for all the rest.
+const askAfter = probeBudget + 200*time.Millisecond
+
+// collectMargin is what they leave when the gateway is known already.
+const collectMargin = 100 * time.Millisecond
 
 // Observe gathers what the kernel and the LAN show of n's parent within
 // ctx's deadline (DefaultBudget without one).
@@ -66,9 +70,13 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 		clientMAC = parentMAC
 	}
 
-	start := time.Now()
+	target4, from4 := gateway4(n, o.HostGateway4, nil)
 	deadline, _ := ctx.Deadline()
-	collect, cancel := context.WithDeadline(ctx, start.Add(time.Duration(float64(deadline.Sub(start))*collectShare)))
+	end := deadline.Add(-collectMargin)
+	if !target4.IsValid() {
+		end = deadline.Add(-askAfter)
+	}
+	collect, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -84,7 +92,6 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 		o.Advertises, o.AdvertErr = as, errString(err)
 	})
 	var reach sync.WaitGroup
-	target4, from4 := gateway4(n, o.HostGateway4, nil)
 	if target4.IsValid() {
 		o.Parent4From = from4
 		reach.Go(func() { o.Parent4, o.Child4, o.ChildErr = reach4(ctx, w, n, parentMAC, target4) })

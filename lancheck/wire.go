@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
+	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/probe"
 	"golang.org/x/sys/unix"
 )
@@ -83,15 +86,56 @@ func answered(r *Reach, err error) {
 	}
 }
 
-// Written with the collectors of dhcp, dhcp6 and ra.go.
 func (w realWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, ipvlan bool) ([]Offer, error) {
-	return nil, errors.New("not built yet")
+	r := dhcp.Request{Parent: parent, MAC: mac}
+	if ipvlan {
+		// ipvlan clients share the parent's MAC: a client ID of its own
+		// (type 0, a name) keeps the server from taking it for the host.
+		r.ClientID = append([]byte{0}, "underlay-lan-check-"+mac.String()...)
+	}
+	opts := []dhcp.Option{dhcp.WithNetns(w.env.Netns)}
+	if w.env.Log != nil {
+		opts = append(opts, dhcp.WithLogger(w.env.Log))
+	}
+	got, err := dhcp.New(opts...).Offers(ctx, r)
+	out := make([]Offer, 0, len(got))
+	for _, o := range got {
+		out = append(out, Offer{Server: o.Server, ServerMAC: o.ServerMAC, Addr: o.Addr, Router: o.Router, LeaseTime: o.LeaseTime})
+	}
+	return collected(out, err)
 }
 
 func (w realWire) Routers(ctx context.Context, parent string, mac net.HardwareAddr) ([]Router, error) {
-	return nil, errors.New("not built yet")
+	return collected(Routers(ctx, w.env.Netns, parent, mac))
 }
 
 func (w realWire) Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]Advertise, error) {
-	return nil, errors.New("not built yet")
+	r := dhcp6.Request{Parent: parent, MAC: mac, DUID: dhcp6.DUIDFromMAC(mac), IAID: [4]byte(mac[2:6])}
+	opts := []dhcp6.Option{dhcp6.WithNetns(w.env.Netns)}
+	if w.env.Log != nil {
+		opts = append(opts, dhcp6.WithLogger(w.env.Log))
+	}
+	got, err := dhcp6.New(opts...).Advertises(ctx, r)
+	out := make([]Advertise, 0, len(got))
+	for _, a := range got {
+		out = append(out, Advertise{ServerID: hexColons(a.ServerID), ServerMAC: a.ServerMAC, Source: a.Source, Addrs: a.Addrs, Status: a.Status})
+	}
+	return collected(out, err)
+}
+
+// collected keeps what a collector gathered: an error after answers came
+// (a later retransmission that could not be sent) does not undo them.
+func collected[T any](got []T, err error) ([]T, error) {
+	if len(got) > 0 {
+		return got, nil
+	}
+	return got, err
+}
+
+func hexColons(b []byte) string {
+	s := make([]string, len(b))
+	for i, c := range b {
+		s[i] = fmt.Sprintf("%02x", c)
+	}
+	return strings.Join(s, ":")
 }
