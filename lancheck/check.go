@@ -147,6 +147,10 @@ type LinkState struct {
 	Kind                      string
 	Down, NoCarrier, Wireless bool
 	MTU                       int
+	// NotEthernet: the link has no Ethernet MAC (a tun, WireGuard or
+	// loopback link; Encap is its hardware type).
+	NotEthernet bool
+	Encap       string
 	// Base is the state of a VLAN's base link (nil when not a VLAN);
 	// BaseName its name and VLAN the VLAN's ID (also when the VLAN does
 	// not exist yet and its name says LINK.VID).
@@ -174,13 +178,21 @@ type Observations struct {
 	ChildErr string
 	// Offers are the DHCP OFFERs seen within the budget; OffersErr why
 	// none could be asked for. The same for Routers and Advertises.
-	Offers     []Offer
-	OffersErr  string
+	Offers    []Offer
+	OffersErr string
+	// ParentOffers are the OFFERs to a DISCOVER from the parent's own MAC
+	// (macvlan networks only, beside the new MAC's).
+	ParentOffers []Offer
+	// Listened is how long the collectors listened.
+	Listened   time.Duration
 	Routers    []Router
 	RoutersErr string
 	Advertises []Advertise
 	AdvertErr  string
 	// Skipped names parts not looked at and why (ran out of budget, the
 	// parent is missing): by check.
-	Skipped map[Check]string
+	Skipped map[Check]Skip
 }
+
+// Skip is a check not looked at: why, and what to do about it.
+type Skip struct{ Why, Fix string }

@@ -20,8 +20,8 @@ func Judge(n Network, o Observations) []Item {
 	add(judgeParent(n, o.Link))
 	add(judgeWireless(n, o.Link))
 	add(judgeMTU(n, o.Link, o.Routers))
-	if why, ok := o.Skipped[NewMAC]; ok {
-		add(Item{Check: NewMAC, Verdict: Unknown, Evidence: why, Fix: skippedFix(n)})
+	if sk, ok := o.Skipped[NewMAC]; ok {
+		add(Item{Check: NewMAC, Verdict: Unknown, Evidence: sk.Why, Fix: sk.Fix})
 	} else {
 		add(judgeNewMAC(n, o))
 	}
@@ -30,8 +30,8 @@ func Judge(n Network, o Observations) []Item {
 		add(judgeGateway6(n, o))
 	}
 	for _, c := range []Check{DHCP, IPv6RA, DHCPv6} {
-		if why, ok := o.Skipped[c]; ok {
-			add(Item{Check: c, Verdict: Unknown, Evidence: why, Fix: skippedFix(n)})
+		if sk, ok := o.Skipped[c]; ok {
+			add(Item{Check: c, Verdict: Unknown, Evidence: sk.Why, Fix: sk.Fix})
 			continue
 		}
 		switch c {
@@ -73,6 +73,9 @@ func judgeParent(n Network, l LinkState) Item {
 	case !l.Exists:
 		it.Verdict, it.Evidence = Problem, fmt.Sprintf("parent %s does not exist: %s", n.Parent, l.Err)
 		it.Fix = "give an existing link as the parent (ip -br link lists them), or a VLAN of one as LINK.VID"
+	case l.NotEthernet:
+		it.Verdict, it.Evidence = Problem, fmt.Sprintf("%s is not an Ethernet link (%s, hardware type %q): macvlan and ipvlan need an Ethernet parent", n.Parent, l.Kind, l.Encap)
+		it.Fix = "give the LAN's Ethernet link (or a VLAN of it, LINK.VID) as the parent"
 	case l.Down:
 		it.Verdict, it.Evidence = Problem, state(n.Parent, l)
 		it.Fix = fmt.Sprintf("bring %s up: ip link set %s up (containers on a down parent reach nothing)", n.Parent, n.Parent)
@@ -106,18 +109,21 @@ func state(name string, l LinkState) string {
 func judgeWireless(n Network, l LinkState) Item {
 	it := Item{Check: Wireless, Verdict: OK}
 	switch {
-	case !l.Exists:
+	case !l.Exists && (l.Base == nil || !l.Base.Exists):
 		it.Verdict, it.Evidence = Unknown, fmt.Sprintf("%s does not exist: the kernel cannot say whether it is wireless", n.Parent)
 		it.Fix = skippedFix(n)
-	case !l.Wireless:
+	case !l.Wireless && (l.Base == nil || !l.Base.Wireless):
 		it.Evidence = fmt.Sprintf("%s is not a wireless (802.11) link", n.Parent)
+		if l.Base != nil {
+			it.Evidence += ", nor is its base " + l.BaseName
+		}
 	case n.Type == "ipvlan":
 		it.Evidence = fmt.Sprintf("%s is a wireless (802.11) link; ipvlan sends with %s's own MAC, which the access point knows", n.Parent, n.Parent)
 	case n.AllowWireless:
 		it.Evidence = fmt.Sprintf("%s is a wireless (802.11) link and macvlan was allowed on it (allow_wireless=true)", n.Parent)
 	default:
 		it.Verdict = Problem
-		it.Evidence = fmt.Sprintf("%s is a wireless (802.11) link: an access point drops frames from MACs that did not associate with it, so macvlan containers cannot reach the LAN", n.Parent)
+		it.Evidence = fmt.Sprintf("%s is (on) a wireless (802.11) link: an access point drops frames from MACs that did not associate with it, so macvlan containers cannot reach the LAN", n.Parent)
 		it.Fix = "use -o type=ipvlan -o ipvlan_mode=l2 (containers share the parent's MAC; DHCP tells them apart by the client ID underlay sends)"
 	}
 	return it
@@ -159,28 +165,36 @@ func judgeMTU(n Network, l LinkState, routers []Router) Item {
 func judgeNewMAC(n Network, o Observations) Item {
 	it := Item{Check: NewMAC}
 	p, c := o.Parent4, o.Child4
+	fix := fmt.Sprintf("use -o type=ipvlan -o ipvlan_mode=l2 (one MAC, %s's), or allow new MACs on %s's switch port or virtual switch (port security off or a higher MAC limit; VMware: accept MAC address changes and forged transmits, or promiscuous mode; Hyper-V: enable MAC address spoofing)", n.Parent, n.Parent)
 	switch {
 	case n.Type == "ipvlan":
 		it.Verdict, it.Evidence = OK, "ipvlan containers send with the parent's MAC: no new MAC goes on the LAN"
-	case !p.Target.IsValid():
-		it.Verdict, it.Evidence = Unknown, "no host to ask is known: the network has no gateway, the host has no default route through "+n.Parent+" and no DHCP server answered"
-		it.Fix = "give the network's gateway (-o with --network, or create the network with --gateway) and run it again"
-	case o.ChildErr != "":
-		it.Verdict, it.Evidence = Unknown, "no throwaway child could be made: "+o.ChildErr
-		it.Fix = "run `underlay doctor --lan " + n.Parent + "` on the host as root"
-	case p.Err != "" || c.Err != "":
-		it.Verdict, it.Evidence = Unknown, "the ARP probes could not be sent: "+strings.Trim(p.Err+"; "+c.Err, "; ")
-		it.Fix = "check that " + n.Parent + " is up and that underlay may open packet sockets (CAP_NET_RAW)"
 	case c.Answered:
 		it.Verdict = OK
 		it.Evidence = fmt.Sprintf("%s (%s) answered ARP from a throwaway macvlan child with the new MAC %s", c.Target, mac(c.AnswerMAC), c.From)
-	case p.Answered:
+	case p.Answered && o.ChildErr == "" && c.Err == "":
 		it.Verdict = Problem
 		it.Evidence = fmt.Sprintf("%s (%s) answered ARP from %s but not from a throwaway macvlan child with the new MAC %s: %s", p.Target, mac(p.AnswerMAC), p.From, c.From, dropsNewMACs)
-		it.Fix = fmt.Sprintf("use -o type=ipvlan -o ipvlan_mode=l2 (one MAC, %s's), or allow new MACs on %s's switch port or virtual switch (port security off or a higher MAC limit; VMware: accept MAC address changes and forged transmits, or promiscuous mode; Hyper-V: enable MAC address spoofing)", n.Parent, n.Parent)
+		it.Fix = fix
+	case len(o.Offers) > 0:
+		it.Verdict = OK
+		it.Evidence = fmt.Sprintf("DHCP server %s (%s) answered a DISCOVER from the new MAC", o.Offers[0].Server, mac(o.Offers[0].ServerMAC))
+	case len(o.ParentOffers) > 0:
+		it.Verdict = Problem
+		it.Evidence = fmt.Sprintf("DHCP server %s (%s) answered a DISCOVER from %s's own MAC but none answered one from a new MAC: %s", o.ParentOffers[0].Server, mac(o.ParentOffers[0].ServerMAC), n.Parent, dropsNewMACs)
+		it.Fix = fix
+	case o.ChildErr != "":
+		it.Verdict, it.Evidence = Unknown, "no throwaway child could be made: "+o.ChildErr
+		it.Fix = "run `underlay doctor --lan " + n.Parent + "` on the host as root"
+	case !p.Target.IsValid():
+		it.Verdict, it.Evidence = Unknown, "no host to ask is known: the network has no gateway, the host has no default route through "+n.Parent+" and no DHCP server answered"
+		it.Fix = "give the network's gateway (--network with a network that has one) and run it again"
+	case p.Err != "" || c.Err != "":
+		it.Verdict, it.Evidence = Unknown, "the ARP probes could not be sent: "+strings.Trim(p.Err+"; "+c.Err, "; ")
+		it.Fix = "check that " + n.Parent + " is up and that underlay may open packet sockets (CAP_NET_RAW)"
 	default:
 		it.Verdict = Unknown
-		it.Evidence = fmt.Sprintf("%s answered ARP from neither %s nor a throwaway child: nothing to compare", p.Target, p.From)
+		it.Evidence = fmt.Sprintf("%s answered ARP from neither %s nor a throwaway child, and no DHCP server answered: nothing to compare", p.Target, p.From)
 		it.Fix = "see the gateway check"
 	}
 	return it
@@ -245,41 +259,61 @@ func defaultRouter(rs []Router) *Router {
 
 func judgeDHCP(n Network, o Observations) Item {
 	it := Item{Check: DHCP}
+	all := distinctOffers(o.Offers, o.ParentOffers)
 	switch {
 	case o.OffersErr != "":
 		it.Verdict, it.Evidence = Unknown, "no DISCOVER could be sent: "+o.OffersErr
 		it.Fix = "check that " + n.Parent + " is up and that underlay may open packet sockets (CAP_NET_RAW)"
 		return it
-	case len(o.Offers) == 0 && n.DHCP:
+	case len(all) == 0 && n.DHCP:
 		it.Verdict, it.Evidence = Problem, "no DHCP server answered a DISCOVER from a throwaway MAC within the budget, and the network takes its addresses from DHCP"
 		it.Fix = fmt.Sprintf("start or reach the LAN's DHCP server (is %s on the right LAN or VLAN? a relay for it?), or create the network with --subnet and --gateway instead of dhcp", n.Parent)
-		if o.Child4.Target.IsValid() && o.Parent4.Answered && !o.Child4.Answered && n.Type != "ipvlan" {
-			it.Evidence += "; the LAN drops new MACs (see new-mac), which may be why"
-		}
 		return it
-	case len(o.Offers) == 0:
+	case len(all) == 0:
 		it.Verdict, it.Evidence = Unknown, "no DHCP server answered a DISCOVER from a throwaway MAC within the budget; the network does not use DHCP"
 		return it
 	}
-	servers := map[string]bool{}
-	var offers []string
-	for _, of := range o.Offers {
-		servers[of.Server.String()+" "+mac(of.ServerMAC)] = true
+	offers := make([]string, 0, len(all))
+	for _, of := range all {
 		offers = append(offers, describeOffer(of))
 	}
 	sort.Strings(offers)
-	it.Evidence = fmt.Sprintf("%d DHCP server(s) answered: %s", len(servers), strings.Join(offers, "; "))
-	if len(servers) > 1 {
+	it.Evidence = fmt.Sprintf("%d DHCP server(s) answered: %s", len(all), strings.Join(offers, "; "))
+	switch {
+	case len(all) > 1:
 		it.Verdict = Problem
-		it.Evidence = fmt.Sprintf("%d DHCP servers answered one DISCOVER (a rogue server is suspected): %s", len(servers), strings.Join(offers, "; "))
+		it.Evidence = fmt.Sprintf("%d DHCP servers answered one DISCOVER (a rogue server is suspected): %s", len(all), strings.Join(offers, "; "))
 		it.Fix = "find the server that should not be there by its MAC (the switch's MAC table names its port) and stop it, or enable DHCP snooping on the switch"
-		return it
-	}
-	it.Verdict = OK
-	if !n.DHCP {
-		it.Evidence += " (the network does not use DHCP: keep its subnet out of the server's range)"
+	case len(o.Offers) == 0 && n.DHCP:
+		it.Verdict = Problem
+		it.Evidence += fmt.Sprintf(", to the DISCOVER from %s's own MAC only: none from a new MAC came back, and containers ask with new MACs (see new-mac)", n.Parent)
+		it.Fix = "let the LAN carry new MACs (see new-mac's fix), or use -o type=ipvlan -o ipvlan_mode=l2"
+	default:
+		it.Verdict = OK
+		if len(o.Offers) == 0 {
+			it.Evidence += fmt.Sprintf(", to the DISCOVER from %s's own MAC only (see new-mac)", n.Parent)
+		}
+		if !n.DHCP {
+			it.Evidence += " (the network does not use DHCP: keep its subnet out of the server's range)"
+		}
 	}
 	return it
+}
+
+// distinctOffers are the offers of both DISCOVERs, one per server.
+func distinctOffers(lists ...[]Offer) []Offer {
+	var out []Offer
+	seen := map[string]bool{}
+	for _, l := range lists {
+		for _, of := range l {
+			key := of.Server.String() + " " + mac(of.ServerMAC)
+			if !seen[key] {
+				seen[key] = true
+				out = append(out, of)
+			}
+		}
+	}
+	return out
 }
 
 func describeOffer(of Offer) string {
@@ -381,6 +415,17 @@ func judgeDHCPv6(n Network, o Observations) Item {
 	sort.Strings(seen)
 	it.Verdict = OK
 	it.Evidence = fmt.Sprintf("%d DHCPv6 server(s) answered: %s", len(o.Advertises), strings.Join(seen, "; "))
+	withAddrs := 0
+	for _, a := range o.Advertises {
+		if len(a.Addrs) > 0 {
+			withAddrs++
+		}
+	}
+	if withAddrs == 0 && n.IPv6Mode == "dhcpv6" {
+		it.Verdict = Problem
+		it.Evidence += "; none offered an address, and ipv6_mode=dhcpv6 takes addresses from it"
+		it.Fix = "give the DHCPv6 server an address range for this LAN, or use ipv6_mode=slaac if routers advertise an autonomous prefix"
+	}
 	if len(o.Advertises) > 1 {
 		it.Verdict = Problem
 		it.Evidence = fmt.Sprintf("%d DHCPv6 servers answered one Solicit (a rogue server is suspected): %s", len(o.Advertises), strings.Join(seen, "; "))

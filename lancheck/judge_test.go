@@ -75,7 +75,21 @@ func TestJudge(t *testing.T) {
 			evidence: []string{"port security", "VMware", "Hyper-V"}, fix: []string{"ipvlan_mode=l2", "switch port"}},
 		{name: "new MAC, nobody answers", n: macvlan, o: func(o *Observations) { reached(o); o.Child4.Answered, o.Parent4.Answered = false, false }, check: NewMAC, verdict: Unknown},
 		{name: "new MAC, no target", n: macvlan, check: NewMAC, verdict: Unknown, evidence: []string{"no host to ask"}},
-		{name: "new MAC, no child", n: macvlan, o: func(o *Observations) { reached(o); o.ChildErr = "EPERM" }, check: NewMAC, verdict: Unknown, evidence: []string{"EPERM"}},
+		{name: "new MAC dropped, seen by DHCP", n: macvlan, o: func(o *Observations) { o.ParentOffers = []Offer{offer1} }, check: NewMAC, verdict: Problem,
+			evidence: []string{"198.18.5.2", "own MAC", "port security"}, fix: []string{"ipvlan_mode=l2"}},
+		{name: "new MAC through, seen by DHCP", n: macvlan, o: func(o *Observations) { o.Offers, o.ParentOffers = []Offer{offer1}, []Offer{offer1} }, check: NewMAC, verdict: OK},
+		{name: "DHCP answers the parent's MAC only", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, o: func(o *Observations) { o.ParentOffers = []Offer{offer1} }, check: DHCP, verdict: Problem,
+			evidence: []string{"own MAC only"}, fix: []string{"new-mac"}},
+		{name: "one DHCP server seen twice", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, o: func(o *Observations) { o.Offers, o.ParentOffers = []Offer{offer1}, []Offer{offer1} }, check: DHCP, verdict: OK},
+		{name: "not Ethernet", n: macvlan, o: func(o *Observations) { o.Link.NotEthernet, o.Link.Encap = true, "none" }, check: Parent, verdict: Problem, evidence: []string{"not an Ethernet link"}},
+		{name: "VLAN on a wireless base", n: Network{Parent: "wlan0.10", Type: "macvlan"}, o: func(o *Observations) {
+			o.Link.Kind, o.Link.BaseName, o.Link.VLAN = "vlan", "wlan0", 10
+			o.Link.Base = &LinkState{Exists: true, Kind: "device", Wireless: true, MTU: 1500}
+		}, check: Wireless, verdict: Problem},
+		{name: "DHCPv6 without addresses", n: Network{Parent: "eth0", Type: "macvlan", IPv6Mode: "dhcpv6"}, o: func(o *Observations) {
+			o.Advertises = []Advertise{{ServerID: "00:03", ServerMAC: srvMAC, Source: netip.MustParseAddr("fe80::2"), Status: "NoAddrsAvail: no addresses"}}
+		}, check: DHCPv6, verdict: Problem, evidence: []string{"NoAddrsAvail"}},
+		{name: "new MAC, no child", n: macvlan, o: func(o *Observations) { reached(o); o.Child4, o.ChildErr = Reach{}, "EPERM" }, check: NewMAC, verdict: Unknown, evidence: []string{"EPERM"}},
 		{name: "new MAC on ipvlan", n: Network{Parent: "eth0", Type: "ipvlan"}, check: NewMAC, verdict: OK, evidence: []string{"parent's MAC"}},
 		{name: "gateway answers", n: macvlan, o: reached, check: Gateway, family: "ipv4", verdict: OK, evidence: []string{"198.18.5.1", "02:00:00:00:00:01"}},
 		{name: "gateway silent", n: macvlan, o: func(o *Observations) { reached(o); o.Parent4.Answered = false }, check: Gateway, family: "ipv4", verdict: Problem, evidence: []string{"did not answer"}},
@@ -103,10 +117,10 @@ func TestJudge(t *testing.T) {
 		{name: "DHCPv6 answers", n: Network{Parent: "eth0", Type: "macvlan", IPv6Mode: "dhcpv6"}, o: func(o *Observations) {
 			o.Advertises = []Advertise{{ServerID: "00:03:00:01:02:00:00:00:00:02", ServerMAC: srvMAC, Source: netip.MustParseAddr("fe80::2"), Addrs: []netip.Addr{netip.MustParseAddr("2001:db8:5::100")}}}
 		}, check: DHCPv6, verdict: OK, evidence: []string{"2001:db8:5::100", "00:03:00:01"}},
-		{name: "skipped", n: macvlan, o: func(o *Observations) { o.Skipped[DHCP] = "eth0 is down" }, check: DHCP, verdict: Unknown, evidence: []string{"eth0 is down"}},
+		{name: "skipped", n: macvlan, o: func(o *Observations) { o.Skipped[DHCP] = Skip{Why: "eth0 is down", Fix: "fix the parent first"} }, check: DHCP, verdict: Unknown, evidence: []string{"eth0 is down"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := Observations{Link: upLink, Skipped: map[Check]string{}}
+			o := Observations{Link: upLink, Skipped: map[Check]Skip{}}
 			if tc.o != nil {
 				tc.o(&o)
 			}
@@ -137,7 +151,7 @@ func TestJudge(t *testing.T) {
 
 // Every check is reported, in Checks' order of names.
 func TestJudgeReportsEveryCheck(t *testing.T) {
-	items := Judge(Network{Parent: "eth0", Type: "macvlan", IPv6Mode: "slaac"}, Observations{Link: upLink, Skipped: map[Check]string{}})
+	items := Judge(Network{Parent: "eth0", Type: "macvlan", IPv6Mode: "slaac"}, Observations{Link: upLink, Skipped: map[Check]Skip{}})
 	seen := map[Check]int{}
 	for _, it := range items {
 		seen[it.Check]++

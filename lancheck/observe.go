@@ -19,13 +19,13 @@ const DefaultBudget = 5 * time.Second
 
 // probeBudget is how long one ARP probe or neighbour solicitation of a
 // reach check waits for its answer (3 frames, as address probes send).
-const probeBudget = time.Second
+const probeBudget = 600 * time.Millisecond
 
 // askAfter is what the collectors leave of the budget when no gateway is
 // known: the time to ask the router a DHCP offer names. Servers answer
 // late (dnsmasq pings an address for about 3 s before it offers it), so
 // the collectors listen for all the rest.
-const askAfter = probeBudget + 200*time.Millisecond
+const askAfter = 2*probeBudget + 200*time.Millisecond
 
 // collectMargin is what they leave when the gateway is known already.
 const collectMargin = 100 * time.Millisecond
@@ -42,7 +42,7 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 	if w == nil {
 		w = realWire{env: env}
 	}
-	o := Observations{Skipped: map[Check]string{}}
+	o := Observations{Skipped: map[Check]Skip{}}
 	parent, err := env.Kernel.Get(ctx, n.Parent)
 	o.Link = linkState(ctx, env.Kernel, n.Parent, parent, err)
 	if o.Link.Exists {
@@ -51,8 +51,9 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 		}
 	}
 	if why := unusable(n.Parent, o.Link); why != "" {
+		fix := fmt.Sprintf("fix the parent first (see the parent check), then run `underlay doctor --lan %s` again", n.Parent)
 		for _, c := range []Check{NewMAC, DHCP, IPv6RA, DHCPv6} {
-			o.Skipped[c] = why
+			o.Skipped[c] = Skip{Why: why, Fix: fix}
 		}
 		if g, from := gateway4(n, o.HostGateway4, nil); g.IsValid() {
 			o.Parent4, o.Parent4From = Reach{Target: g, Err: why}, from
@@ -63,10 +64,11 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 		return o
 	}
 	parentMAC, _ := net.ParseMAC(parent.MAC)
+	ipvlan := n.Type == kernel.KindIpvlan
 	// The throwaway client: a new MAC of its own on macvlan, the parent's
 	// (as its endpoints have) on ipvlan.
 	clientMAC := lanmac.Random()
-	if n.Type == kernel.KindIpvlan {
+	if ipvlan {
 		clientMAC = parentMAC
 	}
 
@@ -76,21 +78,36 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 	if !target4.IsValid() {
 		end = deadline.Add(-askAfter)
 	}
+	if o.Listened = time.Until(end); o.Listened < minListen {
+		why := fmt.Sprintf("the budget left %s to listen for servers and routers, less than %s", max(o.Listened, 0).Round(time.Millisecond), minListen)
+		fix := "give a longer --timeout (5s, the default, or more)"
+		for _, c := range []Check{DHCP, IPv6RA, DHCPv6} {
+			o.Skipped[c] = Skip{Why: why, Fix: fix}
+		}
+	}
 	collect, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		offers, err := w.Offers(collect, n.Parent, clientMAC, n.Type == kernel.KindIpvlan)
-		o.Offers, o.OffersErr = offers, errString(err)
-	})
-	wg.Go(func() {
-		rs, err := w.Routers(collect, n.Parent, clientMAC)
-		o.Routers, o.RoutersErr = rs, errString(err)
-	})
-	wg.Go(func() {
-		as, err := w.Advertises(collect, n.Parent, clientMAC)
-		o.Advertises, o.AdvertErr = as, errString(err)
-	})
+	if o.Listened >= minListen {
+		wg.Go(func() {
+			offers, err := w.Offers(collect, n.Parent, clientMAC, ipvlan)
+			o.Offers, o.OffersErr = offers, errString(err)
+		})
+		if !ipvlan {
+			// The same from the parent's own MAC (with a client ID, as on
+			// ipvlan): a LAN that answers it and not the new MAC drops new
+			// MACs, even where no gateway is known to ask.
+			wg.Go(func() { o.ParentOffers, _ = w.Offers(collect, n.Parent, parentMAC, true) })
+		}
+		wg.Go(func() {
+			rs, err := w.Routers(collect, n.Parent, clientMAC)
+			o.Routers, o.RoutersErr = rs, errString(err)
+		})
+		wg.Go(func() {
+			as, err := w.Advertises(collect, n.Parent, clientMAC)
+			o.Advertises, o.AdvertErr = as, errString(err)
+		})
+	}
 	var reach sync.WaitGroup
 	if target4.IsValid() {
 		o.Parent4From = from4
@@ -103,9 +120,10 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 	wg.Wait()
 	if !target4.IsValid() {
 		// A router or server a DHCP offer named is the host to ask.
-		target4, o.Parent4From = gateway4(n, o.HostGateway4, o.Offers)
-		if !target4.IsValid() && len(o.Offers) > 0 {
-			target4, o.Parent4From = o.Offers[0].Server, "the DHCP server that answered (no gateway is known)"
+		offers := append(append([]Offer(nil), o.Offers...), o.ParentOffers...)
+		target4, o.Parent4From = gateway4(n, o.HostGateway4, offers)
+		if !target4.IsValid() && len(offers) > 0 {
+			target4, o.Parent4From = offers[0].Server, "the DHCP server that answered (no gateway is known)"
 		}
 		if target4.IsValid() {
 			o.Parent4, o.Child4, o.ChildErr = reach4(ctx, w, n, parentMAC, target4)
@@ -115,19 +133,20 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 	return o
 }
 
-// reach4 asks for target from the parent and, on macvlan, from a
-// throwaway child with a new MAC, at the same time.
+// minListen is the least the collectors may listen for: with less, no
+// answer is no evidence.
+const minListen = time.Second
+
+// reach4 asks for target from a throwaway child with a new MAC (macvlan),
+// then from the parent: one after the other, since each probe's socket
+// would take the other's probe for the target for an answer.
 func reach4(ctx context.Context, w wire, n Network, parentMAC net.HardwareAddr, target netip.Addr) (parent, child Reach, childErr string) {
-	var wg sync.WaitGroup
-	wg.Go(func() { parent = w.Probe4(ctx, n.Parent, parentMAC, target) })
 	if n.Type != kernel.KindIpvlan {
-		wg.Go(func() {
-			var err error
-			child, err = w.ChildProbe4(ctx, n.Parent, lanmac.Random(), target)
-			childErr = errString(err)
-		})
+		var err error
+		child, err = w.ChildProbe4(ctx, n.Parent, lanmac.Random(), target)
+		childErr = errString(err)
 	}
-	wg.Wait()
+	parent = w.Probe4(ctx, n.Parent, parentMAC, target)
 	return parent, child, childErr
 }
 
@@ -143,6 +162,8 @@ func unusable(name string, l LinkState) string {
 	switch {
 	case !l.Exists:
 		return fmt.Sprintf("%s does not exist", name)
+	case l.NotEthernet:
+		return fmt.Sprintf("%s is not an Ethernet link", name)
 	case l.Down:
 		return fmt.Sprintf("%s is down", name)
 	}
@@ -165,6 +186,9 @@ func linkState(ctx context.Context, k Kernel, name string, l kernel.Link, err er
 	if l.Kind == "vlan" && l.ParentIndex > 0 {
 		s.VLAN = l.VLAN
 		bl, berr := k.LinkByIndex(ctx, l.ParentIndex)
+		if berr == nil {
+			bl, berr = k.Get(ctx, bl.Name) // with Wireless
+		}
 		b := stateOf(bl, berr)
 		s.Base, s.BaseName = &b, bl.Name
 	}
@@ -175,7 +199,9 @@ func stateOf(l kernel.Link, err error) LinkState {
 	if err != nil {
 		return LinkState{Err: err.Error()}
 	}
-	return LinkState{Exists: true, Kind: l.Kind, Down: l.Down, NoCarrier: l.NoCarrier, Wireless: l.Wireless, MTU: l.MTU}
+	mac, err := net.ParseMAC(l.MAC)
+	notEther := err != nil || len(mac) != 6 || (l.Encap != "" && l.Encap != "ether")
+	return LinkState{Exists: true, Kind: l.Kind, Down: l.Down, NoCarrier: l.NoCarrier, Wireless: l.Wireless, MTU: l.MTU, NotEthernet: notEther, Encap: l.Encap}
 }
 
 // vlanName splits LINK.VID.

@@ -58,8 +58,8 @@ type fakeWire struct {
 
 func (w *fakeWire) note(s string) { w.mu.Lock(); w.asked = append(w.asked, s); w.mu.Unlock() }
 
-func (w *fakeWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, ipvlan bool) ([]Offer, error) {
-	w.note(fmt.Sprintf("offers %s %s ipvlan=%t", parent, mac, ipvlan))
+func (w *fakeWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]Offer, error) {
+	w.note(fmt.Sprintf("offers %s %s clientID=%t", parent, mac, clientID))
 	<-ctx.Done() // a collector listens until its end
 	return w.offers, nil
 }
@@ -101,11 +101,31 @@ func (w *fakeWire) saw(prefix string) []string {
 	return out
 }
 
-var eth0 = kernel.Link{Name: "eth0", Index: 2, Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa"}
+var eth0 = kernel.Link{Name: "eth0", Index: 2, Kind: "device", MTU: 1500, MAC: "02:00:00:00:00:aa", Encap: "ether"}
+
+// A budget too short to listen is no evidence: DHCP, RA and DHCPv6 are
+// unknown, not problems, and nothing is asked.
+func TestObserveShortBudget(t *testing.T) {
+	t.Parallel()
+	k := fakeKernel{links: map[string]kernel.Link{"eth0": eth0}}
+	w := &fakeWire{offers: []Offer{offer1}}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	n := Network{Parent: "eth0", Type: "macvlan", DHCP: true, IPv6Mode: "slaac"}
+	items := Judge(n, Observe(ctx, Env{Kernel: k, wire: w}, n))
+	for _, c := range []Check{DHCP, IPv6RA, DHCPv6} {
+		if it := item(t, items, c, ""); it.Verdict != Unknown || !strings.Contains(it.Evidence, "less than 1s") {
+			t.Errorf("%s: %+v", c, it)
+		}
+	}
+	if len(w.saw("offers")) != 0 {
+		t.Errorf("asked with no time to listen: %v", w.asked)
+	}
+}
 
 func observe(t *testing.T, k fakeKernel, w *fakeWire, n Network) Observations {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), askAfter+minListen+300*time.Millisecond)
 	defer cancel()
 	return Observe(ctx, Env{Kernel: k, wire: w}, n)
 }
@@ -113,6 +133,7 @@ func observe(t *testing.T, k fakeKernel, w *fakeWire, n Network) Observations {
 // With no gateway known, the router of a DHCP offer is asked once the
 // collectors are done, from the parent and from a child.
 func TestObserveAsksTheOffersRouter(t *testing.T) {
+	t.Parallel()
 	k := fakeKernel{links: map[string]kernel.Link{"eth0": eth0}}
 	w := &fakeWire{offers: []Offer{offer1}, answers: map[netip.Addr]bool{gw: true}}
 	o := observe(t, k, w, Network{Parent: "eth0", Type: "macvlan"})
@@ -125,15 +146,20 @@ func TestObserveAsksTheOffersRouter(t *testing.T) {
 	if it := item(t, Judge(Network{Parent: "eth0", Type: "macvlan"}, o), NewMAC, ""); it.Verdict != Problem {
 		t.Fatalf("new-mac %+v", it)
 	}
-	// The DISCOVER's MAC is a new locally administered one, not eth0's.
-	if got := w.saw("offers eth0 02:00:00:00:00:aa"); len(got) != 0 {
-		t.Fatalf("macvlan's DISCOVER came from the parent's MAC: %v", w.asked)
+	// One DISCOVER from a new locally administered MAC, one from eth0's
+	// own with a client ID; the child asks before the parent.
+	if got := w.saw("offers eth0 02:00:00:00:00:aa clientID=true"); len(got) != 1 || len(w.saw("offers")) != 2 {
+		t.Fatalf("macvlan's DISCOVERs: %v", w.asked)
+	}
+	if probes := append(w.saw("child"), w.saw("probe4")...); len(probes) != 2 || !strings.HasPrefix(w.asked[len(w.asked)-2], "child") {
+		t.Fatalf("probes %v (the child first, then the parent, never at once)", w.asked)
 	}
 }
 
 // The host's default route through the parent is asked at once; ipvlan
 // makes no child and asks DHCP with the parent's MAC.
 func TestObserveIPvlanAndHostRoute(t *testing.T) {
+	t.Parallel()
 	k := fakeKernel{links: map[string]kernel.Link{"eth0": eth0}, routes: map[int][]kernel.Route{2: {
 		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: gw, LinkIndex: 2, Table: kernel.MainTable, Priority: 100},
 		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("198.18.5.9"), LinkIndex: 2, Table: kernel.MainTable, Priority: 200},
@@ -146,13 +172,14 @@ func TestObserveIPvlanAndHostRoute(t *testing.T) {
 	if c := w.saw("child"); len(c) != 0 {
 		t.Fatalf("ipvlan made a child: %v", c)
 	}
-	if got := w.saw("offers eth0 02:00:00:00:00:aa ipvlan=true"); len(got) != 1 {
+	if got := w.saw("offers eth0 02:00:00:00:00:aa clientID=true"); len(got) != 1 {
 		t.Fatalf("ipvlan's DISCOVER: %v", w.asked)
 	}
 }
 
 // A missing or down parent sends nothing.
 func TestObserveUnusableParent(t *testing.T) {
+	t.Parallel()
 	down := eth0
 	down.Down = true
 	for name, k := range map[string]fakeKernel{

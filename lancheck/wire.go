@@ -10,15 +10,16 @@ import (
 
 	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/dhcp6"
+	"github.com/underlay-net/underlay/internal/lanmac"
 	"github.com/underlay-net/underlay/probe"
 	"golang.org/x/sys/unix"
 )
 
 // wire is what Observe sends and receives on the LAN.
 type wire interface {
-	// Offers sends a DISCOVER from mac (ipvlan: with a client ID) and
-	// returns every OFFER until ctx ends.
-	Offers(ctx context.Context, parent string, mac net.HardwareAddr, ipvlan bool) ([]Offer, error)
+	// Offers sends a DISCOVER from mac (with a client ID of its own when
+	// clientID: the parent's MAC) and returns every OFFER until ctx ends.
+	Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]Offer, error)
 	// Routers sends router solicitations and returns every router
 	// advertisement until ctx ends.
 	Routers(ctx context.Context, parent string, mac net.HardwareAddr) ([]Router, error)
@@ -75,10 +76,12 @@ func (w realWire) ChildProbe4(ctx context.Context, parent string, mac net.Hardwa
 	return r, nil
 }
 
-// answered reads a probe's result: a conflict is the answer.
+// answered reads a probe's result: a conflict is the answer, except
+// another host probing for the target too (no one holds it for that).
 func answered(r *Reach, err error) {
 	var c *probe.ConflictError
 	switch {
+	case errors.As(err, &c) && c.Probing:
 	case errors.As(err, &c):
 		r.Answered, r.AnswerMAC = true, c.MAC
 	case err != nil:
@@ -86,12 +89,13 @@ func answered(r *Reach, err error) {
 	}
 }
 
-func (w realWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, ipvlan bool) ([]Offer, error) {
+func (w realWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]Offer, error) {
 	r := dhcp.Request{Parent: parent, MAC: mac}
-	if ipvlan {
-		// ipvlan clients share the parent's MAC: a client ID of its own
-		// (type 0, a name) keeps the server from taking it for the host.
-		r.ClientID = append([]byte{0}, "underlay-lan-check-"+mac.String()...)
+	if clientID {
+		// From the parent's MAC (ipvlan clients share it): a client ID of
+		// its own (type 0, a name) keeps the server from taking it for
+		// the host.
+		r.ClientID = append([]byte{0}, "underlay-lan-check-"+lanmac.Random().String()...)
 	}
 	opts := []dhcp.Option{dhcp.WithNetns(w.env.Netns)}
 	if w.env.Log != nil {

@@ -109,6 +109,12 @@ func anonymousNetns() (netns.NsHandle, error) {
 		defer orig.Close()
 		ns, err := netns.New() // enters it
 		if err != nil {
+			// unshare may have worked and only the handle failed: a
+			// thread that cannot go back ends with its goroutine.
+			if serr := netns.Set(orig); serr != nil {
+				done <- result{netns.None(), fmt.Errorf("make a network namespace for a throwaway child: %w (and leave it: %w)", err, serr)}
+				return
+			}
 			runtime.UnlockOSThread()
 			hint := ""
 			if errors.Is(err, unix.EPERM) {

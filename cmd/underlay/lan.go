@@ -20,6 +20,7 @@ import (
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // The LAN preflight's command (fixed: tools call it like this):
@@ -126,6 +127,10 @@ func runLAN(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	n, label, err := o.lanNetwork(ctx)
 	if err != nil {
+		fmt.Fprintln(stderr, "underlay doctor --lan:", err)
+		return control.ExitCannot
+	}
+	if err := canSend(); err != nil {
 		fmt.Fprintln(stderr, "underlay doctor --lan:", err)
 		return control.ExitCannot
 	}
@@ -237,4 +242,14 @@ func printLAN(w io.Writer, r LANReport) {
 	default:
 		fmt.Fprintf(w, "%d problem(s) found\n", problems)
 	}
+}
+
+// canSend checks that this process may open packet sockets: without
+// them every LAN check would say unknown and the run prove nothing.
+func canSend() error {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("cannot open a packet socket (%w): the LAN checks need CAP_NET_RAW and CAP_NET_ADMIN: run it as root (sudo underlay doctor --lan ...)", err)
+	}
+	return unix.Close(fd)
 }
