@@ -34,7 +34,7 @@ type lanRun struct {
 	code         int
 	took         time.Duration
 	started, end time.Time
-	shown        bool // the report was printed with a failure
+	shown        bool            // the report was printed with a failure
 	Checks       []lancheck.Item `json:"checks"`
 }
 
