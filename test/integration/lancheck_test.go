@@ -44,8 +44,9 @@ type lanRun struct {
 func doctorLAN(t *testing.T, ns *itest.Netns, parent string, args ...string) *lanRun {
 	t.Helper()
 	r := &lanRun{args: append([]string{"doctor", "--lan", parent, "--json", "--timeout", "3s"}, args...)}
+	bin := itest.Binary(t) // built once per test process: not the run's time
 	r.started = time.Now()
-	r.out, r.errOut, r.code = itest.RunIn(t, ns, time.Minute, []string{"DOCKER_HOST=unix:///nonexistent/docker.sock"}, itest.Binary(t), r.args...)
+	r.out, r.errOut, r.code = itest.RunIn(t, ns, time.Minute, []string{"DOCKER_HOST=unix:///nonexistent/docker.sock"}, bin, r.args...)
 	r.end = time.Now()
 	r.took = r.end.Sub(r.started)
 	t.Logf("underlay %s: exit %d in %s", strings.Join(r.args, " "), r.code, r.took.Round(time.Millisecond))
