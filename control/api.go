@@ -197,7 +197,7 @@ func subnetsOf(nets []dockerapi.Network) []netip.Prefix {
 // Input turns a state and Docker's view into the doctor's input.
 func (st State) Input(docker *doctor.Docker) doctor.Input {
 	in := doctor.Input{Now: st.Now, Boot: st.Boot, Mark: st.Mark, Grace: st.Grace, PoolGrace: st.PoolGrace,
-		Networks: st.Networks, Endpoints: st.Endpoints, Owned: st.Owned, Links: st.Links, HostLinks: st.HostLinks, HostLinkAddrs: st.HostLinkAddrs, Docker: docker}
+		Networks: st.Networks, Endpoints: st.Endpoints, Owned: st.Owned, Links: st.Links, HostLinks: st.HostLinks, HostLinkAddrs: st.HostLinkAddrs, LAN: st.LAN, Docker: docker}
 	for _, p := range st.Pools {
 		in.Pools = append(in.Pools, p.IPAMPool)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/lancheck"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
@@ -42,6 +43,8 @@ type Input struct {
 	// shows on those that exist, by link name.
 	HostLinks     map[string]string
 	HostLinkAddrs map[string][]netip.Addr
+	// LAN are the latest background LAN preflight's items by network ID.
+	LAN map[string][]lancheck.Item
 
 	// Docker is Docker's view; nil when Docker could not be asked.
 	Docker *Docker
@@ -153,6 +156,7 @@ func Check(in Input) (findings []Finding, skipped []Skip) {
 	findings = append(findings, broken(in)...)
 	findings = append(findings, lostLeases(in)...)
 	findings = append(findings, unusedPools(in)...)
+	findings = append(findings, lanProblems(in)...)
 	return findings, skipped
 }
 
@@ -296,4 +300,23 @@ func hasLink(links []kernel.Link, name string) bool {
 		}
 	}
 	return false
+}
+
+// kindLANCheck is a problem the LAN preflight found for a network.
+const kindLANCheck = "lan-check"
+
+// lanProblems are the problem items of the networks' latest LAN
+// preflights, one finding each: the evidence and the fix (no repair of
+// underlay's can fix a LAN), in the networks' order.
+func lanProblems(in Input) []Finding {
+	var out []Finding
+	for _, n := range in.Networks {
+		for _, it := range in.LAN[n.ID] {
+			if it.Verdict != lancheck.Problem {
+				continue
+			}
+			out = append(out, Finding{Kind: kindLANCheck, Subject: n.ID, Message: it.Evidence, Repair: it.Fix})
+		}
+	}
+	return out
 }

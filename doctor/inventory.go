@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/lancheck"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
 )
@@ -33,4 +34,8 @@ type Inventory struct {
 	// HostLinkAddrs are the addresses the kernel shows on the host links
 	// that exist, by link name.
 	HostLinkAddrs map[string][]netip.Addr `json:"host_link_addrs,omitempty"`
+	// LAN are the items of the latest LAN preflight the daemon ran in the
+	// background after each network's create, by network ID (networks
+	// without a finished one are absent).
+	LAN map[string][]lancheck.Item `json:"lan_checks,omitempty"`
 }

@@ -88,6 +88,9 @@ type Config struct {
 	// Prober probes endpoints' addresses on the LAN before they are
 	// answered (address_probe); nil probes nothing.
 	Prober lan.Prober
+	// LANCheck runs the LAN preflight of a network created anew, in the
+	// background within LANCheckTimeout (lanpreflight.go); nil runs none.
+	LANCheck LANChecker
 }
 
 // Events is told about what the driver does on its own or on a request's
@@ -168,6 +171,9 @@ type Driver struct {
 	macs *lan.Chooser
 	// ifnames are the interface names endpoints asked for (driver/internal/joins).
 	ifnames joins.IfNames
+	// lanChecks are the background LAN preflights and their latest
+	// results (lanpreflight.go).
+	lanChecks *lanPreflight
 
 	janitorOnce sync.Once
 	stop        chan struct{}
@@ -215,6 +221,7 @@ func New(c Config) (*Driver, error) {
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: joins.NewTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
+	d.lanChecks = newLANPreflight(c.LANCheck, LANCheckTimeout, c.Logger)
 	d.resolver = &links.Resolver{Links: c.Links, Routes: c.Routes}
 	d.parents = &links.Maker{Links: c.Links, Mark: d.mark}
 	mover, _ := c.Links.(links.BlockMover)
@@ -225,7 +232,7 @@ func New(c Config) (*Driver, error) {
 		Log: c.Logger, Now: c.Now, Stop: d.stop, Locks: d.locks})
 	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
 		IfNames: &d.ifnames, Leases: d.leases, LAN: d.lan, CrashPoint: c.CrashPoint,
-		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting}
+		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting, Removed: d.lanChecks.Drop}
 	d.operator = &reconcile.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
 		Joins: d.joins, Events: c.Events, Mark: d.mark, Boot: d.boot,
 		Grace: c.StaleGrace, Window: d.CreateWindow(), Log: c.Logger, Now: c.Now}
@@ -263,8 +270,10 @@ func CrashPoints() []string {
 	}
 }
 
-// Close stops the background janitor.
+// Close stops the background janitor and the LAN preflights, and waits
+// for them.
 func (d *Driver) Close() {
+	d.lanChecks.close()
 	select {
 	case <-d.stop:
 	default:

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -72,6 +73,10 @@ type fixture struct {
 	dhcp4 *dhcp.Client
 	// events, when set before open, is told what the driver does.
 	events Events
+	// lanCheck, when set before open, runs the background LAN preflight;
+	// logger, when set, is the driver's logger.
+	lanCheck LANChecker
+	logger   *slog.Logger
 }
 
 // newFixture returns a driver over a fake kernel holding eth0 and eth1
@@ -94,7 +99,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, DHCP: f.dhcp4, Events: f.events, CrashPoint: func(p string) {
+	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, DHCP: f.dhcp4, Events: f.events, LANCheck: f.lanCheck, Logger: f.logger, CrashPoint: func(p string) {
 		f.mu.Lock()
 		f.points = append(f.points, p)
 		f.mu.Unlock()

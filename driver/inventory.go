@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/doctor"
+	"github.com/underlay-net/underlay/lancheck"
 )
 
 // The operator's view (underlay ls, underlay doctor) and the repairs
@@ -13,9 +14,23 @@ import (
 // same rules: nothing is removed that Docker knows or that underlay does
 // not own.
 
-// Inventory reads the state file and the kernel's links.
+// Inventory reads the state file and the kernel's links, with the latest
+// LAN preflight of each network that has a finished one.
 func (d *Driver) Inventory(ctx context.Context) (doctor.Inventory, error) {
-	return d.operator.Inventory(ctx)
+	inv, err := d.operator.Inventory(ctx)
+	if err != nil {
+		return inv, err
+	}
+	results := d.LANChecks()
+	for _, n := range inv.Networks {
+		if items, ok := results[n.ID]; ok {
+			if inv.LAN == nil {
+				inv.LAN = map[string][]lancheck.Item{}
+			}
+			inv.LAN[n.ID] = items
+		}
+	}
+	return inv, nil
 }
 
 // HealLink puts an owned link that exists but is broken back in order (set

@@ -21,11 +21,13 @@ import (
 // replaces it; see the rules in README.md. Its phases (create.go): parse
 // the request, lock the network, reuse the recorded copy if nothing
 // changed, resolve the requested parent to the kernel link it really is,
-// lock that link, decide over a snapshot of the store, clear the way (rule
+// refuse what the LAN preflight is certain of (macvlan on a wireless
+// parent, lanpreflight.go), lock that link, decide over a snapshot of the store, clear the way (rule
 // out stale holders with Docker, remove a stale copy), look at the link
 // again if it may have changed, then reserve the parent durably, create
 // the parent link if underlay owns it, and commit. On failure nothing of
-// the new network is left behind.
+// the new network is left behind; on success the rest of the LAN
+// preflight starts in the background.
 func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRequest) error {
 	c, err := newCreation(d, req)
 	if err != nil {
@@ -40,6 +42,9 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 		return err
 	}
 	if err := c.resolveParent(ctx); err != nil {
+		return err
+	}
+	if err := c.refuseOnLAN(ctx); err != nil {
 		return err
 	}
 	unlockParents, err := c.lockParents(ctx)
@@ -58,7 +63,11 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err := c.recheckParent(ctx); err != nil {
 		return err
 	}
-	return c.createNetwork(ctx)
+	if err := c.createNetwork(ctx); err != nil {
+		return err
+	}
+	d.lanChecks.Start(c.want) // in the background: the create is answered now
+	return nil
 }
 
 // createNetwork reserves, builds and commits the new network. create

@@ -24,10 +24,13 @@ import (
 	"github.com/underlay-net/underlay/driver"
 	"github.com/underlay-net/underlay/internal/pluginapi"
 	"github.com/underlay-net/underlay/ipam"
+	"github.com/underlay-net/underlay/lancheck"
 	"github.com/underlay-net/underlay/metrics"
 	"github.com/underlay-net/underlay/netlinkutil"
+	nlkernel "github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/probe"
 	"github.com/underlay-net/underlay/store"
+	"github.com/vishvananda/netns"
 )
 
 // serve runs the daemon until SIGTERM or SIGINT: lock the socket path,
@@ -132,11 +135,19 @@ func serve(c serveConfig, stderr io.Writer) error {
 		DHCP: dhcpClient, DHCPv6: dhcp6Client, Prober: probed.Wrap(prober),
 		BootID: bootID(),
 		Logger: log, CrashPoint: crashHook(log), Events: m,
+		// The LAN preflight after each create: in the daemon's namespace,
+		// its throwaway links marked as the driver's.
+		LANCheck: func(ctx context.Context, n lancheck.Network) []lancheck.Item {
+			return lancheck.Run(ctx, lancheck.Env{Kernel: kernel, Netns: netns.None(), Mark: nlkernel.Mark(db.InstanceID()), Log: log}, n)
+		},
 	})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	if err := m.WatchLAN(d); err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := d.Restore(ctx); err != nil {
 		return err

@@ -71,6 +71,24 @@ func (k *Kernel) AddHostLink(name, kind string, mtu int) {
 	k.put(kernel.Link{Name: name, Kind: kind, MTU: mtu})
 }
 
+// SetWireless makes a link an 802.11 (Wi-Fi) device, as a wireless NIC's
+// driver does (the host's test kernel has none). As in netlinkutil, Get
+// shows it (Wireless), List, LinkByIndex and LinksOn do not.
+func (k *Kernel) SetWireless(name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if l := k.lookup(name); l != nil {
+		l.Wireless = true
+	}
+}
+
+// listed is a link as a dump shows it: without Wireless, which only Get
+// reads (from sysfs).
+func listed(l kernel.Link) kernel.Link {
+	l.Wireless = false
+	return l
+}
+
 // AddAltName gives a link an alternative name, as `ip link property add`.
 func (k *Kernel) AddAltName(name, alt string) {
 	k.mu.Lock()
@@ -218,7 +236,7 @@ func (k *Kernel) List(_ context.Context) ([]kernel.Link, error) {
 	defer k.mu.Unlock()
 	out := make([]kernel.Link, 0, len(k.links))
 	for _, l := range k.links {
-		out = append(out, *l)
+		out = append(out, listed(*l))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out, nil
@@ -235,7 +253,7 @@ func (k *Kernel) LinkByIndex(_ context.Context, index int) (kernel.Link, error) 
 	if l == nil {
 		return kernel.Link{}, fmt.Errorf("%w: index %d", netlinkutil.ErrNotFound, index)
 	}
-	return netlinkutil.Unannounced(*l), nil
+	return netlinkutil.Unannounced(listed(*l)), nil
 }
 
 // LinksOn implements netlinkutil.Links.
@@ -248,7 +266,7 @@ func (k *Kernel) LinksOn(_ context.Context, parent int) ([]kernel.Link, error) {
 	var out []kernel.Link
 	for _, l := range k.children(&kernel.Link{Index: parent}) {
 		if l.Index != parent {
-			out = append(out, netlinkutil.Unannounced(*l))
+			out = append(out, netlinkutil.Unannounced(listed(*l)))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })

@@ -58,7 +58,11 @@ func (r *Resolver) Resolve(ctx context.Context, n record.Network) (plan.Resoluti
 		l, err := r.Links.Get(ctx, name)
 		switch {
 		case err == nil && !kernel.IsEndpointKind(l.Kind):
-			return plan.ResolveParent(n, []kernel.Link{l}, nil)
+			res, err := plan.ResolveParent(n, []kernel.Link{l}, nil)
+			if err == nil && res.Create == nil && res.Name == l.Name {
+				res.Link = &l // the create's wireless check reads it (lancheck.Refuse)
+			}
+			return res, err
 		case err != nil && !errors.Is(err, netlinkutil.ErrNotFound):
 			return plan.Resolution{}, err
 		}

@@ -45,6 +45,10 @@ type Resolution struct {
 	// Create is the parent link underlay must create, or nil when Name
 	// exists.
 	Create *record.ParentLink
+	// Link is the parent link Name as the kernel's Get returned it (with
+	// Wireless, which only Get fills), when the resolution looked it up
+	// by name; nil when it listed the links (or Create is set).
+	Link *kernel.Link
 }
 
 // ResolveParent is pure: it decides over one list of the host's links

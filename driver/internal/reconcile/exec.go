@@ -75,6 +75,10 @@ type Executor struct {
 	// Deleting are the links underlay deletes itself (links.Owned tells
 	// it), which the watcher does not repair.
 	Deleting *links.SelfDeletions
+	// Removed, when set, is told the ID of a network RemoveNetwork
+	// removed, once its record is gone (the driver forgets its LAN
+	// preflight).
+	Removed func(id string)
 	// failures are the repair steps' last failures, logged once.
 	failures links.FailureLog
 }

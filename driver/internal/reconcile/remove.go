@@ -52,6 +52,9 @@ func (x *Executor) RemoveNetwork(ctx context.Context, n record.Network) error {
 		return err
 	}
 	x.point("delete-network/after-commit")
+	if x.Removed != nil {
+		x.Removed(n.ID)
+	}
 	for _, ep := range eps {
 		x.Joins.Drop(ep.ID) // only now: a failed removal keeps its endpoints joined
 		if x.IfNames != nil {

@@ -1,0 +1,255 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/lancheck"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// The LAN preflight at CreateNetwork (README, Troubleshooting the LAN).
+// What is certain and cheap is refused at once (refuseOnLAN: macvlan on a
+// wireless parent); the rest (lancheck.Run: new MACs, DHCP, router
+// advertisements, the gateway...) runs in the background after the create
+// has been answered, bounded by LANCheckTimeout, and its latest result per
+// network is kept in memory: logged once at WARN when it has problems,
+// counted by LANCheckCounts (underlay_lan_check) and shown by underlay ls
+// and doctor (Inventory).
+
+// LANCheckTimeout bounds one network's background LAN preflight.
+const LANCheckTimeout = 5 * time.Second
+
+// LANChecker runs the LAN preflight of a network within ctx's deadline
+// (lancheck.Run over the host's kernel, in the serve wiring).
+type LANChecker func(ctx context.Context, n lancheck.Network) []lancheck.Item
+
+// refuseOnLAN refuses what the LAN preflight is certain of at once:
+// macvlan on a wireless parent, unless allow_wireless=true
+// (lancheck.Refuse). Only Get says whether a link is wireless: the
+// resolver's lookup is read when it made one, else the parent (or the base
+// of a VLAN parent, whose own sysfs entry never says so) is looked up once.
+// ipvlan, allow_wireless and an internal network's dummy need no lookup.
+func (c *creation) refuseOnLAN(ctx context.Context) error {
+	n := LANNetwork(c.want)
+	if n.Type == kernel.KindIpvlan || n.AllowWireless || config.IsDummyName(c.res.Name) {
+		return nil
+	}
+	var l kernel.Link
+	switch {
+	case c.res.Create != nil && c.res.Create.Kind == kernel.KindVLAN:
+		return c.refuseWirelessBase(ctx, n, c.res.Create.Base)
+	case c.res.Create != nil:
+		return nil
+	case c.res.Link != nil:
+		l = *c.res.Link
+	default:
+		var err error
+		if l, err = c.d.links.Get(ctx, c.res.Name); err != nil {
+			return fmt.Errorf("look up parent %s for the wireless check: %w", c.res.Name, err)
+		}
+	}
+	if err := lancheck.Refuse(n, l); err != nil {
+		return config.Invalidf("%w", err)
+	}
+	if l.Kind == kernel.KindVLAN && l.ParentIndex > 0 {
+		base, err := c.d.links.LinkByIndex(ctx, l.ParentIndex)
+		if errors.Is(err, netlinkutil.ErrNotFound) {
+			return nil // a VLAN without its base: the parent check says so
+		} else if err != nil {
+			return fmt.Errorf("look up the base of VLAN parent %s for the wireless check: %w", l.Name, err)
+		}
+		return c.refuseWirelessBase(ctx, n, base.Name)
+	}
+	return nil
+}
+
+// refuseWirelessBase refuses macvlan on a VLAN whose base is wireless.
+func (c *creation) refuseWirelessBase(ctx context.Context, n lancheck.Network, base string) error {
+	b, err := c.d.links.Get(ctx, base)
+	if errors.Is(err, netlinkutil.ErrNotFound) {
+		return nil // gone since the resolution: the create says so
+	} else if err != nil {
+		return fmt.Errorf("look up %s, the base of VLAN parent %s, for the wireless check: %w", base, c.res.Name, err)
+	}
+	if err := lancheck.Refuse(n, b); err != nil {
+		return config.Invalidf("parent %s is a VLAN on %s: %w", c.res.Name, base, err)
+	}
+	return nil
+}
+
+// lanPreflight runs the background LAN preflights and keeps their latest
+// results, by network ID. Its methods are safe for concurrent use; Start
+// and Drop of one network are serialized by the network's lock.
+type lanPreflight struct {
+	run     LANChecker
+	timeout time.Duration
+	log     *slog.Logger
+	// ctx is cancelled at close; wg counts the checks running.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	byID   map[string]*lanResult
+}
+
+// lanResult is one network's preflight: running until done.
+type lanResult struct {
+	cancel context.CancelFunc
+	done   bool
+	items  []lancheck.Item
+}
+
+func newLANPreflight(run LANChecker, timeout time.Duration, log *slog.Logger) *lanPreflight {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &lanPreflight{run: run, timeout: timeout, log: log, ctx: ctx, cancel: cancel, byID: map[string]*lanResult{}}
+}
+
+// wanted reports whether a network just created gets a background
+// preflight: a runner is configured, lan_check is not false, and the
+// network has a LAN (not an internal network's dummy parent).
+func (p *lanPreflight) wanted(n record.Network) bool {
+	return p.run != nil && !n.Config.NoLANCheck && !config.IsDummyName(n.Parent)
+}
+
+// Start runs n's preflight in the background (replacing a running or
+// finished one of the same ID) and returns at once.
+func (p *lanPreflight) Start(n record.Network) {
+	if !p.wanted(n) {
+		return
+	}
+	ln := LANNetwork(n)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	if old := p.byID[n.ID]; old != nil {
+		old.cancel()
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
+	r := &lanResult{cancel: cancel}
+	p.byID[n.ID] = r
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer cancel()
+		items := p.run(ctx, ln)
+		p.mu.Lock()
+		current := p.byID[n.ID] == r
+		if current {
+			r.items, r.done = items, true
+		}
+		p.mu.Unlock()
+		if current {
+			p.report(n, items)
+		}
+	}()
+}
+
+// report logs one WARN line for a result with problems, each problem's
+// check, evidence and fix as a group named after the check (and family).
+func (p *lanPreflight) report(n record.Network, items []lancheck.Item) {
+	var names []string
+	attrs := []any{"network", n.ID, "parent", n.Parent}
+	for _, it := range items {
+		if it.Verdict != lancheck.Problem {
+			continue
+		}
+		name := itemName(it)
+		names = append(names, name)
+		attrs = append(attrs, slog.Group(name, "check", string(it.Check), "evidence", it.Evidence, "fix", it.Fix))
+	}
+	if len(names) == 0 {
+		p.log.Debug("LAN preflight found no problem", "network", n.ID, "parent", n.Parent, "items", len(items))
+		return
+	}
+	attrs = append(attrs, "problems", strings.Join(names, ","))
+	p.log.Warn("LAN preflight found problems: containers of the network may not reach the LAN (underlay doctor --lan "+n.Parent+" says more)", attrs...)
+}
+
+// itemName is an item's check, with its family when it has one
+// ("dhcp", "gateway/ipv6").
+func itemName(it lancheck.Item) string {
+	if it.Family != "" {
+		return string(it.Check) + "/" + it.Family
+	}
+	return string(it.Check)
+}
+
+// Drop cancels a network's running preflight and forgets its result.
+func (p *lanPreflight) Drop(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.byID[id]; r != nil {
+		r.cancel()
+		delete(p.byID, id)
+	}
+}
+
+// Results are the finished preflights' items by network ID.
+func (p *lanPreflight) Results() map[string][]lancheck.Item {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string][]lancheck.Item{}
+	for id, r := range p.byID {
+		if r.done {
+			out[id] = append([]lancheck.Item{}, r.items...)
+		}
+	}
+	return out
+}
+
+// Counts are, for every check and verdict, the number of networks whose
+// latest preflight gave that verdict for that check (a check with an item
+// per family counts a network once per verdict).
+func (p *lanPreflight) Counts() map[[2]string]int {
+	out := map[[2]string]int{}
+	for _, c := range lancheck.Checks {
+		for _, v := range []lancheck.Verdict{lancheck.OK, lancheck.Problem, lancheck.Unknown} {
+			out[[2]string{string(c), string(v)}] = 0
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.byID {
+		seen := map[[2]string]bool{}
+		for _, it := range r.items {
+			k := [2]string{string(it.Check), string(it.Verdict)}
+			if !seen[k] {
+				seen[k] = true
+				out[k]++
+			}
+		}
+	}
+	return out
+}
+
+// close cancels the running preflights and waits for them; none starts
+// after.
+func (p *lanPreflight) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+}
+
+// LANChecks are the latest background LAN preflight's items of each
+// network that has a finished one, by network ID.
+func (d *Driver) LANChecks() map[string][]lancheck.Item { return d.lanChecks.Results() }
+
+// LANCheckCounts are, by check and verdict, the networks whose latest LAN
+// preflight gave that verdict for that check, every check and verdict
+// present (0 when none): the gauge underlay_lan_check (metrics.LANChecks).
+func (d *Driver) LANCheckCounts() map[[2]string]int { return d.lanChecks.Counts() }
