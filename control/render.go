@@ -3,6 +3,7 @@ package control
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/underlay-net/underlay/doctor"
 	"github.com/underlay-net/underlay/internal/dockerid"
+	"github.com/underlay-net/underlay/lancheck"
 	"github.com/underlay-net/underlay/store/record"
 )
 
@@ -51,6 +53,10 @@ type NetworkEntry struct {
 	Created     time.Time       `json:"created,omitzero"`
 	PendingTill time.Time       `json:"pending_until,omitzero"`
 	Endpoints   []EndpointEntry `json:"endpoints"`
+	// LANChecks are the items of the LAN preflight the daemon ran in the
+	// background after the network's create (absent: none finished, as
+	// with lan_check=false or after the daemon restarted).
+	LANChecks []lancheck.Item `json:"lan_checks,omitempty"`
 }
 
 // EndpointEntry is one endpoint of a network.
@@ -148,7 +154,8 @@ func listing(st State, dk dockerView) Listing {
 	on := map[string][]string{}
 	for _, n := range st.Networks {
 		e := NetworkEntry{ID: n.ID, Name: dk.names[n.ID], Type: n.Type, Mode: n.Mode, Flag: n.Flag, Parent: n.Options["parent"], Link: n.Parent,
-			MTU: n.MTU, Internal: n.Internal, HostAddress: n.HostAddress, Created: n.Created, Subnets: []string{}, Endpoints: eps[n.ID]}
+			MTU: n.MTU, Internal: n.Internal, HostAddress: n.HostAddress, Created: n.Created, Subnets: []string{}, Endpoints: eps[n.ID],
+			LANChecks: st.LAN[n.ID]}
 		for _, p := range append(append([]record.Pool{}, n.IPv4...), n.IPv6...) {
 			e.Subnets = append(e.Subnets, p.Subnet)
 		}
@@ -189,14 +196,14 @@ func listing(st State, dk dockerView) Listing {
 
 func printListing(w io.Writer, l Listing) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NETWORK\tNAME\tTYPE\tPARENT\tLINK\tSUBNETS\tMTU\tINTERNAL\tCREATED\tPENDING UNTIL")
+	fmt.Fprintln(tw, "NETWORK\tNAME\tTYPE\tPARENT\tLINK\tSUBNETS\tMTU\tINTERNAL\tCREATED\tPENDING UNTIL\tLAN")
 	for _, n := range l.Networks {
 		mode := n.Type + "/" + n.Mode
 		if n.Flag != "" {
 			mode += "/" + n.Flag
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dockerid.Short(n.ID), dash(n.Name), mode, dash(n.Parent), n.Link,
-			dash(strings.Join(n.Subnets, ",")), dashInt(n.MTU), yesNo(n.Internal), stamp(n.Created), stamp(n.PendingTill))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dockerid.Short(n.ID), dash(n.Name), mode, dash(n.Parent), n.Link,
+			dash(strings.Join(n.Subnets, ",")), dashInt(n.MTU), yesNo(n.Internal), stamp(n.Created), stamp(n.PendingTill), lanSummary(n.LANChecks))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -248,6 +255,33 @@ func printListing(w io.Writer, l Listing) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Subnet, n.Address, yesNo(n.Held), stamp(n.LastUsed), stamp(n.KeptUntil))
 	}
 	tw.Flush()
+}
+
+// lanSummary is a network's LAN preflight in a word: "problem new-mac,dhcp"
+// (each check once, in the order of the items), "ok" when no item is a
+// problem and one is ok, "unknown" when every item is, "-" without one.
+func lanSummary(items []lancheck.Item) string {
+	var problems []string
+	ok := false
+	for _, it := range items {
+		switch it.Verdict {
+		case lancheck.Problem:
+			if !slices.Contains(problems, string(it.Check)) {
+				problems = append(problems, string(it.Check))
+			}
+		case lancheck.OK:
+			ok = true
+		}
+	}
+	switch {
+	case len(problems) > 0:
+		return "problem " + strings.Join(problems, ",")
+	case ok:
+		return "ok"
+	case len(items) > 0:
+		return "unknown"
+	}
+	return "-"
 }
 
 func printRepair(w io.Writer, r RepairResult) {
