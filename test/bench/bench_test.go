@@ -144,6 +144,7 @@ func TestBench(t *testing.T) {
 		{"scale", benchScale},
 		{"ipam", benchIPAM},
 		{"probe", benchProbe},
+		{"lancheck", benchLANCheck},
 		{"docker", benchDocker},
 		{"growth", benchGrowth},
 	}

@@ -149,8 +149,14 @@ func (c driverCalls) endpointCycle(netID, epID string, ifc *network.EndpointInte
 // subnet (default options) and deletes it; it returns CreateNetwork's own
 // latency.
 func (c driverCalls) networkCycle(netID, parent, subnet string) (create time.Duration, err error) {
+	return c.networkCycleWith(netID, map[string]string{"parent": parent}, subnet)
+}
+
+// networkCycleWith is networkCycle with the network's options (parent
+// among them).
+func (c driverCalls) networkCycleWith(netID string, opts map[string]string, subnet string) (create time.Duration, err error) {
 	t0 := time.Now()
-	err = c.call("CreateNetwork", itest.Net{ID: netID, Opts: map[string]string{"parent": parent}, V4: []string{subnet}}.Request())
+	err = c.call("CreateNetwork", itest.Net{ID: netID, Opts: opts, V4: []string{subnet}}.Request())
 	create = time.Since(t0)
 	if err != nil {
 		return create, err
