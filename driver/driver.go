@@ -221,7 +221,7 @@ func New(c Config) (*Driver, error) {
 		log: c.Logger, crash: c.CrashPoint, events: c.Events, now: c.Now, locks: keylock.New(), joins: joins.NewTable(),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	d.lanChecks = newLANPreflight(c.LANCheck, LANCheckTimeout, c.Logger)
+	d.lanChecks = newLANPreflight(c.LANCheck, LANCheckTimeout, lanCheckSettle, c.Logger)
 	d.resolver = &links.Resolver{Links: c.Links, Routes: c.Routes}
 	d.parents = &links.Maker{Links: c.Links, Mark: d.mark}
 	mover, _ := c.Links.(links.BlockMover)

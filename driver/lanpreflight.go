@@ -20,7 +20,8 @@ import (
 // What is certain and cheap is refused at once (refuseOnLAN: macvlan on a
 // wireless parent); the rest (lancheck.Run: new MACs, DHCP, router
 // advertisements, the gateway...) runs in the background after the create
-// has been answered, bounded by LANCheckTimeout, and its latest result per
+// has been answered (one at a time, once the creates settle), bounded by
+// LANCheckTimeout, and its latest result per
 // network is kept in memory: logged once at WARN when it has problems,
 // counted by LANCheckCounts (underlay_lan_check) and shown by underlay ls
 // and doctor (Inventory).
@@ -87,32 +88,54 @@ func (c *creation) refuseWirelessBase(ctx context.Context, n lancheck.Network, b
 }
 
 // lanPreflight runs the background LAN preflights and keeps their latest
-// results, by network ID. Its methods are safe for concurrent use; Start
-// and Drop of one network are serialized by the network's lock.
+// results, by network ID. One worker runs them one at a time, in the order
+// of the creates, each once no create has come for lanCheckSettle: a burst
+// of creates (docker compose up) is not slowed by the preflights' kernel
+// work (a throwaway child's namespace and link, packet sockets), and two
+// preflights never probe the same LAN at once, which would take each
+// other's probes for answers. Its methods are safe for concurrent use;
+// Start and Drop of one network are serialized by the network's lock.
 type lanPreflight struct {
 	run     LANChecker
 	timeout time.Duration
+	settle  time.Duration
 	log     *slog.Logger
-	// ctx is cancelled at close; wg counts the checks running.
+	now     func() time.Time
+	// ctx is cancelled at close; wg counts the worker.
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	kick   chan struct{}
 
-	mu     sync.Mutex
-	closed bool
-	byID   map[string]*lanResult
+	mu      sync.Mutex
+	closed  bool
+	started bool
+	byID    map[string]*lanResult
+	// queue are the results waiting to run, oldest first (an entry no
+	// longer in byID was dropped or replaced: skipped).
+	queue []*lanResult
+	// last is when the last create was answered.
+	last time.Time
 }
 
-// lanResult is one network's preflight: running until done.
+// lanResult is one network's preflight: queued, running (cancel set),
+// then done.
 type lanResult struct {
+	n      record.Network
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   bool
 	items  []lancheck.Item
 }
 
-func newLANPreflight(run LANChecker, timeout time.Duration, log *slog.Logger) *lanPreflight {
+// lanCheckSettle is how long the preflights wait after a create before
+// the next one starts.
+const lanCheckSettle = 200 * time.Millisecond
+
+func newLANPreflight(run LANChecker, timeout, settle time.Duration, log *slog.Logger) *lanPreflight {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &lanPreflight{run: run, timeout: timeout, log: log, ctx: ctx, cancel: cancel, byID: map[string]*lanResult{}}
+	return &lanPreflight{run: run, timeout: timeout, settle: settle, log: log, now: time.Now, ctx: ctx, cancel: cancel,
+		kick: make(chan struct{}, 1), byID: map[string]*lanResult{}}
 }
 
 // wanted reports whether a network just created gets a background
@@ -122,39 +145,96 @@ func (p *lanPreflight) wanted(n record.Network) bool {
 	return p.run != nil && !n.Config.NoLANCheck && !config.IsDummyName(n.Parent)
 }
 
-// Start runs n's preflight in the background (replacing a running or
-// finished one of the same ID) and returns at once.
+// Start queues n's preflight (replacing a queued, running or finished one
+// of the same ID) and returns at once.
 func (p *lanPreflight) Start(n record.Network) {
 	if !p.wanted(n) {
 		return
 	}
-	ln := LANNetwork(n)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return
 	}
-	if old := p.byID[n.ID]; old != nil {
-		old.cancel()
-	}
-	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
-	r := &lanResult{cancel: cancel}
+	p.dropLocked(n.ID)
+	r := &lanResult{n: n}
 	p.byID[n.ID] = r
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer cancel()
-		items := p.run(ctx, ln)
-		p.mu.Lock()
-		current := p.byID[n.ID] == r
-		if current {
-			r.items, r.done = items, true
+	p.queue = append(p.queue, r)
+	p.last = p.now()
+	if !p.started {
+		p.started = true
+		p.wg.Add(1)
+		go p.work()
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// work runs the queued preflights until close.
+func (p *lanPreflight) work() {
+	defer p.wg.Done()
+	for {
+		r, wait := p.next()
+		switch {
+		case r != nil:
+			p.runOne(r)
+			continue
+		case wait > 0:
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-p.ctx.Done():
+				t.Stop()
+				return
+			}
+			continue
 		}
-		p.mu.Unlock()
-		if current {
-			p.report(n, items)
+		select {
+		case <-p.kick:
+		case <-p.ctx.Done():
+			return
 		}
-	}()
+	}
+}
+
+// next takes the oldest queued preflight that is still wanted, once the
+// creates have settled; else how long to wait for them (0: the queue is
+// empty).
+func (p *lanPreflight) next() (*lanResult, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.queue) > 0 {
+		r := p.queue[0]
+		if p.byID[r.n.ID] != r {
+			p.queue = p.queue[1:]
+			continue
+		}
+		if wait := p.last.Add(p.settle).Sub(p.now()); wait > 0 {
+			return nil, wait
+		}
+		p.queue = p.queue[1:]
+		r.ctx, r.cancel = context.WithTimeout(p.ctx, p.timeout)
+		return r, 0
+	}
+	return nil, 0
+}
+
+// runOne runs a preflight and keeps its result unless it was dropped or
+// replaced meanwhile.
+func (p *lanPreflight) runOne(r *lanResult) {
+	defer r.cancel()
+	items := p.run(r.ctx, LANNetwork(r.n))
+	p.mu.Lock()
+	current := p.byID[r.n.ID] == r
+	if current {
+		r.items, r.done = items, true
+	}
+	p.mu.Unlock()
+	if current {
+		p.report(r.n, items)
+	}
 }
 
 // report logs one WARN line for a result with problems, each problem's
@@ -187,12 +267,19 @@ func itemName(it lancheck.Item) string {
 	return string(it.Check)
 }
 
-// Drop cancels a network's running preflight and forgets its result.
+// Drop cancels a network's queued or running preflight and forgets its
+// result.
 func (p *lanPreflight) Drop(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.dropLocked(id)
+}
+
+func (p *lanPreflight) dropLocked(id string) {
 	if r := p.byID[id]; r != nil {
-		r.cancel()
+		if r.cancel != nil {
+			r.cancel()
+		}
 		delete(p.byID, id)
 	}
 }
@@ -235,7 +322,7 @@ func (p *lanPreflight) Counts() map[[2]string]int {
 	return out
 }
 
-// close cancels the running preflights and waits for them; none starts
+// close cancels the running preflight and waits for it; none starts
 // after.
 func (p *lanPreflight) close() {
 	p.mu.Lock()

@@ -3,6 +3,7 @@ package driver
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -337,5 +338,47 @@ func TestLANCheckRunsAgainWhenTheNetworkIsReplaced(t *testing.T) {
 	waitFor(t, "the first preflight cancelled and a second started", func() bool { return r.ended.Load() == 1 && len(r.called()) == 2 })
 	if c := r.called(); c[1].Type != kernel.KindIpvlan {
 		t.Errorf("second preflight got %+v, want the ipvlan network", c[1])
+	}
+}
+
+// A burst of creates is not overlapped by preflights: they start once no
+// create has come for lanCheckSettle, one at a time, in the creates'
+// order.
+func TestLANChecksRunOneAtATimeOnceTheCreatesSettle(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	running, most := 0, 0
+	var starts []time.Time
+	r := &lanRunner{items: func(lancheck.Network) []lancheck.Item {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		time.Sleep(30 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	}}
+	f.withLANCheck(r)
+	for i, id := range []string{netA, netB, netC} {
+		f.mustCreate(netReq{ID: id, Opts: map[string]string{"parent": "eth0"}, V4: []string{fmt.Sprintf("198.18.%d.0/24,198.18.%d.1/24", 10+i, 10+i)}})
+	}
+	lastCreate := time.Now()
+	waitFor(t, "three preflights", func() bool { return len(r.called()) == 3 })
+	f.close()
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 {
+		t.Errorf("%d preflights ran at once, want 1", most)
+	}
+	if first := starts[0]; first.Before(lastCreate.Add(lanCheckSettle - 10*time.Millisecond)) {
+		t.Errorf("the first preflight started %v after the last create, want %v or more", first.Sub(lastCreate), lanCheckSettle)
+	}
+	for i, c := range r.called() {
+		if want := fmt.Sprintf("198.18.%d.1", 10+i); c.Gateway4.String() != want || i > 0 && !starts[i].After(starts[i-1]) {
+			t.Errorf("preflight %d: %+v at %v, want the network of gateway %s after the one before", i, c, starts[i], want)
+		}
 	}
 }
