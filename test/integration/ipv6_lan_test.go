@@ -34,7 +34,9 @@ import (
 // ipv6_mode=MODE`.
 func lan6Network(id, parent, mode string) *network.CreateNetworkRequest {
 	return &network.CreateNetworkRequest{NetworkID: id,
-		Options:  map[string]any{"com.docker.network.generic": map[string]any{"parent": parent, "ipv6_mode": mode}, "com.docker.network.enable_ipv6": true},
+		// lan_check=false: the tests read what the network's endpoints
+		// send, and the LAN preflight's Solicit and RS would be among it.
+		Options:  map[string]any{"com.docker.network.generic": map[string]any{"parent": parent, "ipv6_mode": mode, "lan_check": "false"}, "com.docker.network.enable_ipv6": true},
 		IPv4Data: []*network.IPAMData{{AddressSpace: "null", Pool: "0.0.0.0/0"}},
 		IPv6Data: []*network.IPAMData{{AddressSpace: "null", Pool: "::/0"}}}
 }
