@@ -141,12 +141,21 @@ const minListen = time.Second
 // then from the parent: one after the other, since each probe's socket
 // would take the other's probe for the target for an answer.
 func reach4(ctx context.Context, w wire, n Network, parentMAC net.HardwareAddr, target netip.Addr) (parent, child Reach, childErr string) {
-	if n.Type != kernel.KindIpvlan {
+	switch {
+	case n.Type == kernel.KindIpvlan:
+	case n.Mode == kernel.MacvlanPassthru:
+		// Passthru takes the parent for one link: a throwaway child
+		// beside it could keep the network's first container from
+		// starting. The new MAC goes out from the parent's socket.
+		child = w.Probe4(ctx, n.Parent, lanmac.Random(), target)
+		child.From += " (from " + n.Parent + "'s socket: passthru allows no second child)"
+	default:
 		var err error
 		child, err = w.ChildProbe4(ctx, n.Parent, lanmac.Random(), target)
 		childErr = errString(err)
 	}
 	parent = w.Probe4(ctx, n.Parent, parentMAC, target)
+	parent.From = fmt.Sprintf("the parent %s (%s)", n.Parent, parentMAC)
 	return parent, child, childErr
 }
 

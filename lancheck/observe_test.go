@@ -224,3 +224,21 @@ func TestRefuse(t *testing.T) {
 		t.Errorf("wired refused: %v", err)
 	}
 }
+
+// Passthru allows one child on the parent: the new MAC's probe goes out
+// from the parent's socket and no child is made.
+func TestObservePassthruMakesNoChild(t *testing.T) {
+	t.Parallel()
+	k := fakeKernel{links: map[string]kernel.Link{"eth0": eth0}}
+	w := &fakeWire{answers: map[netip.Addr]bool{gw: true}}
+	o := observe(t, k, w, Network{Parent: "eth0", Type: "macvlan", Mode: "passthru", Gateway4: gw})
+	if c := w.saw("child"); len(c) != 0 {
+		t.Fatalf("passthru made a child: %v", c)
+	}
+	if probes := w.saw("probe4 eth0"); len(probes) != 2 || strings.Contains(probes[0], "02:00:00:00:00:aa") {
+		t.Fatalf("probes %v: want the new MAC's, then the parent's", probes)
+	}
+	if !o.Child4.Answered || !strings.Contains(o.Child4.From, "passthru") {
+		t.Fatalf("child %+v", o.Child4)
+	}
+}

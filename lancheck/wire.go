@@ -41,7 +41,7 @@ type realWire struct{ env Env }
 func (w realWire) prober() *probe.Prober { return probe.New(probe.WithNetns(w.env.Netns)) }
 
 func (w realWire) Probe4(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) Reach {
-	r := Reach{Target: target, From: fmt.Sprintf("the parent %s (%s)", parent, mac)}
+	r := Reach{Target: target, From: mac.String()}
 	answered(&r, w.prober().Probe(ctx, parent, mac, target, probeBudget))
 	return r
 }
@@ -59,8 +59,8 @@ func (w realWire) ChildProbe4(ctx context.Context, parent string, mac net.Hardwa
 		// new MAC goes out from the parent's socket instead, as an
 		// endpoint's own probe does (the MAC is in the parent's unicast
 		// filter while it runs). The switch sees the same frames.
-		r := Reach{Target: target, From: mac.String() + " (sent from " + parent + "'s socket: no namespace for a child could be made)"}
-		answered(&r, w.prober().Probe(ctx, parent, mac, target, probeBudget))
+		r := w.Probe4(ctx, parent, mac, target)
+		r.From += " (from " + parent + "'s socket: no namespace for a child could be made)"
 		return r, nil
 	}
 	if err != nil {
