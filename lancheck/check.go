@@ -16,6 +16,9 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/dhcp6"
 )
 
 // Check names a check (fixed: tools read them from --json).
@@ -75,20 +78,6 @@ type Network struct {
 	AllowWireless bool
 }
 
-// Offer is a DHCP server's OFFER to a DISCOVER.
-type Offer struct {
-	// Server is the server identifier (option 54); ServerMAC the
-	// Ethernet source of the OFFER.
-	Server    netip.Addr
-	ServerMAC net.HardwareAddr
-	// Addr is the address offered (yiaddr) with the subnet mask's length.
-	Addr netip.Prefix
-	// Router is option 3's first router, if any.
-	Router netip.Addr
-	// LeaseTime is option 51.
-	LeaseTime time.Duration
-}
-
 // Router is a router advertisement.
 type Router struct {
 	// Source is the router's link-local address; MAC the Ethernet source.
@@ -109,20 +98,6 @@ type RAPrefix struct {
 	Prefix             netip.Prefix
 	OnLink, Autonomous bool
 	Valid, Preferred   time.Duration
-}
-
-// Advertise is a DHCPv6 server's Advertise to a Solicit.
-type Advertise struct {
-	// ServerID is the server's DUID as hex bytes joined by colons;
-	// ServerMAC the Ethernet source and Source the IPv6 source.
-	ServerID  string
-	ServerMAC net.HardwareAddr
-	Source    netip.Addr
-	// Addrs are the IA_NA addresses offered.
-	Addrs []netip.Addr
-	// Status is a status code's message when the server has no address
-	// (NoAddrsAvail), else "".
-	Status string
 }
 
 // Reach is whether a target answered an ARP probe (IPv4) or a
@@ -178,16 +153,16 @@ type Observations struct {
 	ChildErr string
 	// Offers are the DHCP OFFERs seen within the budget; OffersErr why
 	// none could be asked for. The same for Routers and Advertises.
-	Offers    []Offer
+	Offers    []dhcp.Offer
 	OffersErr string
 	// ParentOffers are the OFFERs to a DISCOVER from the parent's own MAC
 	// (macvlan networks only, beside the new MAC's).
-	ParentOffers []Offer
+	ParentOffers []dhcp.Offer
 	// Listened is how long the collectors listened.
 	Listened   time.Duration
 	Routers    []Router
 	RoutersErr string
-	Advertises []Advertise
+	Advertises []dhcp6.Advertisement
 	AdvertErr  string
 	// Skipped names parts not looked at and why (ran out of budget, the
 	// parent is missing): by check.

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+
+	"github.com/underlay-net/underlay/dhcp"
 )
 
 // The causes of a LAN that drops new source MACs, named in new-mac's fix.
@@ -301,8 +303,8 @@ func judgeDHCP(n Network, o Observations) Item {
 }
 
 // distinctOffers are the offers of both DISCOVERs, one per server.
-func distinctOffers(lists ...[]Offer) []Offer {
-	var out []Offer
+func distinctOffers(lists ...[]dhcp.Offer) []dhcp.Offer {
+	var out []dhcp.Offer
 	seen := map[string]bool{}
 	for _, l := range lists {
 		for _, of := range l {
@@ -316,7 +318,7 @@ func distinctOffers(lists ...[]Offer) []Offer {
 	return out
 }
 
-func describeOffer(of Offer) string {
+func describeOffer(of dhcp.Offer) string {
 	s := fmt.Sprintf("server %s (%s) offered %s", of.Server, mac(of.ServerMAC), of.Addr)
 	if of.Router.IsValid() {
 		s += ", router " + of.Router.String()
@@ -403,7 +405,7 @@ func judgeDHCPv6(n Network, o Observations) Item {
 	}
 	var seen []string
 	for _, a := range o.Advertises {
-		s := fmt.Sprintf("server %s (%s, %s)", a.ServerID, a.Source, mac(a.ServerMAC))
+		s := fmt.Sprintf("server %s (%s, %s)", hexColons(a.ServerID), a.Source, mac(a.ServerMAC))
 		switch {
 		case len(a.Addrs) > 0:
 			s += " offered " + joinAddrs(a.Addrs)
@@ -440,4 +442,13 @@ func joinAddrs(as []netip.Addr) string {
 		s[i] = a.String()
 	}
 	return strings.Join(s, ", ")
+}
+
+// hexColons is a DUID as hex bytes joined by colons, as servers log it.
+func hexColons(b []byte) string {
+	s := make([]string, len(b))
+	for i, c := range b {
+		s[i] = fmt.Sprintf("%02x", c)
+	}
+	return strings.Join(s, ":")
 }

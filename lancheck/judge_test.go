@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/dhcp6"
 )
 
 var (
@@ -14,8 +17,8 @@ var (
 	srvMAC  = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}
 	rogMAC  = net.HardwareAddr{0x02, 0, 0, 0, 0, 0x03}
 	upLink  = LinkState{Exists: true, Kind: "device", MTU: 1500}
-	offer1  = Offer{Server: netip.MustParseAddr("198.18.5.2"), ServerMAC: srvMAC, Addr: netip.MustParsePrefix("198.18.5.100/24"), Router: gw, LeaseTime: time.Hour}
-	offer2  = Offer{Server: netip.MustParseAddr("198.18.5.66"), ServerMAC: rogMAC, Addr: netip.MustParsePrefix("198.18.5.200/24"), LeaseTime: time.Minute}
+	offer1  = dhcp.Offer{Server: netip.MustParseAddr("198.18.5.2"), ServerMAC: srvMAC, Addr: netip.MustParsePrefix("198.18.5.100/24"), Router: gw, LeaseTime: time.Hour}
+	offer2  = dhcp.Offer{Server: netip.MustParseAddr("198.18.5.66"), ServerMAC: rogMAC, Addr: netip.MustParsePrefix("198.18.5.200/24"), LeaseTime: time.Minute}
 	slaacRA = Router{Source: netip.MustParseAddr("fe80::1"), MAC: gwMAC, Lifetime: 30 * time.Minute,
 		Prefixes: []RAPrefix{{Prefix: netip.MustParsePrefix("2001:db8:5::/64"), OnLink: true, Autonomous: true}}}
 )
@@ -75,19 +78,19 @@ func TestJudge(t *testing.T) {
 			evidence: []string{"port security", "VMware", "Hyper-V"}, fix: []string{"ipvlan_mode=l2", "switch port"}},
 		{name: "new MAC, nobody answers", n: macvlan, o: func(o *Observations) { reached(o); o.Child4.Answered, o.Parent4.Answered = false, false }, check: NewMAC, verdict: Unknown},
 		{name: "new MAC, no target", n: macvlan, check: NewMAC, verdict: Unknown, evidence: []string{"no host to ask"}},
-		{name: "new MAC dropped, seen by DHCP", n: macvlan, o: func(o *Observations) { o.ParentOffers = []Offer{offer1} }, check: NewMAC, verdict: Problem,
+		{name: "new MAC dropped, seen by DHCP", n: macvlan, o: func(o *Observations) { o.ParentOffers = []dhcp.Offer{offer1} }, check: NewMAC, verdict: Problem,
 			evidence: []string{"198.18.5.2", "own MAC", "port security"}, fix: []string{"ipvlan_mode=l2"}},
-		{name: "new MAC through, seen by DHCP", n: macvlan, o: func(o *Observations) { o.Offers, o.ParentOffers = []Offer{offer1}, []Offer{offer1} }, check: NewMAC, verdict: OK},
-		{name: "DHCP answers the parent's MAC only", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, o: func(o *Observations) { o.ParentOffers = []Offer{offer1} }, check: DHCP, verdict: Problem,
+		{name: "new MAC through, seen by DHCP", n: macvlan, o: func(o *Observations) { o.Offers, o.ParentOffers = []dhcp.Offer{offer1}, []dhcp.Offer{offer1} }, check: NewMAC, verdict: OK},
+		{name: "DHCP answers the parent's MAC only", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, o: func(o *Observations) { o.ParentOffers = []dhcp.Offer{offer1} }, check: DHCP, verdict: Problem,
 			evidence: []string{"own MAC only"}, fix: []string{"new-mac"}},
-		{name: "one DHCP server seen twice", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, o: func(o *Observations) { o.Offers, o.ParentOffers = []Offer{offer1}, []Offer{offer1} }, check: DHCP, verdict: OK},
+		{name: "one DHCP server seen twice", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, o: func(o *Observations) { o.Offers, o.ParentOffers = []dhcp.Offer{offer1}, []dhcp.Offer{offer1} }, check: DHCP, verdict: OK},
 		{name: "not Ethernet", n: macvlan, o: func(o *Observations) { o.Link.NotEthernet, o.Link.Encap = true, "none" }, check: Parent, verdict: Problem, evidence: []string{"not an Ethernet link"}},
 		{name: "VLAN on a wireless base", n: Network{Parent: "wlan0.10", Type: "macvlan"}, o: func(o *Observations) {
 			o.Link.Kind, o.Link.BaseName, o.Link.VLAN = "vlan", "wlan0", 10
 			o.Link.Base = &LinkState{Exists: true, Kind: "device", Wireless: true, MTU: 1500}
 		}, check: Wireless, verdict: Problem},
 		{name: "DHCPv6 without addresses", n: Network{Parent: "eth0", Type: "macvlan", IPv6Mode: "dhcpv6"}, o: func(o *Observations) {
-			o.Advertises = []Advertise{{ServerID: "00:03", ServerMAC: srvMAC, Source: netip.MustParseAddr("fe80::2"), Status: "NoAddrsAvail: no addresses"}}
+			o.Advertises = []dhcp6.Advertisement{{ServerID: []byte{0, 3}, ServerMAC: srvMAC, Source: netip.MustParseAddr("fe80::2"), Status: "NoAddrsAvail: no addresses"}}
 		}, check: DHCPv6, verdict: Problem, evidence: []string{"NoAddrsAvail"}},
 		{name: "new MAC, no child", n: macvlan, o: func(o *Observations) { reached(o); o.Child4, o.ChildErr = Reach{}, "EPERM" }, check: NewMAC, verdict: Unknown, evidence: []string{"EPERM"}},
 		{name: "new MAC on ipvlan", n: Network{Parent: "eth0", Type: "ipvlan"}, check: NewMAC, verdict: OK, evidence: []string{"parent's MAC"}},
@@ -98,9 +101,9 @@ func TestJudge(t *testing.T) {
 			o.Parent6 = Reach{Target: netip.MustParseAddr("2001:db8:5::1"), From: "the parent eth0"}
 		}, check: Gateway, family: "ipv6", verdict: Problem},
 		{name: "gateway6 from an RA", n: Network{Parent: "eth0", Type: "macvlan", IPv6Mode: "slaac"}, o: func(o *Observations) { o.Routers = []Router{slaacRA} }, check: Gateway, family: "ipv6", verdict: OK, evidence: []string{"fe80::1"}},
-		{name: "one DHCP server", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, o: func(o *Observations) { o.Offers = []Offer{offer1} }, check: DHCP, verdict: OK,
+		{name: "one DHCP server", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, o: func(o *Observations) { o.Offers = []dhcp.Offer{offer1} }, check: DHCP, verdict: OK,
 			evidence: []string{"198.18.5.2", "02:00:00:00:00:02", "198.18.5.100/24", "router 198.18.5.1", "1h0m0s"}},
-		{name: "two DHCP servers", n: macvlan, o: func(o *Observations) { o.Offers = []Offer{offer1, offer2} }, check: DHCP, verdict: Problem,
+		{name: "two DHCP servers", n: macvlan, o: func(o *Observations) { o.Offers = []dhcp.Offer{offer1, offer2} }, check: DHCP, verdict: Problem,
 			evidence: []string{"rogue", "198.18.5.2", "02:00:00:00:00:02", "198.18.5.66", "02:00:00:00:00:03"}, fix: []string{"MAC"}},
 		{name: "no DHCP server, DHCP network", n: Network{Parent: "eth0", Type: "macvlan", DHCP: true}, check: DHCP, verdict: Problem, fix: []string{"--subnet"}},
 		{name: "no DHCP server, static network", n: macvlan, check: DHCP, verdict: Unknown},
@@ -115,7 +118,7 @@ func TestJudge(t *testing.T) {
 		}, check: IPv6RA, verdict: Problem, evidence: []string{"autonomous"}},
 		{name: "no DHCPv6 for dhcpv6", n: Network{Parent: "eth0", Type: "macvlan", IPv6Mode: "dhcpv6"}, check: DHCPv6, verdict: Problem},
 		{name: "DHCPv6 answers", n: Network{Parent: "eth0", Type: "macvlan", IPv6Mode: "dhcpv6"}, o: func(o *Observations) {
-			o.Advertises = []Advertise{{ServerID: "00:03:00:01:02:00:00:00:00:02", ServerMAC: srvMAC, Source: netip.MustParseAddr("fe80::2"), Addrs: []netip.Addr{netip.MustParseAddr("2001:db8:5::100")}}}
+			o.Advertises = []dhcp6.Advertisement{{ServerID: []byte{0, 3, 0, 1, 2, 0, 0, 0, 0, 2}, ServerMAC: srvMAC, Source: netip.MustParseAddr("fe80::2"), Addrs: []netip.Addr{netip.MustParseAddr("2001:db8:5::100")}}}
 		}, check: DHCPv6, verdict: OK, evidence: []string{"2001:db8:5::100", "00:03:00:01"}},
 		{name: "skipped", n: macvlan, o: func(o *Observations) { o.Skipped[DHCP] = Skip{Why: "eth0 is down", Fix: "fix the parent first"} }, check: DHCP, verdict: Unknown, evidence: []string{"eth0 is down"}},
 	} {

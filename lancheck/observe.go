@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/internal/lanmac"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
@@ -120,7 +121,7 @@ func Observe(ctx context.Context, env Env, n Network) Observations {
 	wg.Wait()
 	if !target4.IsValid() {
 		// A router or server a DHCP offer named is the host to ask.
-		offers := append(append([]Offer(nil), o.Offers...), o.ParentOffers...)
+		offers := append(append([]dhcp.Offer(nil), o.Offers...), o.ParentOffers...)
 		target4, o.Parent4From = gateway4(n, o.HostGateway4, offers)
 		if !target4.IsValid() && len(offers) > 0 {
 			target4, o.Parent4From = offers[0].Server, "the DHCP server that answered (no gateway is known)"

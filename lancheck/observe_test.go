@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/dhcp"
+	"github.com/underlay-net/underlay/dhcp6"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
@@ -48,7 +50,7 @@ func (k fakeKernel) AddThrowaway(context.Context, string, net.HardwareAddr, stri
 // fakeWire answers from fixed results and records what was asked.
 type fakeWire struct {
 	mu       sync.Mutex
-	offers   []Offer
+	offers   []dhcp.Offer
 	routers  []Router
 	answers  map[netip.Addr]bool // target -> answers the parent
 	childOK  bool
@@ -58,7 +60,7 @@ type fakeWire struct {
 
 func (w *fakeWire) note(s string) { w.mu.Lock(); w.asked = append(w.asked, s); w.mu.Unlock() }
 
-func (w *fakeWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]Offer, error) {
+func (w *fakeWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]dhcp.Offer, error) {
 	w.note(fmt.Sprintf("offers %s %s clientID=%t", parent, mac, clientID))
 	<-ctx.Done() // a collector listens until its end
 	return w.offers, nil
@@ -69,7 +71,7 @@ func (w *fakeWire) Routers(ctx context.Context, parent string, mac net.HardwareA
 	return w.routers, nil
 }
 
-func (w *fakeWire) Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]Advertise, error) {
+func (w *fakeWire) Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]dhcp6.Advertisement, error) {
 	<-ctx.Done()
 	return nil, nil
 }
@@ -108,7 +110,7 @@ var eth0 = kernel.Link{Name: "eth0", Index: 2, Kind: "device", MTU: 1500, MAC: "
 func TestObserveShortBudget(t *testing.T) {
 	t.Parallel()
 	k := fakeKernel{links: map[string]kernel.Link{"eth0": eth0}}
-	w := &fakeWire{offers: []Offer{offer1}}
+	w := &fakeWire{offers: []dhcp.Offer{offer1}}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	n := Network{Parent: "eth0", Type: "macvlan", DHCP: true, IPv6Mode: "slaac"}
@@ -135,7 +137,7 @@ func observe(t *testing.T, k fakeKernel, w *fakeWire, n Network) Observations {
 func TestObserveAsksTheOffersRouter(t *testing.T) {
 	t.Parallel()
 	k := fakeKernel{links: map[string]kernel.Link{"eth0": eth0}}
-	w := &fakeWire{offers: []Offer{offer1}, answers: map[netip.Addr]bool{gw: true}}
+	w := &fakeWire{offers: []dhcp.Offer{offer1}, answers: map[netip.Addr]bool{gw: true}}
 	o := observe(t, k, w, Network{Parent: "eth0", Type: "macvlan"})
 	if !o.Parent4.Answered || o.Child4.Answered || o.Parent4.Target != gw {
 		t.Fatalf("parent %+v child %+v", o.Parent4, o.Child4)

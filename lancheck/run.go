@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/vishvananda/netns"
@@ -46,7 +47,7 @@ func Run(ctx context.Context, env Env, n Network) []Item {
 // gateway4 is the IPv4 address the reach checks ask for: the network's
 // gateway, else the host's default route's through the parent, else the
 // router of a DHCP offer.
-func gateway4(n Network, host netip.Addr, offers []Offer) (netip.Addr, string) {
+func gateway4(n Network, host netip.Addr, offers []dhcp.Offer) (netip.Addr, string) {
 	switch {
 	case n.Gateway4.IsValid():
 		return n.Gateway4, "the network's gateway"

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 
 	"github.com/underlay-net/underlay/dhcp"
 	"github.com/underlay-net/underlay/dhcp6"
@@ -19,13 +18,13 @@ import (
 type wire interface {
 	// Offers sends a DISCOVER from mac (with a client ID of its own when
 	// clientID: the parent's MAC) and returns every OFFER until ctx ends.
-	Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]Offer, error)
+	Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]dhcp.Offer, error)
 	// Routers sends router solicitations and returns every router
 	// advertisement until ctx ends.
 	Routers(ctx context.Context, parent string, mac net.HardwareAddr) ([]Router, error)
 	// Advertises sends a DHCPv6 Solicit and returns every Advertise
 	// until ctx ends.
-	Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]Advertise, error)
+	Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]dhcp6.Advertisement, error)
 	// Probe4 and Probe6 ask for target from mac on parent (an ARP probe,
 	// a neighbour solicitation from ::).
 	Probe4(ctx context.Context, parent string, mac net.HardwareAddr, target netip.Addr) Reach
@@ -89,7 +88,7 @@ func answered(r *Reach, err error) {
 	}
 }
 
-func (w realWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]Offer, error) {
+func (w realWire) Offers(ctx context.Context, parent string, mac net.HardwareAddr, clientID bool) ([]dhcp.Offer, error) {
 	r := dhcp.Request{Parent: parent, MAC: mac}
 	if clientID {
 		// From the parent's MAC (ipvlan clients share it): a client ID of
@@ -101,30 +100,20 @@ func (w realWire) Offers(ctx context.Context, parent string, mac net.HardwareAdd
 	if w.env.Log != nil {
 		opts = append(opts, dhcp.WithLogger(w.env.Log))
 	}
-	got, err := dhcp.New(opts...).Offers(ctx, r)
-	out := make([]Offer, 0, len(got))
-	for _, o := range got {
-		out = append(out, Offer{Server: o.Server, ServerMAC: o.ServerMAC, Addr: o.Addr, Router: o.Router, LeaseTime: o.LeaseTime})
-	}
-	return collected(out, err)
+	return collected(dhcp.New(opts...).Offers(ctx, r))
 }
 
 func (w realWire) Routers(ctx context.Context, parent string, mac net.HardwareAddr) ([]Router, error) {
 	return collected(Routers(ctx, w.env.Netns, parent, mac))
 }
 
-func (w realWire) Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]Advertise, error) {
+func (w realWire) Advertises(ctx context.Context, parent string, mac net.HardwareAddr) ([]dhcp6.Advertisement, error) {
 	r := dhcp6.Request{Parent: parent, MAC: mac, DUID: dhcp6.DUIDFromMAC(mac), IAID: [4]byte(mac[2:6])}
 	opts := []dhcp6.Option{dhcp6.WithNetns(w.env.Netns)}
 	if w.env.Log != nil {
 		opts = append(opts, dhcp6.WithLogger(w.env.Log))
 	}
-	got, err := dhcp6.New(opts...).Advertises(ctx, r)
-	out := make([]Advertise, 0, len(got))
-	for _, a := range got {
-		out = append(out, Advertise{ServerID: hexColons(a.ServerID), ServerMAC: a.ServerMAC, Source: a.Source, Addrs: a.Addrs, Status: a.Status})
-	}
-	return collected(out, err)
+	return collected(dhcp6.New(opts...).Advertises(ctx, r))
 }
 
 // collected keeps what a collector gathered: an error after answers came
@@ -134,12 +123,4 @@ func collected[T any](got []T, err error) ([]T, error) {
 		return got, nil
 	}
 	return got, err
-}
-
-func hexColons(b []byte) string {
-	s := make([]string, len(b))
-	for i, c := range b {
-		s[i] = fmt.Sprintf("%02x", c)
-	}
-	return strings.Join(s, ":")
 }
