@@ -100,7 +100,7 @@ func TestDoctorReportsLANProblems(t *testing.T) {
 		return out.String(), errOut.String(), code
 	}
 	out, errOut, code := run()
-	want := "lan-check " + id + ": 198.18.1.1 answered eth0 but not a new MAC. --repair: use -o type=ipvlan -o ipvlan_mode=l2\n"
+	want := "lan-check " + id + ": new-mac: 198.18.1.1 answered eth0 but not a new MAC. --repair: none by underlay: use -o type=ipvlan -o ipvlan_mode=l2\n"
 	if code != ExitFindings || !strings.Contains(out, want) || strings.Count(out, "lan-check") != 1 || !strings.Contains(out, "1 findings") {
 		t.Errorf("exit %d, want %d and one finding %q:\n%s%s", code, ExitFindings, want, out, errOut)
 	}
@@ -109,7 +109,7 @@ func TestDoctorReportsLANProblems(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil || code != ExitFindings || len(r.Findings) != 1 {
 		t.Fatalf("--json: exit %d, %+v, %v\n%s", code, r, err, out)
 	}
-	if f := r.Findings[0]; f.Kind != "lan-check" || f.Subject != id || f.Message != "198.18.1.1 answered eth0 but not a new MAC" || f.Repair != "use -o type=ipvlan -o ipvlan_mode=l2" || f.Action != nil {
+	if f := r.Findings[0]; f.Kind != "lan-check" || f.Subject != id || f.Message != "new-mac: 198.18.1.1 answered eth0 but not a new MAC" || f.Repair != "none by underlay: use -o type=ipvlan -o ipvlan_mode=l2" || f.Action != nil {
 		t.Errorf("finding %+v", f)
 	}
 	_, _, code = run("--repair")

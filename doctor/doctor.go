@@ -315,7 +315,11 @@ func lanProblems(in Input) []Finding {
 			if it.Verdict != lancheck.Problem {
 				continue
 			}
-			out = append(out, Finding{Kind: kindLANCheck, Subject: n.ID, Message: it.Evidence, Repair: it.Fix})
+			name := string(it.Check)
+			if it.Family != "" {
+				name += "/" + it.Family
+			}
+			out = append(out, Finding{Kind: kindLANCheck, Subject: n.ID, Message: name + ": " + it.Evidence, Repair: "none by underlay: " + it.Fix})
 		}
 	}
 	return out

@@ -41,7 +41,7 @@ type LANChecker func(ctx context.Context, n lancheck.Network) []lancheck.Item
 // ipvlan, allow_wireless and an internal network's dummy need no lookup.
 func (c *creation) refuseOnLAN(ctx context.Context) error {
 	n := LANNetwork(c.want)
-	if n.Type == kernel.KindIpvlan || n.AllowWireless || config.IsDummyName(c.res.Name) {
+	if n.Type == kernel.KindIpvlan || n.AllowWireless || c.want.Internal || config.IsDummyName(c.res.Name) {
 		return nil
 	}
 	var l kernel.Link
@@ -54,35 +54,69 @@ func (c *creation) refuseOnLAN(ctx context.Context) error {
 		l = *c.res.Link
 	default:
 		var err error
-		if l, err = c.d.links.Get(ctx, c.res.Name); err != nil {
+		if l, err = c.d.links.Get(ctx, c.res.Name); errors.Is(err, netlinkutil.ErrNotFound) {
+			return nil // gone since the resolution: the create says so
+		} else if err != nil {
 			return fmt.Errorf("look up parent %s for the wireless check: %w", c.res.Name, err)
 		}
 	}
-	if err := lancheck.Refuse(n, l); err != nil {
-		return config.Invalidf("%w", err)
-	}
-	if l.Kind == kernel.KindVLAN && l.ParentIndex > 0 {
-		base, err := c.d.links.LinkByIndex(ctx, l.ParentIndex)
-		if errors.Is(err, netlinkutil.ErrNotFound) {
-			return nil // a VLAN without its base: the parent check says so
-		} else if err != nil {
-			return fmt.Errorf("look up the base of VLAN parent %s for the wireless check: %w", l.Name, err)
+	// A VLAN's own sysfs entry never says wireless: its base's does (a
+	// VLAN of a VLAN: the link at the bottom).
+	for range maxVLANDepth {
+		if err := lancheck.Refuse(n, l); err != nil {
+			if l.Name != c.res.Name {
+				err = fmt.Errorf("parent %s is a VLAN on %s: %w", c.res.Name, l.Name, err)
+			}
+			return c.refusal(err)
 		}
-		return c.refuseWirelessBase(ctx, n, base.Name)
+		if l.Kind != kernel.KindVLAN || l.ParentIndex <= 0 {
+			return nil
+		}
+		base, err := c.d.links.LinkByIndex(ctx, l.ParentIndex)
+		if err == nil {
+			l, err = c.d.links.Get(ctx, base.Name)
+		}
+		if errors.Is(err, netlinkutil.ErrNotFound) {
+			return nil // a VLAN without its base: the create says so
+		} else if err != nil {
+			return fmt.Errorf("look up the base of VLAN parent %s for the wireless check: %w", c.res.Name, err)
+		}
 	}
 	return nil
 }
 
+// maxVLANDepth bounds the VLANs on VLANs the wireless check walks down.
+const maxVLANDepth = 4
+
+// refusal words Refuse's error as the request named the parent, when that
+// was not the link itself (a list, auto, an altname).
+func (c *creation) refusal(err error) error {
+	if c.asked != "" && c.asked != c.res.Name {
+		return config.Invalidf("parent %q resolved to %s on this host: %w; or name a wired link in -o parent", c.asked, c.res.Name, err)
+	}
+	return config.Invalidf("%w", err)
+}
+
 // refuseWirelessBase refuses macvlan on a VLAN whose base is wireless.
 func (c *creation) refuseWirelessBase(ctx context.Context, n lancheck.Network, base string) error {
-	b, err := c.d.links.Get(ctx, base)
-	if errors.Is(err, netlinkutil.ErrNotFound) {
-		return nil // gone since the resolution: the create says so
-	} else if err != nil {
-		return fmt.Errorf("look up %s, the base of VLAN parent %s, for the wireless check: %w", base, c.res.Name, err)
-	}
-	if err := lancheck.Refuse(n, b); err != nil {
-		return config.Invalidf("parent %s is a VLAN on %s: %w", c.res.Name, base, err)
+	for range maxVLANDepth {
+		b, err := c.d.links.Get(ctx, base)
+		if errors.Is(err, netlinkutil.ErrNotFound) {
+			return nil // gone since the resolution: the create says so
+		} else if err != nil {
+			return fmt.Errorf("look up %s, the base of VLAN parent %s, for the wireless check: %w", base, c.res.Name, err)
+		}
+		if err := lancheck.Refuse(n, b); err != nil {
+			return c.refusal(fmt.Errorf("parent %s is a VLAN on %s: %w", c.res.Name, base, err))
+		}
+		if b.Kind != kernel.KindVLAN || b.ParentIndex <= 0 {
+			return nil
+		}
+		below, err := c.d.links.LinkByIndex(ctx, b.ParentIndex)
+		if err != nil {
+			return nil // a VLAN without its base: the create says so
+		}
+		base = below.Name
 	}
 	return nil
 }
@@ -142,7 +176,7 @@ func newLANPreflight(run LANChecker, timeout, settle time.Duration, log *slog.Lo
 // preflight: a runner is configured, lan_check is not false, and the
 // network has a LAN (not an internal network's dummy parent).
 func (p *lanPreflight) wanted(n record.Network) bool {
-	return p.run != nil && !n.Config.NoLANCheck && !config.IsDummyName(n.Parent)
+	return p.run != nil && !n.Config.NoLANCheck && !n.Internal && !config.IsDummyName(n.Parent)
 }
 
 // Start queues n's preflight (replacing a queued, running or finished one
@@ -205,7 +239,7 @@ func (p *lanPreflight) work() {
 func (p *lanPreflight) next() (*lanResult, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(p.queue) > 0 {
+	for len(p.queue) > 0 && !p.closed && p.ctx.Err() == nil {
 		r := p.queue[0]
 		if p.byID[r.n.ID] != r {
 			p.queue = p.queue[1:]
@@ -226,6 +260,11 @@ func (p *lanPreflight) next() (*lanResult, time.Duration) {
 func (p *lanPreflight) runOne(r *lanResult) {
 	defer r.cancel()
 	items := p.run(r.ctx, LANNetwork(r.n))
+	if errors.Is(r.ctx.Err(), context.Canceled) {
+		// Cancelled (dropped, replaced, or the driver closing), not timed
+		// out: what it saw is cut short and proves nothing.
+		return
+	}
 	p.mu.Lock()
 	current := p.byID[r.n.ID] == r
 	if current {

@@ -118,7 +118,24 @@ func TestCreateRefusesMacvlanOnWirelessParent(t *testing.T) {
 	f.k.AddLink(kernel.Link{Name: "wl20", Kind: kernel.KindVLAN, ParentIndex: wlan.Index, VLAN: 20, MTU: 1500})
 	err = f.create(netReq{ID: netA, Opts: map[string]string{"parent": "wl20"}})
 	wantErr(t, err, pluginapi.ErrInvalid, "parent wl20 is a VLAN on wlan0", "type=ipvlan", "allow_wireless=true")
+	// A VLAN on that VLAN: the link at the bottom counts.
+	wl20, err := f.k.Get(context.Background(), "wl20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.k.AddLink(kernel.Link{Name: "wl20.7", Kind: kernel.KindVLAN, ParentIndex: wl20.Index, VLAN: 7, MTU: 1500})
+	err = f.create(netReq{ID: netA, Opts: map[string]string{"parent": "wl20.7"}})
+	wantErr(t, err, pluginapi.ErrInvalid, "parent wl20.7 is a VLAN on wlan0", "type=ipvlan")
+	f.k.Remove("wl20.7")
 	f.k.Remove("wl20")
+	// A list the wireless link was picked from is named as given.
+	err = f.create(netReq{ID: netA, Opts: map[string]string{"parent": "nosuch9,wlan0"}})
+	wantErr(t, err, pluginapi.ErrInvalid, `parent "nosuch9,wlan0" resolved to wlan0 on this host`, "name a wired link in -o parent")
+	// An internal network on it has no LAN to reach: not refused.
+	f.mustCreate(netReq{ID: netInternal, Opts: map[string]string{"parent": "wlan0"}, Internal: true})
+	if err := f.d.DeleteNetwork(context.Background(), &network.DeleteNetworkRequest{NetworkID: netInternal}); err != nil {
+		t.Fatal(err)
+	}
 
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "wlan0", "allow_wireless": "true"}})
 	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth1", "type": "ipvlan"}})
@@ -237,8 +254,8 @@ func TestLANCheckResultIsLoggedShownAndCounted(t *testing.T) {
 			lan = append(lan, fd)
 		}
 	}
-	if len(lan) != 2 || lan[0].Subject != netA || lan[0].Message != "198.18.1.1 answered eth0 but not a new MAC 02:00:5e:00:00:01" ||
-		lan[0].Repair != "use -o type=ipvlan -o ipvlan_mode=l2" || lan[0].Action != nil || lan[1].Message != "2 DHCP servers answered" {
+	if len(lan) != 2 || lan[0].Subject != netA || lan[0].Message != "new-mac: 198.18.1.1 answered eth0 but not a new MAC 02:00:5e:00:00:01" ||
+		lan[0].Repair != "none by underlay: use -o type=ipvlan -o ipvlan_mode=l2" || lan[0].Action != nil || !strings.HasSuffix(lan[1].Message, ": 2 DHCP servers answered") {
 		t.Errorf("doctor's lan-check findings %+v, want new-mac's and dhcp's of %s, without an action", lan, netA)
 	}
 
@@ -295,7 +312,7 @@ func TestLANCheckCancelledAtDeleteAndWaitedForAtClose(t *testing.T) {
 	r := &lanRunner{hold: true, items: func(lancheck.Network) []lancheck.Item {
 		return []lancheck.Item{{Check: lancheck.DHCP, Verdict: lancheck.Problem, Evidence: "no DHCP server answered"}}
 	}}
-	f.withLANCheck(r)
+	buf := f.withLANCheck(r)
 	ctx := context.Background()
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0"}})
 	waitFor(t, "the preflight of "+netA+" to start", func() bool { return len(r.called()) == 1 })
@@ -323,6 +340,30 @@ func TestLANCheckCancelledAtDeleteAndWaitedForAtClose(t *testing.T) {
 	}
 	if r.ended.Load() != 2 {
 		t.Fatalf("Close returned before the running preflight ended (%d of 2 ended)", r.ended.Load())
+	}
+	// What the runs cut short saw proves nothing: not logged, not kept.
+	if got := buf.lines("LAN preflight found problems"); len(got) != 0 {
+		t.Errorf("cancelled preflights logged problems: %q", got)
+	}
+	if res := f.d.LANChecks(); len(res) != 0 {
+		t.Errorf("cancelled preflights kept results: %v", res)
+	}
+}
+
+// Close runs none of the preflights still queued; an internal network
+// gets none.
+func TestLANCheckQueuedAtCloseNeverRuns(t *testing.T) {
+	f := newFixture(t)
+	r := &lanRunner{hold: true}
+	f.withLANCheck(r)
+	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth1"}, Internal: true})
+	f.mustCreate(netReq{ID: netB, Opts: map[string]string{"parent": "eth0"}})
+	f.mustCreate(netReq{ID: netC, Opts: map[string]string{"parent": "eth1"}})
+	waitFor(t, "the first preflight to start", func() bool { return len(r.called()) == 1 })
+	f.d.Close()
+	time.Sleep(3 * lanCheckSettle)
+	if got := r.called(); len(got) != 1 || got[0].Parent != "eth0" {
+		t.Fatalf("preflights run %+v: want only %s's (the internal network none, the queued one not at Close)", got, netB)
 	}
 }
 
@@ -382,3 +423,6 @@ func TestLANChecksRunOneAtATimeOnceTheCreatesSettle(t *testing.T) {
 		}
 	}
 }
+
+// netInternal is an internal network of the wireless tests.
+const netInternal = "dddddddddddd0000000000000000000000000000000000000000000000000004"
