@@ -31,7 +31,9 @@ func TestVMLANCheckOnAVLAN(t *testing.T) {
 	bin := itest.Binary(t)
 	run := func(parent string, opts ...string) (map[string]lancheck.Item, int) {
 		t.Helper()
-		args := append([]string{"doctor", "--lan", parent, "--json", "--timeout", "3s"}, opts...)
+		// The default budget (5 s): under the VM's emulation the binary takes
+		// about a second to start, and 3 s left too little to listen.
+		args := append([]string{"doctor", "--lan", parent, "--json"}, opts...)
 		out, errOut, code := itest.RunIn(t, ns, time.Minute, nil, bin, args...)
 		var r struct{ Checks []lancheck.Item }
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
