@@ -392,7 +392,7 @@ func TestDHCPNameHeldByALiveEndpoint(t *testing.T) {
 		for _, pr := range []record.PendingRelease{
 			{NetworkID: "net1", EndpointID: "ep1", Parent: "eth0", Lease: record.Lease{Addr: a.String()}},
 			{NetworkID: "net1", EndpointID: "ep9", Parent: "eth0", Lease: record.Lease{Addr: "198.18.180.99/24"}}, // another address: stays
-			{NetworkID: "net2", EndpointID: "ep8", Parent: "eth1", Lease: record.Lease{Addr: a.String()}},        // another parent: stays
+			{NetworkID: "net2", EndpointID: "ep8", Parent: "eth1", Lease: record.Lease{Addr: a.String()}},         // another parent: stays
 		} {
 			if err := tx.PutPendingRelease(pr); err != nil {
 				return err
