@@ -315,11 +315,7 @@ func lanProblems(in Input) []Finding {
 			if it.Verdict != lancheck.Problem {
 				continue
 			}
-			name := string(it.Check)
-			if it.Family != "" {
-				name += "/" + it.Family
-			}
-			out = append(out, Finding{Kind: kindLANCheck, Subject: n.ID, Message: name + ": " + it.Evidence, Repair: "none by underlay: " + it.Fix})
+			out = append(out, Finding{Kind: kindLANCheck, Subject: n.ID, Message: it.Name() + ": " + it.Evidence, Repair: "none by underlay: " + it.Fix})
 		}
 	}
 	return out

@@ -37,32 +37,32 @@ type LANChecker func(ctx context.Context, n lancheck.Network) []lancheck.Item
 // macvlan on a wireless parent, unless allow_wireless=true
 // (lancheck.Refuse). Only Get says whether a link is wireless: the
 // resolver's lookup is read when it made one, else the parent (or the base
-// of a VLAN parent, whose own sysfs entry never says so) is looked up once.
-// ipvlan, allow_wireless and an internal network's dummy need no lookup.
+// of a VLAN underlay is to make) is looked up. A VLAN's own sysfs entry
+// never says wireless: its base's does (a VLAN of a VLAN: the link at the
+// bottom). ipvlan, allow_wireless and internal networks need no lookup.
 func (c *creation) refuseOnLAN(ctx context.Context) error {
 	n := LANNetwork(c.want)
 	if n.Type == kernel.KindIpvlan || n.AllowWireless || c.want.Internal || config.IsDummyName(c.res.Name) {
 		return nil
 	}
 	var l kernel.Link
+	var err error
 	switch {
 	case c.res.Create != nil && c.res.Create.Kind == kernel.KindVLAN:
-		return c.refuseWirelessBase(ctx, n, c.res.Create.Base)
+		l, err = c.d.links.Get(ctx, c.res.Create.Base)
 	case c.res.Create != nil:
 		return nil
 	case c.res.Link != nil:
 		l = *c.res.Link
 	default:
-		var err error
-		if l, err = c.d.links.Get(ctx, c.res.Name); errors.Is(err, netlinkutil.ErrNotFound) {
-			return nil // gone since the resolution: the create says so
-		} else if err != nil {
-			return fmt.Errorf("look up parent %s for the wireless check: %w", c.res.Name, err)
-		}
+		l, err = c.d.links.Get(ctx, c.res.Name)
 	}
-	// A VLAN's own sysfs entry never says wireless: its base's does (a
-	// VLAN of a VLAN: the link at the bottom).
 	for range maxVLANDepth {
+		if errors.Is(err, netlinkutil.ErrNotFound) {
+			return nil // gone since the resolution, or a VLAN without its base: the create says so
+		} else if err != nil {
+			return fmt.Errorf("look up parent %s (or a link below it) for the wireless check: %w", c.res.Name, err)
+		}
 		if err := lancheck.Refuse(n, l); err != nil {
 			if l.Name != c.res.Name {
 				err = fmt.Errorf("parent %s is a VLAN on %s: %w", c.res.Name, l.Name, err)
@@ -72,14 +72,9 @@ func (c *creation) refuseOnLAN(ctx context.Context) error {
 		if l.Kind != kernel.KindVLAN || l.ParentIndex <= 0 {
 			return nil
 		}
-		base, err := c.d.links.LinkByIndex(ctx, l.ParentIndex)
-		if err == nil {
+		var base kernel.Link
+		if base, err = c.d.links.LinkByIndex(ctx, l.ParentIndex); err == nil {
 			l, err = c.d.links.Get(ctx, base.Name)
-		}
-		if errors.Is(err, netlinkutil.ErrNotFound) {
-			return nil // a VLAN without its base: the create says so
-		} else if err != nil {
-			return fmt.Errorf("look up the base of VLAN parent %s for the wireless check: %w", c.res.Name, err)
 		}
 	}
 	return nil
@@ -95,30 +90,6 @@ func (c *creation) refusal(err error) error {
 		return config.Invalidf("parent %q resolved to %s on this host: %w; or name a wired link in -o parent", c.asked, c.res.Name, err)
 	}
 	return config.Invalidf("%w", err)
-}
-
-// refuseWirelessBase refuses macvlan on a VLAN whose base is wireless.
-func (c *creation) refuseWirelessBase(ctx context.Context, n lancheck.Network, base string) error {
-	for range maxVLANDepth {
-		b, err := c.d.links.Get(ctx, base)
-		if errors.Is(err, netlinkutil.ErrNotFound) {
-			return nil // gone since the resolution: the create says so
-		} else if err != nil {
-			return fmt.Errorf("look up %s, the base of VLAN parent %s, for the wireless check: %w", base, c.res.Name, err)
-		}
-		if err := lancheck.Refuse(n, b); err != nil {
-			return c.refusal(fmt.Errorf("parent %s is a VLAN on %s: %w", c.res.Name, base, err))
-		}
-		if b.Kind != kernel.KindVLAN || b.ParentIndex <= 0 {
-			return nil
-		}
-		below, err := c.d.links.LinkByIndex(ctx, b.ParentIndex)
-		if err != nil {
-			return nil // a VLAN without its base: the create says so
-		}
-		base = below.Name
-	}
-	return nil
 }
 
 // lanPreflight runs the background LAN preflights and keeps their latest
@@ -285,7 +256,7 @@ func (p *lanPreflight) report(n record.Network, items []lancheck.Item) {
 		if it.Verdict != lancheck.Problem {
 			continue
 		}
-		name := itemName(it)
+		name := it.Name()
 		names = append(names, name)
 		attrs = append(attrs, slog.Group(name, "check", string(it.Check), "evidence", it.Evidence, "fix", it.Fix))
 	}
@@ -295,15 +266,6 @@ func (p *lanPreflight) report(n record.Network, items []lancheck.Item) {
 	}
 	attrs = append(attrs, "problems", strings.Join(names, ","))
 	p.log.Warn("LAN preflight found problems: containers of the network may not reach the LAN (underlay doctor --lan "+n.Parent+" says more)", attrs...)
-}
-
-// itemName is an item's check, with its family when it has one
-// ("dhcp", "gateway/ipv6").
-func itemName(it lancheck.Item) string {
-	if it.Family != "" {
-		return string(it.Check) + "/" + it.Family
-	}
-	return string(it.Check)
 }
 
 // Drop cancels a network's queued or running preflight and forgets its

@@ -57,6 +57,15 @@ type Item struct {
 	Fix      string  `json:"fix"`
 }
 
+// Name is the item's check, with its family when it has one ("dhcp",
+// "gateway/ipv6"): how logs and findings name it.
+func (it Item) Name() string {
+	if it.Family != "" {
+		return string(it.Check) + "/" + it.Family
+	}
+	return string(it.Check)
+}
+
 // Network is what the checks need to know of a network: from a
 // network's config (--network, or the daemon at create) or from -o.
 type Network struct {

@@ -2,6 +2,7 @@ package lancheck
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"sort"
 	"strings"
@@ -202,11 +203,11 @@ func judgeNewMAC(n Network, o Observations) Item {
 	return it
 }
 
-func mac(m []byte) string {
+func mac(m net.HardwareAddr) string {
 	if len(m) == 0 {
 		return "MAC unknown"
 	}
-	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5])
+	return m.String()
 }
 
 func judgeGateway4(n Network, o Observations) Item {

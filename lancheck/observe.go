@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -184,7 +182,7 @@ func unusable(name string, l LinkState) string {
 func linkState(ctx context.Context, k Kernel, name string, l kernel.Link, err error) LinkState {
 	if err != nil {
 		s := LinkState{Err: err.Error()}
-		if base, vid, ok := vlanName(name); ok {
+		if base, vid, ok := kernel.SplitVLAN(name); ok && vid >= 1 && vid <= 4094 {
 			s.BaseName, s.VLAN = base, vid
 			bl, berr := k.Get(ctx, base)
 			b := stateOf(bl, berr)
@@ -214,25 +212,12 @@ func stateOf(l kernel.Link, err error) LinkState {
 	return LinkState{Exists: true, Kind: l.Kind, Down: l.Down, NoCarrier: l.NoCarrier, Wireless: l.Wireless, MTU: l.MTU, NotEthernet: notEther, Encap: l.Encap}
 }
 
-// vlanName splits LINK.VID.
-func vlanName(name string) (string, int, bool) {
-	i := strings.LastIndexByte(name, '.')
-	if i <= 0 {
-		return "", 0, false
-	}
-	vid, err := strconv.Atoi(name[i+1:])
-	if err != nil || vid < 1 || vid > 4094 {
-		return "", 0, false
-	}
-	return name[:i], vid, true
-}
-
 // defaultGateways are the gateways of the main table's default routes
 // (the lowest metric wins) among rs.
 func defaultGateways(rs []kernel.Route) (v4, v6 netip.Addr) {
 	best4, best6 := -1, -1
 	for _, r := range rs {
-		if r.Dst.Bits() != 0 || !r.Gateway.IsValid() || (r.Table != 0 && r.Table != kernel.MainTable) {
+		if !r.Default() || !r.Gateway.IsValid() || (r.Table != 0 && r.Table != kernel.MainTable) {
 			continue
 		}
 		switch {

@@ -1,5 +1,10 @@
 package kernel
 
+import (
+	"strconv"
+	"strings"
+)
+
 // The kernel vocabulary of underlay, in one place: link kinds as rtnetlink
 // names them, and the mode and flag names of macvlan and ipvlan links (the
 // names Docker's built-in drivers and iproute2 use). The driver validates
@@ -64,4 +69,18 @@ func FindLink(links []Link, name string) (Link, bool) {
 		}
 	}
 	return Link{}, false
+}
+
+// SplitVLAN parses a VLAN link's conventional name, "base.vid" (the VLAN
+// ID is not range-checked).
+func SplitVLAN(name string) (base string, vid int, ok bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 || i == len(name)-1 {
+		return "", 0, false
+	}
+	vid, err := strconv.Atoi(name[i+1:])
+	if err != nil || strings.ContainsAny(name[i+1:], "+-") {
+		return "", 0, false
+	}
+	return name[:i], vid, true
 }

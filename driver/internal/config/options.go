@@ -108,7 +108,7 @@ func ParseOptions(given map[string]string) (netOptions, error) {
 // longVLAN reports whether a name too long for a link is IFACE.VID with a
 // valid IFACE: the resolver explains that the VLAN needs a shorter name.
 func longVLAN(name string) bool {
-	base, _, ok := SplitVLAN(name)
+	base, _, ok := kernel.SplitVLAN(name)
 	return ok && len(base) <= kernel.MaxNameLen
 }
 

@@ -62,16 +62,3 @@ func ParseParent(v string) (ParentSpec, error) {
 
 // Multiple reports whether the option can resolve differently per node.
 func (s ParentSpec) Multiple() bool { return s.Auto || len(s.Candidates) > 1 }
-
-// SplitVLAN parses "base.vid".
-func SplitVLAN(name string) (base string, vid int, ok bool) {
-	i := strings.LastIndexByte(name, '.')
-	if i <= 0 || i == len(name)-1 {
-		return "", 0, false
-	}
-	vid, err := strconv.Atoi(name[i+1:])
-	if err != nil || strings.ContainsAny(name[i+1:], "+-") {
-		return "", 0, false
-	}
-	return name[:i], vid, true
-}

@@ -53,7 +53,7 @@ func candidateExists(name string, links []kernel.Link) bool {
 	if _, ok := FindLink(links, name); ok {
 		return true
 	}
-	base, _, ok := config.SplitVLAN(name)
+	base, _, ok := kernel.SplitVLAN(name)
 	if !ok {
 		return false
 	}

@@ -87,7 +87,7 @@ func resolveName(n record.Network, asked string, links []kernel.Link) (Resolutio
 		}
 		return Resolution{Name: l.Name}, checkMTU(n, l.Name, l.MTU)
 	}
-	base, vid, ok := config.SplitVLAN(asked)
+	base, vid, ok := kernel.SplitVLAN(asked)
 	if !ok {
 		return Resolution{}, config.Invalidf("parent interface %s does not exist on this host: pass an existing interface with -o parent=IFACE, or IFACE.VLAN (for example eth0.10) to have underlay create a VLAN sub-interface", asked)
 	}
