@@ -73,6 +73,11 @@ type EndpointEntry struct {
 	// Lease6 is the DHCPv6 lease of an endpoint of an ipv6_mode=dhcpv6
 	// network; nil for an endpoint without one.
 	Lease6 *Lease6Entry `json:"lease6,omitempty"`
+	// Interface is the endpoint's interface's name in its container, once
+	// read there after the Join; Repairs the times underlay made it again
+	// after its parent link was deleted and made again.
+	Interface string `json:"interface,omitempty"`
+	Repairs   int    `json:"repairs,omitempty"`
 }
 
 // Lease6Entry is an endpoint's DHCPv6 lease (IA_NA).
@@ -150,6 +155,10 @@ func listing(st State, dk dockerView) Listing {
 	for _, ep := range st.Endpoints {
 		eps[ep.NetworkID] = append(eps[ep.NetworkID], EndpointEntry{ID: ep.ID, Link: ep.Link, MAC: ep.MAC, IPv4: ep.IPv4, IPv6: ep.IPv6,
 			Joined: ep.Sandbox != "" && ep.Boot == st.Boot, Lease: leaseState(ep, st.Now), Lease6: lease6Entry(ep, st.Now)})
+		if p := ep.Plumb; p != nil && ep.Boot == st.Boot {
+			last := &eps[ep.NetworkID][len(eps[ep.NetworkID])-1]
+			last.Interface, last.Repairs = p.IfName, p.Repairs
+		}
 	}
 	on := map[string][]string{}
 	for _, n := range st.Networks {

@@ -14,11 +14,13 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/underlay-net/underlay/dhcp"
@@ -91,6 +93,11 @@ type Config struct {
 	// LANCheck runs the LAN preflight of a network created anew, in the
 	// background within LANCheckTimeout (lanpreflight.go); nil runs none.
 	LANCheck LANChecker
+	// ContainerRepairWait is how long the container-side repair waits for
+	// a deleted parent link to come back (containers.go); zero means 5
+	// minutes, a negative value turns the repair off. It needs a Links
+	// that reaches into containers (netlinkutil.Kernel).
+	ContainerRepairWait time.Duration
 }
 
 // Events is told about what the driver does on its own or on a request's
@@ -114,6 +121,9 @@ type Events interface {
 	// RepairAction: a step of a live-repair pass was carried out (recreate,
 	// shim).
 	RepairAction(op string)
+	// ContainerRepair: a container's interface whose parent link was
+	// deleted was made again, or not (reconcile.ContainerRepaired...).
+	ContainerRepair(result string)
 }
 
 // noEvents is the Events of a driver nobody counts.
@@ -124,6 +134,7 @@ func (noEvents) StaleRemoved()                {}
 func (noEvents) ReservationRolledBack(string) {}
 func (noEvents) ReconcileAction(string)       {}
 func (noEvents) RepairAction(string)          {}
+func (noEvents) ContainerRepair(string)       {}
 
 // Driver implements the remote NetworkDriver protocol.
 type Driver struct {
@@ -174,6 +185,13 @@ type Driver struct {
 	// lanChecks are the background LAN preflights and their latest
 	// results (lanpreflight.go).
 	lanChecks *lanPreflight
+	// sandboxes reads joined endpoints' interfaces in their containers
+	// (containers.go); nil: the container-side repair is off.
+	sandboxes sandboxes
+	// reading are the reads of joined endpoints' interfaces running;
+	// readFailed is set once one failed (said at WARN once).
+	reading    sync.WaitGroup
+	readFailed atomic.Bool
 
 	janitorOnce sync.Once
 	stop        chan struct{}
@@ -232,7 +250,12 @@ func New(c Config) (*Driver, error) {
 		Log: c.Logger, Now: c.Now, Stop: d.stop, Locks: d.locks})
 	d.reconcile = &reconcile.Executor{Kernel: c.Links, Store: c.Store, Owned: d.owned, Parents: d.parents, Shims: d.shims, Joins: d.joins,
 		IfNames: &d.ifnames, Leases: d.leases, LAN: d.lan, CrashPoint: c.CrashPoint,
-		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting, Removed: d.lanChecks.Drop}
+		Mark: d.mark, Boot: d.boot, Log: c.Logger, Now: c.Now, Events: c.Events, Deleting: &d.deleting, Removed: d.lanChecks.Drop,
+		Locks: d.locks}
+	if sb, ok := c.Links.(sandboxes); ok && c.ContainerRepairWait >= 0 {
+		d.sandboxes = sb
+		d.reconcile.Sandboxes, d.reconcile.ContainerWait = sb, cmp.Or(c.ContainerRepairWait, DefaultContainerRepairWait)
+	}
 	d.operator = &reconcile.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
 		Joins: d.joins, Events: c.Events, Mark: d.mark, Boot: d.boot,
 		Grace: c.StaleGrace, Window: d.CreateWindow(), Log: c.Logger, Now: c.Now}
@@ -281,6 +304,7 @@ func (d *Driver) Close() {
 	}
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
+	d.reading.Wait()
 	d.leases.Wait()
 	d.lan.Close()
 }

@@ -33,6 +33,7 @@ func (e *eventLog) StaleRemoved()                     { e.add("stale") }
 func (e *eventLog) ReservationRolledBack(kind string) { e.add("rollback/" + kind) }
 func (e *eventLog) ReconcileAction(op string)         { e.add("reconcile/" + op) }
 func (e *eventLog) RepairAction(op string)            { e.add("repair/" + op) }
+func (e *eventLog) ContainerRepair(r string)          { e.add("container/" + r) }
 
 func (e *eventLog) want(t *testing.T, want map[string]int) {
 	t.Helper()

@@ -65,7 +65,8 @@ func (d *Driver) Join(ctx context.Context, req *network.JoinRequest) (*plan.Join
 		return nil, fmt.Errorf("join endpoint %s: the host's route to it: %w", dockerid.Short(ep.ID), err)
 	}
 	if ctx.Err() == nil { // Docker still waits for this answer
-		d.lan.Announce(ctx, *n, *ep) // in the background
+		d.lan.Announce(ctx, *n, *ep)             // in the background
+		d.readInterface(*n, *ep, req.SandboxKey) // in the background (containers.go)
 	}
 	d.log.Debug("joined endpoint", "network", n.ID, "endpoint", ep.ID, "link", ep.Link, "sandbox", req.SandboxKey)
 	resp := plan.JoinAnswer(*n, *ep)

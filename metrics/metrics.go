@@ -47,6 +47,7 @@ type Metrics struct {
 	rolledBack *prometheus.CounterVec
 	reconcile  *prometheus.CounterVec
 	repair     *prometheus.CounterVec
+	containers *prometheus.CounterVec
 	commit     prometheus.Histogram
 	lanInUse   prometheus.Counter
 }
@@ -88,6 +89,10 @@ func New(o Options) *Metrics {
 			Name: "underlay_repair_actions_total",
 			Help: "Steps of live-repair passes carried out, by op.",
 		}, []string{"op"}),
+		containers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "underlay_container_repairs_total",
+			Help: "Containers' interfaces after their parent link was deleted, by result: repaired (made again in the container), failed (not on the parent as it came back), gone (the container's namespace was gone: left alone), abandoned (the parent did not come back in time).",
+		}, []string{"result"}),
 		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "underlay_store_commit_seconds",
 			Help:    "Time of a committed state file write, from the call to the durable commit (a group commit's wait included).",
@@ -103,7 +108,7 @@ func New(o Options) *Metrics {
 		Help: "Always 1; its label is the running underlay's version.",
 	}, []string{"version"})
 	build.WithLabelValues(o.Version).Set(1)
-	m.reg.MustRegister(m.requests, m.duration, m.conflicts, m.stale, m.rolledBack, m.reconcile, m.repair, m.commit, m.lanInUse, build)
+	m.reg.MustRegister(m.requests, m.duration, m.conflicts, m.stale, m.rolledBack, m.reconcile, m.repair, m.containers, m.commit, m.lanInUse, build)
 	// Both kinds exist from the start, at 0: a rate over them needs no
 	// first event.
 	m.rolledBack.WithLabelValues("network")
@@ -164,6 +169,10 @@ func (m *Metrics) ReconcileAction(op string) { m.reconcile.WithLabelValues(op).I
 
 // RepairAction counts a step of a live-repair pass (driver.Events).
 func (m *Metrics) RepairAction(op string) { m.repair.WithLabelValues(op).Inc() }
+
+// ContainerRepair counts a container's interface repaired, or not, after
+// its parent link was deleted (driver.Events).
+func (m *Metrics) ContainerRepair(result string) { m.containers.WithLabelValues(result).Inc() }
 
 // AddressInUseOnLAN counts an address the IPAM skipped because a LAN host
 // answered its probe (ipam.ProbeEvents).

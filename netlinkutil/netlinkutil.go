@@ -349,34 +349,11 @@ func (k *Kernel) AddDummy(ctx context.Context, name string, mtu int, mark string
 
 // AddEndpoint implements Links.
 func (k *Kernel) AddEndpoint(ctx context.Context, ep kernel.Endpoint) error {
-	idx, err := k.index(ctx, ep.Parent)
+	l, err := k.endpointLink(ctx, ep)
 	if err != nil {
-		return fmt.Errorf("create %s link %s: parent: %w", ep.Type, ep.Name, err)
+		return err
 	}
-	attrs := netlink.LinkAttrs{Name: ep.Name, ParentIndex: idx, MTU: ep.MTU}
-	if ep.MAC != "" {
-		mac, err := net.ParseMAC(ep.MAC)
-		if err != nil {
-			return fmt.Errorf("create %s link %s: MAC %q: %w", ep.Type, ep.Name, ep.MAC, err)
-		}
-		attrs.HardwareAddr = mac
-	}
-	switch ep.Type {
-	case kernel.KindMacvlan:
-		mode, ok := macvlanModes[ep.Mode]
-		if !ok {
-			return fmt.Errorf("create macvlan link %s: unknown mode %q", ep.Name, ep.Mode)
-		}
-		return k.add(ctx, &netlink.Macvlan{LinkAttrs: attrs, Mode: mode}, ep.Mark, false)
-	case kernel.KindIpvlan:
-		mode, ok := ipvlanModes[ep.Mode]
-		flag, okf := ipvlanFlags[ep.Flag]
-		if !ok || !okf {
-			return fmt.Errorf("create ipvlan link %s: unknown mode %q or flag %q", ep.Name, ep.Mode, ep.Flag)
-		}
-		return k.add(ctx, &netlink.IPVlan{LinkAttrs: attrs, Mode: mode, Flag: flag}, ep.Mark, false)
-	}
-	return fmt.Errorf("create link %s: unknown type %q", ep.Name, ep.Type)
+	return k.add(ctx, l, ep.Mark, false)
 }
 
 // Delete implements Links.

@@ -37,6 +37,7 @@ const (
 	fieldLeaseJSON = 11 // string: the Lease as JSON (rare, and it changes)
 	fieldBootUUID  = 12 // 16 bytes: a boot ID, a UUID in lowercase
 	fieldLease6    = 13 // string: the Lease6 as JSON (ipv6_mode=dhcpv6 only)
+	fieldPlumb     = 14 // string: the Plumb as JSON (joined endpoints whose interface was read)
 )
 
 // minLinkIDChars is how many characters of the endpoint ID a link name must
@@ -95,6 +96,13 @@ func encodeEndpoint(ep record.Endpoint) ([]byte, error) {
 			return nil, fmt.Errorf("encode the DHCPv6 lease of endpoint %s: %w", ep.ID, err)
 		}
 		str(fieldLease6, string(raw))
+	}
+	if ep.Plumb != nil {
+		raw, err := json.Marshal(ep.Plumb)
+		if err != nil {
+			return nil, fmt.Errorf("encode the container interface of endpoint %s: %w", ep.ID, err)
+		}
+		str(fieldPlumb, string(raw))
 	}
 	return out, nil
 }
@@ -222,6 +230,13 @@ func decodeEndpoint(networkID, id string, v []byte) (record.Endpoint, error) {
 				ep.Lease6 = new(record.Lease6)
 				if err := json.Unmarshal([]byte(s), ep.Lease6); err != nil {
 					f.err = fmt.Errorf("DHCPv6 lease: %w", err)
+				}
+			}
+		case fieldPlumb:
+			if s := f.str(); f.err == nil {
+				ep.Plumb = new(record.Plumb)
+				if err := json.Unmarshal([]byte(s), ep.Plumb); err != nil {
+					f.err = fmt.Errorf("container interface: %w", err)
 				}
 			}
 		default:

@@ -82,7 +82,8 @@ func TestEndpointCodecRoundTrips(t *testing.T) {
 		{ID: "e1", Link: "ule1"},
 		{ID: hexE, Link: "ule" + hexE[:12], MAC: "02:42:c6:12:00:01", IPv4: "198.18.1.50/24", IPv6: "2001:db8::50/64",
 			Sandbox: "/var/run/docker/netns/0123456789ab", Boot: "6f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
-			Lease: &record.Lease{Addr: "198.18.1.50/24", Routes: []record.LeaseRoute{{Dst: "10.0.0.0/8", Gateway: "198.18.1.254"}}, Acquired: at, T1: at, T2: at, Expiry: at}},
+			Lease: &record.Lease{Addr: "198.18.1.50/24", Routes: []record.LeaseRoute{{Dst: "10.0.0.0/8", Gateway: "198.18.1.254"}}, Acquired: at, T1: at, T2: at, Expiry: at},
+			Plumb: &record.Plumb{IfName: "eth0", MTU: 1500, ParentIndex: 7, NetnsDev: 4, NetnsIno: 4026532999, Repairs: 2}},
 		// Forms the compact encodings do not give back are kept as strings.
 		{ID: hexE, Link: "ule9f8e7d6c5b4a", MAC: "02:42:C6:12:00:02", IPv4: "198.18.1.051/24", IPv6: "2001:DB8::51/64"},
 		{ID: hexE, MAC: "02-42-c6-12-00-02", IPv4: "::ffff:10.0.0.1/120", IPv6: "10.0.0.1/24"},

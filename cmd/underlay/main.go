@@ -137,6 +137,9 @@ type serveConfig struct {
 	// Profile, when set, is the directory CPU, block, mutex and heap
 	// profiles of the whole run are written to at exit.
 	Profile string
+	// ContainerRepairWait is how long containers' interfaces wait for a
+	// deleted parent link to come back; negative: no container repair.
+	ContainerRepairWait time.Duration
 }
 
 // basesFlag collects repeated --default-address-pool values.
@@ -189,8 +192,18 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf whose nameservers automatic pools avoid")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", getenv("METRICS_LISTEN"), "HOST:PORT to serve /metrics on over TCP too, unauthenticated: bind it to 127.0.0.1 or a management address (env METRICS_LISTEN; default off, /metrics is on the plugin socket)")
 	fs.StringVar(&c.Profile, "profile", getenv("PROFILE_DIR"), "directory to write CPU, block, mutex and heap profiles (pprof) of the whole run to when the daemon stops; off by default, costs some CPU (env PROFILE_DIR)")
+	repairWait := envOr("CONTAINER_REPAIR_WAIT", "5m")
+	fs.StringVar(&repairWait, "container-repair-wait", repairWait, "how long running containers whose parent link was deleted wait for it to come back, to get their interface made again; 0 turns that repair off (env CONTAINER_REPAIR_WAIT)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	rw, err := time.ParseDuration(repairWait)
+	if err != nil || rw < 0 {
+		return c, fmt.Errorf("--container-repair-wait %q is not a duration: use for example 5m, 30s, or 0 to turn the container repair off", repairWait)
+	}
+	c.ContainerRepairWait = rw
+	if rw == 0 {
+		c.ContainerRepairWait = -1
 	}
 	d, err := time.ParseDuration(reservation)
 	if err != nil || d <= 0 {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -102,4 +103,25 @@ func Metrics(text string) (map[string]float64, error) {
 		out[line[:i]] = v
 	}
 	return out, sc.Err()
+}
+
+// WaitMetric waits until the daemon's /metrics (on its socket) shows the
+// series with the value.
+func WaitMetric(t testing.TB, d *Daemon, series string, want float64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var got float64
+	for {
+		if code, body, err := d.Get("/metrics"); err == nil && code == http.StatusOK {
+			if m, err := Metrics(string(body)); err == nil {
+				if got = m[series]; got == want {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metric %s is %v after %s, want %v", series, got, within, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

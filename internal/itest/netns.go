@@ -161,3 +161,17 @@ func (n *Netns) WantLinks(want ...string) {
 		n.t.Fatalf("links in the namespace: %v, want %v", got, want)
 	}
 }
+
+// Path is a path that opens the namespace from any process of this host's
+// mount namespace while the test runs (its descriptor in /proc): what a
+// Join's SandboxKey names.
+func (n *Netns) Path() string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(n.handle)) }
+
+// Replace makes the namespace's Path open other instead (another
+// container's namespace taking the path).
+func (n *Netns) Replace(other *Netns) {
+	n.t.Helper()
+	if err := unix.Dup3(int(other.handle), int(n.handle), unix.O_CLOEXEC); err != nil {
+		n.t.Fatalf("replace the namespace at %s: %v", n.Path(), err)
+	}
+}

@@ -155,6 +155,27 @@ type Endpoint struct {
 	// Lease6 is the DHCPv6 lease of an endpoint of an ipv6_mode=dhcpv6
 	// network.
 	Lease6 *Lease6 `json:"lease6,omitempty"`
+	// Plumb is the endpoint's interface in its container, as libnetwork
+	// plumbed it after the Join (read there): what a repair makes again
+	// after the kernel deleted it with its parent link. Set with Sandbox
+	// and Boot once read; cleared with them by Leave.
+	Plumb *Plumb `json:"plumb,omitempty"`
+}
+
+// Plumb is a joined endpoint's interface in its container's namespace.
+type Plumb struct {
+	// IfName is the container's name for the interface (eth0).
+	IfName string `json:"ifname"`
+	MTU    int    `json:"mtu"`
+	// ParentIndex is the index of the host link it stands on: a parent
+	// of that name with another index is a re-created one, without it.
+	ParentIndex int `json:"parent_index"`
+	// NetnsDev and NetnsIno identify the namespace the Sandbox path
+	// opened: a path that opens another one is no longer the container's.
+	NetnsDev uint64 `json:"netns_dev"`
+	NetnsIno uint64 `json:"netns_ino"`
+	// Repairs counts the times underlay made the interface again.
+	Repairs int `json:"repairs,omitempty"`
 }
 
 // ParentLink is a parent link underlay created (a VLAN sub-interface or an

@@ -116,18 +116,32 @@ func (j *Table) Join(n record.Network, ep record.Endpoint, sandbox, boot string)
 	if ep.Sandbox == sandbox && ep.Boot == boot {
 		return nil
 	}
-	ep.Sandbox, ep.Boot = sandbox, boot
+	ep.Sandbox, ep.Boot, ep.Plumb = sandbox, boot, nil // the interface is read there again
 	return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
 }
 
 // Leave forgets ep's join: from memory, and the commit clearing its record
-// when the record holds it (nil otherwise: no write).
+// (its sandbox and its interface there) when the record holds it (nil
+// otherwise: no write).
 func (j *Table) Leave(ep record.Endpoint) func(*store.Tx) error {
 	j.Drop(ep.ID)
-	if ep.Sandbox == "" {
+	if ep.Sandbox == "" && ep.Plumb == nil {
 		return nil
 	}
-	ep.Sandbox, ep.Boot = "", ""
+	ep.Sandbox, ep.Boot, ep.Plumb = "", "", nil
+	return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
+}
+
+// Plumbed keeps what ep's interface is in its container (read there after
+// the Join) in its record, with the join, which it makes durable: the
+// commit, or nil when ep is no longer joined to sandbox in boot (it left
+// meanwhile, or joined again elsewhere).
+func (j *Table) Plumbed(ep record.Endpoint, sandbox, boot string, p record.Plumb) func(*store.Tx) error {
+	cur := j.Overlay(ep)
+	if cur.Sandbox != sandbox || cur.Boot != boot {
+		return nil
+	}
+	ep.Sandbox, ep.Boot, ep.Plumb = sandbox, boot, &p
 	return func(tx *store.Tx) error { return tx.PutEndpoint(ep) }
 }
 

@@ -77,10 +77,16 @@ const (
 	// opFollow moves the record of an owned VLAN an operator renamed to
 	// the link's new name, with the networks on it (health.go).
 	OpFollow
+	// OpContainer makes a joined endpoint's interface again in its
+	// container after its parent link was made again (containers.go).
+	OpContainer
+	// OpAbandon gives up on a container's interface whose parent link
+	// did not come back in time (containers.go).
+	OpAbandon
 )
 
 func (o op) String() string {
-	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes", "heal", "follow"}[o]
+	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes", "heal", "follow", "container", "abandon"}[o]
 }
 
 // Step is one action of a plan.
@@ -95,6 +101,12 @@ type Step struct {
 	// Shim is the network whose host link the step makes (opShim,
 	// opRoutes, and opHeal of a host link).
 	Shim ShimState
+	// Container is the joined endpoint whose interface the step makes
+	// again or gives up (OpContainer, OpAbandon), Link its parent link
+	// now (OpContainer), Problem why it cannot be made there ("": none).
+	Container *Plumbed
+	Link      kernel.Link
+	Problem   string
 	// Why explains the step in the log.
 	Why string
 }

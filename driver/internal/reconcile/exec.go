@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/joins"
+	"github.com/underlay-net/underlay/driver/internal/keylock"
 	"github.com/underlay-net/underlay/driver/internal/lan"
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/links"
@@ -49,6 +50,7 @@ type Events interface {
 	ReservationRolledBack(kind string)
 	ReconcileAction(op string)
 	RepairAction(op string)
+	ContainerRepair(result string)
 }
 
 // Executor carries out plans for this instance (Mark) in this boot (Boot).
@@ -79,14 +81,28 @@ type Executor struct {
 	// removed, once its record is gone (the driver forgets its LAN
 	// preflight).
 	Removed func(id string)
+	// Sandboxes makes joined endpoints' interfaces again in their
+	// containers after their parent link was made again; nil makes none
+	// (containers.go). ContainerWait bounds the wait for a missing
+	// parent; zero makes none. Locks are the requests' locks, the
+	// endpoint's taken for each.
+	Sandboxes     Sandboxes
+	ContainerWait time.Duration
+	Locks         *keylock.Locker
 	// failures are the repair steps' last failures, logged once.
-	failures links.FailureLog
+	failures   links.FailureLog
+	containers containers
 }
 
 // Outcome is how far a steps got: busy when a parent lock was taken by a
 // request (try again shortly), failed when a link could not be made (its
 // base is missing: try again when links come back).
-type Outcome struct{ Busy, Failed bool }
+type Outcome struct {
+	Busy, Failed bool
+	// Next is when a repair pass must run again (a missing parent is
+	// given up then); zero: on events only.
+	Next time.Time
+}
 
 // Execute carries out a steps in order. held is the parent link whose lock
 // the caller holds ("" for none); the lock of every other link a step

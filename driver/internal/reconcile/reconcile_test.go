@@ -47,6 +47,7 @@ func (e *events) ReconcileAction(op string) {
 	e.mu.Unlock()
 }
 func (e *events) RepairAction(op string) { e.mu.Lock(); e.repair = append(e.repair, op); e.mu.Unlock() }
+func (e *events) ContainerRepair(string) {}
 
 type fixture struct {
 	k     *nltest.Kernel

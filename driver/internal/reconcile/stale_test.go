@@ -391,6 +391,7 @@ func (e *events) StaleRemoved()                { e.removed++ }
 func (e *events) ReservationRolledBack(string) {}
 func (e *events) ReconcileAction(string)       {}
 func (e *events) RepairAction(string)          {}
+func (e *events) ContainerRepair(string)       {}
 
 type holdersFixture struct {
 	h       *Holders

@@ -37,11 +37,20 @@ func (x *Executor) Repair(ctx context.Context) (Outcome, error) {
 			todo = append(todo, st)
 		}
 	}
-	if len(todo) == 0 {
-		return Outcome{}, nil
+	var out Outcome
+	if len(todo) > 0 {
+		x.Log.Debug("repair pass", "plan", plan.StepsString(todo))
+		if out, err = x.ExecuteCounted(ctx, todo, "", x.Events.RepairAction); err != nil {
+			return out, err
+		}
+		if links, err = x.Kernel.List(ctx); err != nil { // the parents it made, for the containers on them
+			out.Failed = true
+			return out, err
+		}
 	}
-	x.Log.Debug("repair pass", "plan", plan.StepsString(todo))
-	return x.ExecuteCounted(ctx, todo, "", x.Events.RepairAction)
+	busy, next, err := x.repairContainers(ctx, links)
+	out.Busy, out.Next = out.Busy || busy, next
+	return out, err
 }
 
 // Watch repairs owned links as they go away, until ctx ends: it is started
@@ -107,10 +116,14 @@ func (x *Executor) Watch(ctx context.Context) error {
 				x.Log.Error("repair pass failed", "error", err)
 			}
 			// A missing base comes back as a link event; a busy lock or a
-			// failed pass is tried again shortly.
-			waiting = out.Failed || out.Busy || err != nil
-			if out.Busy || err != nil {
+			// failed pass is tried again shortly; a parent containers wait
+			// for is given up at out.Next.
+			waiting = out.Failed || out.Busy || err != nil || !out.Next.IsZero()
+			switch {
+			case out.Busy || err != nil:
 				retry.Reset(time.Second)
+			case !out.Next.IsZero():
+				retry.Reset(max(time.Until(out.Next), 10*time.Millisecond))
 			}
 		}
 	}()
@@ -119,7 +132,8 @@ func (x *Executor) Watch(ctx context.Context) error {
 
 // Relevant reports whether a link event calls for a repair pass. Endpoint
 // links come and go with every container (moved into sandboxes, deleted):
-// only parents and host links are repaired. A link of this instance that
+// only parents and host links are repaired, and containers' interfaces
+// after their parent link (any link joined endpoints stand on) changed. A link of this instance that
 // underlay deletes itself is no repair; one that went away otherwise is
 // logged once. A change of one (set down, renamed, its MTU or a host link's
 // address) is looked at. While a repair waits for a base link, a new link
@@ -130,6 +144,9 @@ func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 		return false
 	}
 	ours := l.Alias == x.Mark
+	if x.Watches(l.Name) && !ev.AddrRemoved {
+		return true // a parent joined endpoints stand on: gone, back, changed
+	}
 	switch {
 	case ev.Deleted:
 		if !ours || x.Deleting.Claim(l.Index) {

@@ -1,0 +1,160 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/underlay-net/underlay/driver/internal/reconcile"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// Container-side repair, the driver's part: after a Join, the endpoint's
+// interface is read in its container once libnetwork has plumbed it (its
+// name there, MTU, the parent it stands on, the namespace), and kept in
+// its record with the join; the repair passes (driver/internal/reconcile,
+// containers.go) make it again from that record when its parent link was
+// deleted and made again.
+
+// DefaultContainerRepairWait is how long the repair waits for a deleted
+// parent link to come back before it leaves the containers on it as they
+// are.
+const DefaultContainerRepairWait = 5 * time.Minute
+
+// sandboxes reaches into containers' namespaces (netlinkutil.Kernel).
+type sandboxes interface {
+	reconcile.Sandboxes
+	SandboxInterface(ctx context.Context, path, mac string, addr netip.Addr) (netlinkutil.SandboxID, netlinkutil.SandboxLink, error)
+}
+
+// Reading a joined endpoint's interface: libnetwork moves the link into
+// the container, renames it, sets its addresses and brings it up after
+// the Join's answer (engine 20.10 about 240 ms after it; its namespace's
+// path does not exist before). The read polls until the link is up under
+// its new name, within readWait.
+const (
+	readWait  = 10 * time.Second
+	readEvery = 50 * time.Millisecond
+)
+
+// readInterface reads, in the background, the interface of the endpoint
+// ep of n just joined to sandbox in this boot, and keeps it in the
+// endpoint's record (joins.Table.Plumbed) unless the endpoint left or
+// joined again meanwhile.
+func (d *Driver) readInterface(n record.Network, ep record.Endpoint, sandbox string) {
+	if d.sandboxes == nil || sandbox == "" {
+		return
+	}
+	var addr netip.Addr
+	for _, s := range []string{ep.IPv4, ep.IPv6} {
+		if p, err := netip.ParsePrefix(s); err == nil && !addr.IsValid() {
+			addr = p.Addr()
+		}
+	}
+	d.reading.Add(1)
+	go func() {
+		defer d.reading.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), readWait)
+		defer cancel()
+		go func() {
+			select {
+			case <-d.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		log := d.log.With("network", n.ID, "endpoint", ep.ID, "sandbox", sandbox)
+		tick := time.NewTicker(readEvery)
+		defer tick.Stop()
+		var lastErr error
+		for {
+			id, l, err := d.sandboxes.SandboxInterface(ctx, sandbox, ep.MAC, addr)
+			if err == nil && l.Up && l.Name != ep.Link {
+				d.keepInterface(ctx, n, ep, sandbox, record.Plumb{IfName: l.Name, MTU: l.MTU, ParentIndex: l.ParentIndex, NetnsDev: id.Dev, NetnsIno: id.Ino}, log)
+				return
+			}
+			if err != nil {
+				lastErr = err
+			}
+			select {
+			case <-ctx.Done():
+				if d.ctxStopped() || !d.stillJoined(n.ID, ep.ID, sandbox) {
+					return // closing, or the container stopped at once
+				}
+				// Not fatal for the container: only its repair is off.
+				// Said once at WARN (a managed plugin that cannot see the
+				// path would say it at every Join), then at DEBUG.
+				level := slog.LevelDebug
+				if d.readFailed.CompareAndSwap(false, true) {
+					level = slog.LevelWarn
+				}
+				log.Log(context.Background(), level, "could not read a joined endpoint's interface in its container: it will not be made again if its parent link is deleted",
+					"error", lastErr, "hint", readHint(lastErr))
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+// readHint says what a failed read of an interface in its container
+// usually means.
+func readHint(err error) string {
+	switch {
+	case errors.Is(err, netlinkutil.ErrSandboxGone):
+		return "the container stopped at once, or its namespace's path is not visible to this daemon (the managed plugin without the container-repair setting: see the README)"
+	case err == nil:
+		return "the interface did not come up in the container in time"
+	}
+	return ""
+}
+
+// stillJoined reports whether the endpoint is joined to sandbox still.
+func (d *Driver) stillJoined(netID, epID, sandbox string) bool {
+	var ep record.Endpoint
+	var ok bool
+	if err := d.store.View(func(tx *store.Tx) (err error) {
+		ep, ok, err = tx.Endpoint(netID, epID)
+		return err
+	}); err != nil || !ok {
+		return false
+	}
+	return d.joins.Overlay(ep).Sandbox == sandbox
+}
+
+// ctxStopped reports whether the driver is closing.
+func (d *Driver) ctxStopped() bool {
+	select {
+	case <-d.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// keepInterface commits what was read of ep's interface, under the
+// endpoint's lock, to its record as it is then.
+func (d *Driver) keepInterface(ctx context.Context, n record.Network, ep record.Endpoint, sandbox string, p record.Plumb, log interface{ Warn(string, ...any) }) {
+	_, unlock, cur, now, err := d.locks.Endpoint(ctx, d.store, n.ID, ep.ID)
+	if err != nil {
+		return // closing, or a request held it past readWait
+	}
+	defer unlock()
+	if cur == nil || now == nil {
+		return
+	}
+	commit := d.joins.Plumbed(*now, sandbox, d.boot, p)
+	if commit == nil {
+		return // it left, or joined again, meanwhile
+	}
+	if err := d.store.Batch(commit); err != nil {
+		log.Warn("could not record a joined endpoint's interface in its container: it will not be made again if its parent link is deleted", "error", err)
+		return
+	}
+	d.reconcile.WatchParent(cur.Parent)
+	d.log.Debug("read a joined endpoint's interface in its container", "network", n.ID, "endpoint", ep.ID, "interface", p.IfName, "parent_index", p.ParentIndex)
+}

@@ -1,0 +1,226 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/underlay-net/underlay/driver/internal/config"
+	"github.com/underlay-net/underlay/driver/internal/plan"
+	"github.com/underlay-net/underlay/netlinkutil"
+	"github.com/underlay-net/underlay/netlinkutil/kernel"
+	"github.com/underlay-net/underlay/store"
+	"github.com/underlay-net/underlay/store/record"
+)
+
+// Container-side repair (plan.PlanContainers): each repair pass also
+// looks at the joined endpoints whose interface was read in their
+// container, and makes an interface again where its parent link was made
+// again, under the endpoint's lock, in the namespace it was read in only.
+
+// Sandboxes makes endpoints' interfaces again inside containers
+// (netlinkutil.Kernel).
+type Sandboxes interface {
+	Replumb(ctx context.Context, r netlinkutil.Replumb) error
+}
+
+// ContainerRepair results, as Events.ContainerRepair is told them.
+const (
+	ContainerRepaired  = "repaired"  // made again in its container
+	ContainerFailed    = "failed"    // could not be made on the parent as it came back
+	ContainerGone      = "gone"      // the container's namespace is gone: left alone
+	ContainerAbandoned = "abandoned" // the parent did not come back in time
+)
+
+// containers is the repair's memory between passes: what each lost
+// endpoint's last pass found (plan.Lost), and the links the joined
+// endpoints stand on (the link events worth a pass).
+type containers struct {
+	mu      sync.Mutex
+	lost    map[string]plan.Lost
+	parents map[string]bool
+}
+
+// Watches reports whether a joined endpoint's interface stands on a link
+// of that name (the repair pass and the driver's reading after a Join
+// say so).
+func (x *Executor) Watches(name string) bool {
+	x.containers.mu.Lock()
+	defer x.containers.mu.Unlock()
+	return x.containers.parents[name]
+}
+
+// Watch adds a link joined endpoints stand on.
+func (x *Executor) WatchParent(name string) {
+	x.containers.mu.Lock()
+	defer x.containers.mu.Unlock()
+	if x.containers.parents == nil {
+		x.containers.parents = map[string]bool{}
+	}
+	x.containers.parents[name] = true
+}
+
+// ContainerRepairOn reports whether the executor repairs containers'
+// interfaces.
+func (x *Executor) ContainerRepairOn() bool { return x.Sandboxes != nil && x.ContainerWait > 0 }
+
+// repairContainers is a repair pass's part for containers: it returns
+// busy when an endpoint's lock was taken (tried again shortly) and when
+// the first missing parent is given up.
+func (x *Executor) repairContainers(ctx context.Context, links []kernel.Link) (busy bool, next time.Time, err error) {
+	if !x.ContainerRepairOn() {
+		return false, time.Time{}, nil
+	}
+	eps, err := x.readPlumbed()
+	if err != nil {
+		return false, time.Time{}, fmt.Errorf("read the joined endpoints: %w", err)
+	}
+	x.containers.mu.Lock()
+	lost := x.containers.lost
+	x.containers.mu.Unlock()
+	p := plan.PlanContainers(eps, links, lost, x.Boot, x.Now(), x.ContainerWait)
+	remember := p.Remember
+	for _, st := range p.Steps {
+		log := x.Log.With("network", st.Container.Network.ID, "endpoint", st.Container.Endpoint.ID,
+			"parent", st.Container.Network.Parent, "sandbox", st.Container.Endpoint.Sandbox)
+		switch st.Op {
+		case plan.OpAbandon:
+			log.Warn("a container's interface stays gone: its parent link did not come back in time; once the parent is back, restart the container (docker restart) to give it its network again",
+				"why", st.Why, "waited", x.ContainerWait)
+			remember[st.Name] = plan.Lost{GaveUp: true}
+			x.Events.ContainerRepair(ContainerAbandoned)
+		case plan.OpContainer:
+			result, ran := x.repairContainer(ctx, st, log)
+			switch {
+			case !ran:
+				busy = true
+			case result == ContainerGone:
+				remember[st.Name] = plan.Lost{GaveUp: true}
+			case result == ContainerFailed:
+				remember[st.Name] = plan.Lost{Failed: plan.Attempt(st.Link)}
+			}
+			if ran {
+				x.Events.ContainerRepair(result)
+			}
+		}
+	}
+	x.containers.mu.Lock()
+	x.containers.lost, x.containers.parents = remember, p.Parents
+	x.containers.mu.Unlock()
+	return busy, p.Next, nil
+}
+
+// repairLockWait bounds how long a repair waits for an endpoint's lock (a
+// request on it: Leave, DeleteEndpoint).
+const repairLockWait = 2 * time.Second
+
+// repairContainer carries out one OpContainer step under the endpoint's
+// lock, on its record as it is then; ran is false when the lock stayed
+// taken.
+func (x *Executor) repairContainer(ctx context.Context, st plan.Step, log interface {
+	Warn(string, ...any)
+	Info(string, ...any)
+}) (result string, ran bool) {
+	was := st.Container.Endpoint
+	lctx, cancel := context.WithTimeout(ctx, repairLockWait)
+	defer cancel()
+	_, unlock, n, ep, err := x.Locks.Endpoint(lctx, x.Store, was.NetworkID, was.ID)
+	if err != nil {
+		return "", false
+	}
+	defer unlock()
+	if n == nil || ep == nil || ep.Plumb == nil || ep.Sandbox != was.Sandbox || ep.Plumb.ParentIndex != was.Plumb.ParentIndex {
+		return "", true // it left, or was repaired, meanwhile: nothing to count
+	}
+	if st.Problem != "" {
+		log.Warn("a container's interface could not be made again: "+st.Problem, "why", st.Why, "container_interface", ep.Plumb.IfName)
+		return ContainerFailed, true
+	}
+	r := ReplumbOf(*n, *ep, x.Mark)
+	err = x.Sandboxes.Replumb(ctx, r)
+	switch {
+	case errors.Is(err, netlinkutil.ErrSandboxGone):
+		log.Warn("a container's interface was not made again: its namespace is no longer the container's (it stopped, or the path names another namespace); left alone", "why", st.Why, "error", err)
+		return ContainerGone, true
+	case errors.Is(err, netlinkutil.ErrIfNameTaken):
+		log.Warn("a container's interface was not made again: the container has a link of its name; left alone (nothing there is underlay's to replace)", "why", st.Why, "error", err)
+		return ContainerFailed, true
+	case err != nil:
+		log.Warn("a container's interface could not be made again; tried again when its parent link changes", "why", st.Why, "error", err)
+		return ContainerFailed, true
+	}
+	done := *ep
+	plumb := *ep.Plumb
+	plumb.ParentIndex, plumb.Repairs = st.Link.Index, plumb.Repairs+1
+	done.Plumb = &plumb
+	if err := x.Store.Update(func(tx *store.Tx) error { return tx.PutEndpoint(done) }); err != nil {
+		// The interface is back; the next pass finds it again on the
+		// old index and, finding its name taken, leaves it.
+		log.Warn("a container's interface was made again but its record could not be updated", "error", err)
+	}
+	log.Warn("made a container's interface again after its parent link came back", "why", st.Why,
+		"container_interface", ep.Plumb.IfName, "mac", ep.MAC, "addresses", r.Addrs, "repairs", plumb.Repairs)
+	if x.LAN != nil {
+		x.LAN.Announce(context.WithoutCancel(ctx), *n, done)
+	}
+	return ContainerRepaired, true
+}
+
+// ReplumbOf is the interface an endpoint's Join gave its container, to be
+// made again: its name and MTU there as read, its MAC, its addresses, and
+// the gateways and routes the Join answered.
+func ReplumbOf(n record.Network, ep record.Endpoint, mark string) netlinkutil.Replumb {
+	r := netlinkutil.Replumb{
+		Path:    ep.Sandbox,
+		Sandbox: netlinkutil.SandboxID{Dev: ep.Plumb.NetnsDev, Ino: ep.Plumb.NetnsIno},
+		Link: kernel.Endpoint{Name: ep.Plumb.IfName, Parent: n.Parent, Type: n.Type, Mode: n.Mode, Flag: n.Flag,
+			MTU: ep.Plumb.MTU, MAC: ep.MAC, Mark: mark},
+		IPv6: ep.IPv6 != "" || n.Config.IPv6Mode == config.IPv6SLAAC || config.Leases6(n.Config),
+	}
+	for _, s := range []string{ep.IPv4, ep.IPv6} {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			r.Addrs = append(r.Addrs, p)
+		}
+	}
+	j := plan.JoinAnswer(n, ep)
+	for _, g := range []string{j.Gateway, j.GatewayIPv6} {
+		if a, err := netip.ParseAddr(g); err == nil {
+			r.Gateways = append(r.Gateways, a)
+		}
+	}
+	for _, sr := range j.StaticRoutes {
+		dst, err := netip.ParsePrefix(sr.Destination)
+		if err != nil {
+			continue
+		}
+		rt := netlinkutil.SandboxRoute{Dst: dst}
+		if sr.RouteType != 1 {
+			if rt.Via, err = netip.ParseAddr(sr.NextHop); err != nil {
+				continue
+			}
+		}
+		r.Routes = append(r.Routes, rt)
+	}
+	return r
+}
+
+// readPlumbed reads every endpoint whose interface was read in its
+// container, with its network.
+func (x *Executor) readPlumbed() ([]plan.Plumbed, error) {
+	var out []plan.Plumbed
+	err := x.Store.View(func(tx *store.Tx) error {
+		return tx.ForEachNetwork(func(n record.Network) error {
+			eps, err := tx.Endpoints(n.ID)
+			for _, ep := range eps {
+				if ep.Plumb != nil {
+					out = append(out, plan.Plumbed{Network: n, Endpoint: ep})
+				}
+			}
+			return err
+		})
+	})
+	return out, err
+}
