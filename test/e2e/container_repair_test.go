@@ -1,0 +1,239 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/underlay-net/underlay/control"
+	"github.com/underlay-net/underlay/internal/itest"
+)
+
+// Container-side repair through a real engine (issue 38), with underlay as
+// the host's daemon (legacy plugin: the managed plugin cannot open the
+// containers' namespaces). The parent is the bridge vrep in the engine's
+// namespace, whose port is the DHCP LAN's veth: deleting the bridge
+// deletes every container's eth0 and leaves the LAN (dnsmasq, the router)
+// as it is; a bridge of that name made again, with the port back, is the
+// parent back. A DHCP container and a dual-stack static one get their
+// eth0 back (MAC, addresses, default routes) and reach the router again;
+// docker network disconnect and docker rm release the re-made interfaces
+// and nothing is left.
+func TestContainerRepair(t *testing.T) {
+	e := need(t)
+	const name = "underlay-e2e-repair"
+	sock := e.startLegacy(t, name)
+	d := e.makeDHCPLAN(t)
+	const (
+		bridge  = "vrep"
+		router6 = "2001:db8:182::1"
+		router4 = "198.18.182.1"
+	)
+	if err := ipCmds(
+		[]string{"-n", dhcpNS, "addr", "add", router4 + "/24", "dev", dhcpSrvLink},
+		[]string{"-n", dhcpNS, "addr", "add", router6 + "/64", "dev", dhcpSrvLink, "nodad"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	makeBridge := func() {
+		t.Helper()
+		if err := ipCmds(
+			[]string{"-n", nsName, "link", "add", bridge, "mtu", "1500", "type", "bridge"},
+			[]string{"-n", nsName, "link", "set", dhcpParent, "master", bridge},
+			[]string{"-n", nsName, "link", "set", bridge, "up"},
+		); err != nil {
+			t.Fatal(err)
+		}
+	}
+	makeBridge()
+	t.Cleanup(func() { _ = exec.Command("ip", "-n", nsName, "link", "del", bridge).Run() })
+
+	e.network(t, "nrd", "-d", name, "--ipam-driver", "null", "-o", "parent="+bridge, "-o", "dhcp=true", "-o", "lan_check=false")
+	e.network(t, "nrs", "-d", name, "--ipv6", "--subnet", "198.18.182.0/24", "--gateway", router4,
+		"--subnet", "2001:db8:182::/64", "--gateway", router6, "-o", "parent="+bridge, "-o", "lan_check=false")
+	e.run(t, ctr{name: "crd"}, "nrd")
+	e.run(t, ctr{name: "crs", ip: "198.18.182.10", ip6: "2001:db8:182::10"}, "nrs")
+	e.waitRunning(t, 30*time.Second, "crd", "crs")
+	before := map[string]string{}
+	for _, c := range []string{"crd", "crs"} {
+		before[c] = e.eth0(t, c)
+	}
+	e.ping(t, "crd", dhcpRouter)
+	e.ping(t, "crs", router4)
+	e.ping(t, "crs", router6)
+	lease, ok := d.WaitLease(leaseWait, netip.MustParseAddr(addrOf(before["crd"])), func(l itest.DnsmasqLease) bool { return true })
+	if !ok {
+		t.Fatalf("no dnsmasq lease for crd (%s)", before["crd"])
+	}
+	// The daemon has read both interfaces in their containers.
+	eventually(t, 15*time.Second, "underlay ls shows both containers' eth0", func() error {
+		return e.repairs(sock, 0, 2)
+	})
+
+	if err := ipCmds([]string{"-n", nsName, "link", "del", bridge}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"crd", "crs"} {
+		eventually(t, 10*time.Second, c+" lost eth0 with its parent", func() error {
+			if out, err := e.exec(c, "ip", "link", "show", "eth0"); err == nil {
+				return fmt.Errorf("still there: %s", out)
+			}
+			return nil
+		})
+	}
+	start := time.Now()
+	makeBridge()
+	for _, c := range []string{"crd", "crs"} {
+		eventually(t, 15*time.Second, c+" has eth0 again as before", func() error {
+			if got := e.eth0Now(c); got != before[c] {
+				return fmt.Errorf("eth0 now:\n%s\nbefore:\n%s", got, before[c])
+			}
+			return nil
+		})
+	}
+	t.Logf("both containers had eth0 back %s after the parent was made again", time.Since(start).Round(10*time.Millisecond))
+	e.ping(t, "crd", dhcpRouter)
+	e.ping(t, "crs", router4)
+	e.ping(t, "crs", router6)
+	for c, want := range map[string]string{"crd": "default via " + dhcpRouter + " dev eth0", "crs": "default via " + router4 + " dev eth0"} {
+		if routes, err := e.exec(c, "ip", "-4", "route"); err != nil || !strings.Contains(routes, want) {
+			t.Errorf("routes in %s after the repair:\n%s (%v)\nwant %q", c, routes, err, want)
+		}
+	}
+	if routes, err := e.exec("crs", "ip", "-6", "route"); err != nil || !strings.Contains(routes, "default via "+router6+" dev eth0") {
+		t.Errorf("IPv6 routes in crs after the repair:\n%s (%v)", routes, err)
+	}
+	// The lease is the container's still: same address, same MAC (dnsmasq
+	// rewrites its file after its answers: waited for, not read once).
+	if now, ok := d.WaitLease(10*time.Second, lease.Addr, func(l itest.DnsmasqLease) bool { return l.MAC == lease.MAC }); !ok {
+		t.Errorf("dnsmasq's lease of %s after the repair: %q, was %q", lease.Addr, now.Line, lease.Line)
+	}
+	eventually(t, 10*time.Second, "underlay ls counts one repair per container", func() error {
+		return e.repairs(sock, 1, 2)
+	})
+
+	// Docker releases the re-made interfaces: disconnect (the static
+	// one), rm (the DHCP one); nothing is left in the engine's namespace
+	// but the test's links.
+	e.must(t, "network", "disconnect", "nrs", "crs")
+	e.must(t, "rm", "-f", "crd", "crs")
+	e.must(t, "network", "rm", "nrd", "nrs")
+	eventually(t, 15*time.Second, "nothing of underlay's left on "+bridge, func() error {
+		links, err := linkNames(nsName)
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if strings.HasPrefix(l, "ule") {
+				return fmt.Errorf("endpoint link %s left (links %v)", l, links)
+			}
+		}
+		return nil
+	})
+}
+
+// startLegacy runs `underlay serve` as a host process of the engine's
+// namespace with its socket in /run/docker/plugins under name, until the
+// test ends; it returns the socket.
+func (e *env) startLegacy(t *testing.T, name string) string {
+	t.Helper()
+	sock := "/run/docker/plugins/" + name + ".sock"
+	bin, err := filepath.Abs(filepath.Join(e.root, "bin", "underlay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dataDir, name+".log")
+	cmd, exited := startInNetns(t, logPath, bin, "serve", "--socket", sock,
+		"--state", filepath.Join(dataDir, name, "underlay.db"), "--docker-host", "unix://"+sockPath)
+	t.Cleanup(func() {
+		stopProcess(cmd, exited, 30*time.Second)
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, itest.TailLines(readFile(logPath), 60))
+		}
+	})
+	eventually(t, 10*time.Second, "socket "+sock, func() error {
+		if _, err := os.Stat(sock); err != nil {
+			return fmt.Errorf("%v; log: %s", err, readFile(logPath))
+		}
+		return nil
+	})
+	return sock
+}
+
+// eth0 is what a container's eth0 is (ip addr show: MAC and addresses,
+// without the lifetimes that change); it fails the test without one.
+func (e *env) eth0(t *testing.T, c string) string {
+	t.Helper()
+	var got string
+	eventually(t, 30*time.Second, c+" has eth0 with its addresses", func() error {
+		if got = e.eth0Now(c); !strings.Contains(got, "inet ") {
+			return fmt.Errorf("eth0: %q", got)
+		}
+		return nil
+	})
+	return got
+}
+
+func (e *env) eth0Now(c string) string {
+	out, err := e.exec(c, "ip", "addr", "show", "eth0")
+	if err != nil {
+		return ""
+	}
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) >= 2 && (f[0] == "link/ether" || f[0] == "inet" || f[0] == "inet6") && !strings.HasPrefix(f[1], "fe80:"):
+			keep = append(keep, f[0]+" "+f[1])
+		case len(f) >= 2 && strings.HasSuffix(f[1], ":") && strings.Contains(l, "mtu"):
+			keep = append(keep, strings.Fields(strings.SplitN(l, "mtu", 2)[1])[0])
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// addrOf is the IPv4 address (without its length) in eth0's summary.
+func addrOf(eth0 string) string {
+	for _, l := range strings.Split(eth0, "\n") {
+		if a, ok := strings.CutPrefix(l, "inet "); ok {
+			return strings.SplitN(a, "/", 2)[0]
+		}
+	}
+	return ""
+}
+
+// repairs checks that underlay ls (the daemon at sock) shows n endpoints
+// whose interface was read, each made again want times.
+func (e *env) repairs(sock string, want, n int) error {
+	bin := filepath.Join(e.root, "bin", "underlay")
+	out, err := exec.Command(bin, "ls", "--socket", sock, "--docker-host", "unix://"+sockPath, "--json").Output()
+	if err != nil {
+		return fmt.Errorf("underlay ls: %w", err)
+	}
+	var l control.Listing
+	if err := json.Unmarshal(out, &l); err != nil {
+		return err
+	}
+	var got []string
+	count := 0
+	for _, nw := range l.Networks {
+		for _, ep := range nw.Endpoints {
+			got = append(got, fmt.Sprintf("%s:%s/%d", ep.ID[:12], ep.Interface, ep.Repairs))
+			if ep.Interface == "eth0" && ep.Repairs == want {
+				count++
+			}
+		}
+	}
+	if count != n {
+		return fmt.Errorf("endpoints (interface/repairs): %v; want %d with eth0/%d", got, n, want)
+	}
+	return nil
+}
