@@ -157,6 +157,7 @@ func Check(in Input) (findings []Finding, skipped []Skip) {
 	findings = append(findings, lostLeases(in)...)
 	findings = append(findings, unusedPools(in)...)
 	findings = append(findings, lanProblems(in)...)
+	findings = append(findings, lostInterfaces(in)...)
 	return findings, skipped
 }
 
@@ -317,6 +318,41 @@ func lanProblems(in Input) []Finding {
 			}
 			out = append(out, Finding{Kind: kindLANCheck, Subject: n.ID, Message: it.Name() + ": " + it.Evidence, Repair: "none by underlay: " + it.Fix})
 		}
+	}
+	return out
+}
+
+// kindContainerInterface is a running container whose interface went
+// with its parent link and is not back.
+const kindContainerInterface = "container-interface"
+
+// lostInterfaces are the endpoints joined in this boot whose interface
+// was read in their container and whose parent link is missing, or is
+// another link than the one the interface stood on: the kernel deleted
+// the interface with its parent, and it is not back yet (the daemon makes
+// it again when the parent is back, within its wait) or will not be.
+func lostInterfaces(in Input) []Finding {
+	nets := map[string]record.Network{}
+	for _, n := range in.Networks {
+		nets[n.ID] = n
+	}
+	var out []Finding
+	for _, ep := range in.Endpoints {
+		n, ok := nets[ep.NetworkID]
+		if ep.Plumb == nil || ep.Sandbox == "" || ep.Boot != in.Boot || !ok {
+			continue
+		}
+		p, found := kernel.FindLink(in.Links, n.Parent)
+		if found && p.Index == ep.Plumb.ParentIndex {
+			continue
+		}
+		state := "is missing"
+		if found {
+			state = fmt.Sprintf("was made again (index %d, was %d)", p.Index, ep.Plumb.ParentIndex)
+		}
+		out = append(out, Finding{Kind: kindContainerInterface, Subject: ep.ID,
+			Message: fmt.Sprintf("the container's interface %s (sandbox %s) went with its parent link %s, which %s: the container has no network on %s", ep.Plumb.IfName, ep.Sandbox, n.Parent, state, dockerid.Short(n.ID)),
+			Repair:  "none by doctor: the daemon makes it again when the parent is back (within --container-repair-wait; its log says why not); else restart the container (docker restart)"})
 	}
 	return out
 }

@@ -207,3 +207,38 @@ func TestLostLease6Message(t *testing.T) {
 		t.Errorf("unmarked past its expiry: %+v", got)
 	}
 }
+
+// A joined endpoint whose interface stood on another link than its
+// parent's now (or on a parent now missing) is a finding naming the
+// container's interface and its parent; on the same link it is not.
+func TestLostContainerInterface(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		index int // eth0's index the interface stood on
+		drop  bool
+		want  string
+	}{
+		{"on the parent as it is", 2, false, ""},
+		{"parent made again", 1, false, "was made again (index 2, was 1)"},
+		{"parent missing", 2, true, "which is missing"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := healthy()
+			in.Endpoints[0].Plumb = &record.Plumb{IfName: "eth0", ParentIndex: c.index}
+			if c.drop {
+				in.Links = append(in.Links[:1:1], in.Links[2:]...)
+			}
+			var got []Finding
+			for _, f := range lostInterfaces(in) {
+				got = append(got, f)
+			}
+			switch {
+			case c.want == "" && len(got) != 0:
+				t.Fatalf("findings %+v", got)
+			case c.want != "" && (len(got) != 1 || got[0].Kind != "container-interface" || got[0].Subject != epA ||
+				!strings.Contains(got[0].Message, c.want) || !strings.Contains(got[0].Message, "interface eth0")):
+				t.Fatalf("findings %+v, want one naming %q", got, c.want)
+			}
+		})
+	}
+}

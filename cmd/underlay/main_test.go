@@ -21,7 +21,7 @@ func TestParseServeDefaultsEnvAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := serveConfig{Socket: "/run/docker/plugins/underlay.sock", State: "/var/lib/underlay/underlay.db", LogLevel: "info", DockerHost: "unix:///var/run/docker.sock", Scope: "local",
-		Reservation: time.Minute, ResolvConf: "/etc/resolv.conf"}
+		Reservation: time.Minute, ResolvConf: "/etc/resolv.conf", ContainerRepairWait: 5 * time.Minute}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults %+v, want %+v", c, want)
 	}
@@ -35,10 +35,24 @@ func TestParseServeDefaultsEnvAndFlags(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--scope", "cluster"}, {"--log-level", "trace"}, {"--docker-host", "/var/run/docker.sock"}, {"--socket", ""}, {"extra"}, {"--nope"},
 		{"--default-address-pool", "198.18.0.0/15"}, {"--default-address-pool", "base=198.18.0.0/15,size=8"}, {"--default-address-pool", "base=198.18.1.0/15,size=24"},
-		{"--default-address-pool", "base=198.18.0.0/15,size=24,x=1"}, {"--pool-reservation-timeout", "soon"}, {"--pool-reservation-timeout", "-1s"}} {
+		{"--default-address-pool", "base=198.18.0.0/15,size=24,x=1"}, {"--pool-reservation-timeout", "soon"}, {"--pool-reservation-timeout", "-1s"},
+		{"--container-repair-wait", "-1s"}, {"--container-repair-wait", "later"}} {
 		if _, err := parseServe(args, getenv, &bytes.Buffer{}); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+// --container-repair-wait (CONTAINER_REPAIR_WAIT): 0 turns the repair
+// off (a negative wait for the driver), the flag wins.
+func TestParseServeContainerRepairWait(t *testing.T) {
+	env := map[string]string{"CONTAINER_REPAIR_WAIT": "0"}
+	getenv := func(k string) string { return env[k] }
+	if c, err := parseServe(nil, getenv, &bytes.Buffer{}); err != nil || c.ContainerRepairWait >= 0 {
+		t.Fatalf("CONTAINER_REPAIR_WAIT=0: %v %v, want off (negative)", c.ContainerRepairWait, err)
+	}
+	if c, err := parseServe([]string{"--container-repair-wait", "30s"}, getenv, &bytes.Buffer{}); err != nil || c.ContainerRepairWait != 30*time.Second {
+		t.Fatalf("--container-repair-wait 30s over the environment: %v %v", c.ContainerRepairWait, err)
 	}
 }
 
