@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/store"
@@ -39,6 +40,7 @@ type sandboxes interface {
 const (
 	readWait  = 10 * time.Second
 	readEvery = 50 * time.Millisecond
+	routeWait = time.Second
 )
 
 // readInterface reads, in the background, the interface of the endpoint
@@ -70,12 +72,27 @@ func (d *Driver) readInterface(n record.Network, ep record.Endpoint, sandbox str
 		log := d.log.With("network", n.ID, "endpoint", ep.ID, "sandbox", sandbox)
 		tick := time.NewTicker(readEvery)
 		defer tick.Stop()
+		// libnetwork sets the gateway after the link is up, and only for
+		// the container's gateway endpoint: a default route is waited
+		// for a moment (routeWait) where the Join answered one.
+		j := plan.JoinAnswer(n, ep)
+		gateway := j.Gateway != "" || j.GatewayIPv6 != ""
+		for _, r := range j.StaticRoutes {
+			gateway = gateway || r.Destination == "0.0.0.0/0" || r.Destination == "::/0"
+		}
 		var lastErr error
+		var up time.Time
 		for {
 			id, l, err := d.sandboxes.SandboxInterface(ctx, sandbox, ep.MAC, addr)
 			if err == nil && l.Up && l.Name != ep.Link {
-				d.keepInterface(ctx, n, ep, sandbox, record.Plumb{IfName: l.Name, MTU: l.MTU, ParentIndex: l.ParentIndex, NetnsDev: id.Dev, NetnsIno: id.Ino}, log)
-				return
+				if up.IsZero() {
+					up = time.Now()
+				}
+				if !gateway || l.Default4 || l.Default6 || time.Since(up) >= routeWait {
+					d.keepInterface(ctx, n, ep, sandbox, record.Plumb{IfName: l.Name, MTU: l.MTU, ParentIndex: l.ParentIndex,
+						NetnsDev: id.Dev, NetnsIno: id.Ino, Default4: l.Default4, Default6: l.Default6}, log)
+					return
+				}
 			}
 			if err != nil {
 				lastErr = err

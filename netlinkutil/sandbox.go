@@ -42,6 +42,9 @@ type SandboxLink struct {
 	MTU         int
 	MAC         string
 	Up          bool
+	// Default4 and Default6 say the namespace's default route of that
+	// family goes through it.
+	Default4, Default6 bool
 }
 
 // Replumb is an endpoint's interface to make again in its container:
@@ -123,9 +126,33 @@ func (k *Kernel) SandboxInterface(ctx context.Context, path, mac string, addr ne
 				continue
 			}
 		}
-		return id, SandboxLink{Name: a.Name, ParentIndex: a.ParentIndex, MTU: a.MTU, MAC: a.HardwareAddr.String(), Up: a.Flags&net.FlagUp != 0}, nil
+		out := SandboxLink{Name: a.Name, ParentIndex: a.ParentIndex, MTU: a.MTU, MAC: a.HardwareAddr.String(), Up: a.Flags&net.FlagUp != 0}
+		routes, err := h.RouteList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return id, SandboxLink{}, fmt.Errorf("list the routes of %s in %s: %w", a.Name, path, err)
+		}
+		for _, r := range routes {
+			if r.Dst == nil || r.Dst.IP.IsUnspecified() {
+				if ones, _ := maskOf(r); ones == 0 {
+					if r.Family == netlink.FAMILY_V6 {
+						out.Default6 = true
+					} else {
+						out.Default4 = true
+					}
+				}
+			}
+		}
+		return id, out, nil
 	}
 	return id, SandboxLink{}, fmt.Errorf("%w: no interface with MAC %q or address %v in %s", ErrNotFound, mac, addr, path)
+}
+
+// maskOf is a route's destination prefix length (0 for a default route).
+func maskOf(r netlink.Route) (int, int) {
+	if r.Dst == nil {
+		return 0, 0
+	}
+	return r.Dst.Mask.Size()
 }
 
 func holds(addrs []netlink.Addr, a netip.Addr) bool {
@@ -149,7 +176,8 @@ func capHint(err error) string {
 // kernel deleted it with its parent: created there by the host's socket
 // with its name, MAC and MTU, marked, IPv6 on when asked, its addresses
 // (IPv6 without DAD: the address is the container's already), up, then
-// its gateways and routes. Only in the namespace r.Sandbox identifies
+// its gateways and routes (added, never over a route the container has
+// meanwhile: another network's default route stays). Only in the namespace r.Sandbox identifies
 // (else ErrSandboxGone), never over a link of that name (ErrIfNameTaken).
 // A failure after the link was made deletes it again.
 func (k *Kernel) Replumb(ctx context.Context, r Replumb) error {
@@ -167,8 +195,16 @@ func (k *Kernel) Replumb(ctx context.Context, r Replumb) error {
 	}
 	defer h.Close()
 	name := r.Link.Name
-	if _, err := h.LinkByName(name); err == nil {
-		return fmt.Errorf("%w: %s in %s", ErrIfNameTaken, name, r.Path)
+	if old, err := h.LinkByName(name); err == nil {
+		// One underlay made and did not finish (killed in between) is
+		// made again; anything else is left alone.
+		a := old.Attrs()
+		if a.Alias != r.Link.Mark || r.Link.Mark == "" || (r.Link.MAC != "" && a.HardwareAddr.String() != r.Link.MAC) {
+			return fmt.Errorf("%w: %s in %s", ErrIfNameTaken, name, r.Path)
+		}
+		if err := h.LinkDel(old); err != nil {
+			return fmt.Errorf("delete the unfinished %s in %s: %w", name, r.Path, err)
+		}
 	}
 	l, err := k.endpointLink(ctx, r.Link)
 	if err != nil {
@@ -216,7 +252,7 @@ func (k *Kernel) Replumb(ctx context.Context, r Replumb) error {
 	idx := made.Attrs().Index
 	for _, gw := range r.Gateways {
 		rt := &netlink.Route{LinkIndex: idx, Gw: gw.AsSlice()}
-		if err := h.RouteReplace(rt); err != nil {
+		if err := h.RouteAdd(rt); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fail("default route via "+gw.String(), err)
 		}
 	}
@@ -227,7 +263,7 @@ func (k *Kernel) Replumb(ctx context.Context, r Replumb) error {
 		} else {
 			rt.Scope = netlink.SCOPE_LINK
 		}
-		if err := h.RouteReplace(rt); err != nil {
+		if err := h.RouteAdd(rt); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fail("route to "+rr.Dst.String(), err)
 		}
 	}

@@ -176,6 +176,11 @@ type Plumb struct {
 	NetnsIno uint64 `json:"netns_ino"`
 	// Repairs counts the times underlay made the interface again.
 	Repairs int `json:"repairs,omitempty"`
+	// Default4 and Default6 say the container's default route of that
+	// family went through the interface (its gateway endpoint): only
+	// those are put back, never over another network's.
+	Default4 bool `json:"default4,omitempty"`
+	Default6 bool `json:"default6,omitempty"`
 }
 
 // ParentLink is a parent link underlay created (a VLAN sub-interface or an

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -295,8 +296,27 @@ func TestContainerRepairWaitAndRestart(t *testing.T) {
 		V4: []string{"198.18.43.0/24,198.18.43.1/24"}})
 	late := runCtr(t, ns, d, netA, epA, "198.18.42.10/24", "")
 	kept := runCtr(t, ns, d, netB, epB, "198.18.43.10/24", "")
+	// A container whose default route is another network's (libnetwork
+	// sets the gateway of its gateway endpoint only): its interface on
+	// netB comes back without a default route, and its own stays.
+	second := &ctr{sb: itest.NewNetns(t), net: netB, ep: epC, addr4: "198.18.43.11/24"}
+	second.sb.AddVeth("eth1", "eth1-peer", 1500)
+	routerOn(second.sb, "eth1", "198.18.44.2/24")
+	second.sb.Up("eth1")
+	if err := second.sb.NL.RouteAdd(&netlink.Route{LinkIndex: second.sb.MustLink("eth1").Attrs().Index, Gw: net.ParseIP("198.18.44.1")}); err != nil {
+		t.Fatal(err)
+	}
+	var ce network.CreateEndpointResponse
+	d.MustCall("CreateEndpoint", network.CreateEndpointRequest{NetworkID: netB, EndpointID: epC,
+		Interface: &network.EndpointInterface{Address: second.addr4}}, &ce)
+	d.MustCall("Join", network.JoinRequest{NetworkID: netB, EndpointID: epC, SandboxKey: second.sb.Path()}, &second.join)
+	second.mac, second.hostLink = ce.Interface.MacAddress, second.join.InterfaceName.SrcName
+	noGateway := second.join
+	noGateway.Gateway = ""
+	itest.JoinSandbox(ns, second.sb, noGateway, second.addr4)
 	waitRead(t, d, epA)
 	waitRead(t, d, epB)
+	waitRead(t, d, epC)
 
 	ns.Delete("vp0")
 	waitGone(t, late.sb)
@@ -313,6 +333,27 @@ func TestContainerRepairWaitAndRestart(t *testing.T) {
 	ns.AddVeth("vp1", "vp1-peer", 9000)
 	d.Start()
 	kept.wantEth0(t, 9000, 10*time.Second)
+	second.join.Gateway = ""
+	second.wantEth0(t, 9000, 10*time.Second)
+	routes, err := second.sb.NL.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isDefault := func(r netlink.Route) bool {
+		if r.Dst == nil {
+			return true
+		}
+		ones, _ := r.Dst.Mask.Size()
+		return ones == 0
+	}
+	for _, r := range routes {
+		if isDefault(r) && r.Gw.String() != "198.18.44.1" {
+			t.Fatalf("the repair put a default route via %s in a container whose default route is another network's: %v", r.Gw, routes)
+		}
+	}
+	if !slices.ContainsFunc(routes, func(r netlink.Route) bool { return isDefault(r) && r.Gw.String() == "198.18.44.1" }) {
+		t.Fatalf("the container's own default route is gone: %v", routes)
+	}
 	// The restarted daemon forgot it gave up: the container whose parent
 	// is back gets its interface too (a restart is the operator's word).
 	late.wantEth0(t, 1500, 10*time.Second)

@@ -31,9 +31,13 @@ import (
 // before. Records written by older versions may carry a join too; Leave
 // clears it.
 //
-// What a restart of the daemon forgets: the joins of networks without a
-// host address. Until the endpoint leaves, a second Join of such an
-// endpoint is then not refused; `underlay ls` shows it as not joined.
+// Once the endpoint's interface was read in its container (Plumbed, in
+// the background after the Join: the container-side repair's record), the
+// join is in the record too, for every network: Leave then commits its
+// clearing. What a restart of the daemon forgets: the joins of networks
+// without a host address whose interface was not read yet. Until the
+// endpoint leaves, a second Join of such an endpoint is then not refused;
+// `underlay ls` shows it as not joined.
 
 // Table is the one owner of endpoints' joins: where a join is kept
 // (memory or the endpoint's record, Durable) is its business alone.

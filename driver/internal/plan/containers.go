@@ -76,6 +76,9 @@ func PlanContainers(eps []Plumbed, links []kernel.Link, lost map[string]Lost, bo
 			continue
 		}
 		p, ok := FindLink(links, n.Parent)
+		if _, alive := LinkByIndex(links, ep.Plumb.ParentIndex); alive && (!ok || p.Index != ep.Plumb.ParentIndex) {
+			continue // the link it stands on is there under another name (renamed): nothing went
+		}
 		switch {
 		case !ok:
 			since := was.Since

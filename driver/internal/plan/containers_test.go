@@ -46,6 +46,8 @@ func TestPlanContainers(t *testing.T) {
 			lost: map[string]Lost{"e": {Failed: Attempt(eth0(7, 1500))}}, remem: &Lost{Failed: Attempt(eth0(7, 1500))}},
 		{name: "failed, then the parent changed: tried again", ep: joined("e", 3, 9000), links: []kernel.Link{eth0(7, 9000)},
 			lost: map[string]Lost{"e": {Failed: Attempt(eth0(7, 1500))}}, op: "container"},
+		{name: "parent renamed (its index is there): nothing", ep: joined("e", 3, 1500),
+			links: []kernel.Link{{Name: "lan0", Index: 3, Kind: "veth", MTU: 1500, Encap: "ether"}}},
 		{name: "joined in another boot: nothing", ep: func() Plumbed { p := joined("e", 3, 1500); p.Endpoint.Boot = "b0"; return p }(),
 			links: []kernel.Link{eth0(7, 1500)}},
 		{name: "not read in its container: nothing", ep: func() Plumbed { p := joined("e", 3, 1500); p.Endpoint.Plumb = nil; return p }(),

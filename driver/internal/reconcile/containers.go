@@ -42,6 +42,9 @@ type containers struct {
 	mu      sync.Mutex
 	lost    map[string]plan.Lost
 	parents map[string]bool
+	// added are the parents WatchParent added since the last pass ended:
+	// a pass that read its endpoints before their commit keeps them.
+	added map[string]bool
 }
 
 // Watches reports whether a joined endpoint's interface stands on a link
@@ -60,7 +63,10 @@ func (x *Executor) WatchParent(name string) {
 	if x.containers.parents == nil {
 		x.containers.parents = map[string]bool{}
 	}
-	x.containers.parents[name] = true
+	if x.containers.added == nil {
+		x.containers.added = map[string]bool{}
+	}
+	x.containers.parents[name], x.containers.added[name] = true, true
 }
 
 // ContainerRepairOn reports whether the executor repairs containers'
@@ -108,7 +114,10 @@ func (x *Executor) repairContainers(ctx context.Context, links []kernel.Link) (b
 		}
 	}
 	x.containers.mu.Lock()
-	x.containers.lost, x.containers.parents = remember, p.Parents
+	for name := range x.containers.added {
+		p.Parents[name] = true
+	}
+	x.containers.lost, x.containers.parents, x.containers.added = remember, p.Parents, nil
 	x.containers.mu.Unlock()
 	return busy, p.Next, nil
 }
@@ -186,14 +195,17 @@ func ReplumbOf(n record.Network, ep record.Endpoint, mark string) netlinkutil.Re
 		}
 	}
 	j := plan.JoinAnswer(n, ep)
+	// A default route only where the container's went through it (the
+	// container's gateway endpoint; libnetwork sets no other's).
+	through := func(a netip.Addr) bool { return (a.Is4() && ep.Plumb.Default4) || (a.Is6() && ep.Plumb.Default6) }
 	for _, g := range []string{j.Gateway, j.GatewayIPv6} {
-		if a, err := netip.ParseAddr(g); err == nil {
+		if a, err := netip.ParseAddr(g); err == nil && through(a) {
 			r.Gateways = append(r.Gateways, a)
 		}
 	}
 	for _, sr := range j.StaticRoutes {
 		dst, err := netip.ParsePrefix(sr.Destination)
-		if err != nil {
+		if err != nil || (dst.Bits() == 0 && !through(dst.Addr())) {
 			continue
 		}
 		rt := netlinkutil.SandboxRoute{Dst: dst}

@@ -64,6 +64,7 @@ func (x *Executor) Watch(ctx context.Context) error {
 	}
 	go func() {
 		waiting := true // one pass at once: a link may have gone since Restore
+		timed := false  // a pass is due at a container's wait's end
 		retry := time.NewTimer(0)
 		for {
 			trigger := false
@@ -89,7 +90,7 @@ func (x *Executor) Watch(ctx context.Context) error {
 				}
 				trigger = x.Relevant(ev, waiting)
 			case <-retry.C:
-				trigger = waiting
+				trigger, timed = waiting || timed, false
 			}
 			if !trigger {
 				continue
@@ -118,12 +119,13 @@ func (x *Executor) Watch(ctx context.Context) error {
 			// A missing base comes back as a link event; a busy lock or a
 			// failed pass is tried again shortly; a parent containers wait
 			// for is given up at out.Next.
-			waiting = out.Failed || out.Busy || err != nil || !out.Next.IsZero()
+			waiting = out.Failed || out.Busy || err != nil
 			switch {
 			case out.Busy || err != nil:
 				retry.Reset(time.Second)
 			case !out.Next.IsZero():
 				retry.Reset(max(time.Until(out.Next), 10*time.Millisecond))
+				timed = true
 			}
 		}
 	}()
@@ -144,12 +146,15 @@ func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 		return false
 	}
 	ours := l.Alias == x.Mark
+	if ev.Deleted && ours && x.Deleting.Claim(l.Index) {
+		return false // underlay's own deletion
+	}
 	if x.Watches(l.Name) && !ev.AddrRemoved {
 		return true // a parent joined endpoints stand on: gone, back, changed
 	}
 	switch {
 	case ev.Deleted:
-		if !ours || x.Deleting.Claim(l.Index) {
+		if !ours {
 			return false
 		}
 		x.Log.Warn("a link underlay owns went away; re-making it if networks need it", "link", l.Name, "kind", l.Kind)
