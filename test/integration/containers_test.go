@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
@@ -259,6 +260,33 @@ func TestContainerInterfaceComesBackWithItsParent(t *testing.T) {
 	}
 	mtu.wantEth0(t, 9000, 10*time.Second)
 
+	// The parent comes back as a tun (no Ethernet: nothing to stand on),
+	// then as a bridge (Ethernet) of the same name and MTU.
+	ns.Delete("vp1")
+	waitGone(t, mtu.sb)
+	// A tun is made through /dev/net/tun, in the namespace of the thread
+	// that opens it: inside ns.
+	if err := ns.Do(func() error {
+		return netlink.LinkAdd(&netlink.Tuntap{LinkAttrs: netlink.LinkAttrs{Name: "vp1", MTU: 9000}, Mode: netlink.TUNTAP_MODE_TUN})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ns.Link("vp1") == nil {
+		t.Fatal("the tun vp1 is not in the test's namespace")
+	}
+	if !d.WaitLog(10*time.Second, "without Ethernet") {
+		t.Fatal("no WARN for a parent that came back without Ethernet")
+	}
+	if got := linksIn(mtu.sb); len(got) != 0 {
+		t.Fatalf("container on a tun parent has %v", got)
+	}
+	ns.Delete("vp1")
+	if err := ns.NL.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "vp1", MTU: 9000}}); err != nil {
+		t.Fatal(err)
+	}
+	ns.Up("vp1")
+	mtu.wantEth0(t, 9000, 10*time.Second)
+
 	// Docker stops the repaired container: its interface goes back to the
 	// host under its host name and is deleted with the endpoint. Nothing
 	// is left.
@@ -268,7 +296,7 @@ func TestContainerInterfaceComesBackWithItsParent(t *testing.T) {
 	d.RemoveEndpoint(netB, epE)
 	d.RemoveEndpoint(netA, epB)
 	d.RemoveEndpoint(netA, epD)
-	ns.WantLinks(base...)
+	ns.WantLinks("lo", "vp0", "vp0-peer", "vp1") // vp1 is the bridge now
 }
 
 // waitGone waits until the container's namespace has no link but lo.
@@ -357,4 +385,55 @@ func TestContainerRepairWaitAndRestart(t *testing.T) {
 	// The restarted daemon forgot it gave up: the container whose parent
 	// is back gets its interface too (a restart is the operator's word).
 	late.wantEth0(t, 1500, 10*time.Second)
+}
+
+// A DHCP container whose parent (a bridge whose port is the LAN) is
+// deleted and made again gets its eth0 back with its lease, which is then
+// renewed from the new parent: the server's ACKs for it go on.
+func TestContainerRepairKeepsTheDHCPLease(t *testing.T) {
+	t.Parallel()
+	ns := itest.NewNetns(t)
+	lan := itest.NewLAN(t, ns, "lan0", dhcpServer)
+	srv := lan.Serve(itest.DHCPConfig{LeaseTime: dhcpLease})
+	makeBridge := func() {
+		t.Helper()
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0", MTU: 1500}}
+		if err := ns.NL.LinkAdd(br); err != nil {
+			t.Fatal(err)
+		}
+		if err := ns.NL.LinkSetMaster(ns.MustLink("lan0"), ns.MustLink("br0")); err != nil {
+			t.Fatal(err)
+		}
+		ns.Up("br0")
+	}
+	makeBridge()
+	d := itest.StartDaemon(t, ns, itest.DaemonOptions{})
+	d.MustCall("CreateNetwork", itest.DHCPNetwork(netA, "br0", "dhcp_timeout=3s", "lan_check=false"), nil)
+	c := &ctr{sb: itest.NewNetns(t), net: netA, ep: epA}
+	var ce network.CreateEndpointResponse
+	d.MustCall("CreateEndpoint", network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA, Interface: &network.EndpointInterface{}}, &ce)
+	d.MustCall("Join", network.JoinRequest{NetworkID: netA, EndpointID: epA, SandboxKey: c.sb.Path()}, &c.join)
+	c.mac, c.addr4, c.hostLink = ce.Interface.MacAddress, ce.Interface.Address, c.join.InterfaceName.SrcName
+	itest.JoinSandbox(ns, c.sb, c.join, c.addr4)
+	waitRead(t, d, epA)
+	addr := netip.MustParsePrefix(c.addr4).Addr()
+
+	ns.Delete("br0")
+	waitGone(t, c.sb)
+	makeBridge()
+	c.wantEth0(t, 1500, 10*time.Second)
+	if err := itest.Ping(c.sb, addr.String(), dhcpServer.Addr().String(), 5*time.Second); err != nil {
+		t.Fatalf("after the repair: %v", err)
+	}
+	l, ok := srv.Lease(addr)
+	if !ok || l.MAC.String() != c.mac {
+		t.Fatalf("the server's lease of %s after the repair: %+v (%v)", addr, l, ok)
+	}
+	// Renewed from the new parent: one more ACK within the lease time.
+	acks := l.Acks
+	if !itest.WaitFor(dhcpLease, func() bool { now, ok := srv.Lease(addr); return ok && now.Acks > acks && now.MAC.String() == c.mac }) {
+		t.Fatalf("the lease of %s was not renewed after the repair:\n%s", addr, srv.MessagesString())
+	}
+	itest.LeaveSandbox(ns, c.sb, "eth0", c.hostLink)
+	d.RemoveEndpoint(netA, epA)
 }

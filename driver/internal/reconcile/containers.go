@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"sync"
 	"time"
@@ -45,6 +46,33 @@ type containers struct {
 	// added are the parents WatchParent added since the last pass ended:
 	// a pass that read its endpoints before their commit keeps them.
 	added map[string]bool
+	// said is, by endpoint, the last failure logged at WARN: the same
+	// again (a flapping parent) is logged at DEBUG.
+	said map[string]string
+}
+
+// warnOnce logs a container's failure at WARN unless it is the one last
+// logged for that endpoint.
+func (c *containers) warnOnce(log *slog.Logger, epID, msg string, args ...any) {
+	c.mu.Lock()
+	again := c.said[epID] == msg
+	if c.said == nil {
+		c.said = map[string]string{}
+	}
+	c.said[epID] = msg
+	c.mu.Unlock()
+	level := slog.LevelWarn
+	if again {
+		level = slog.LevelDebug
+	}
+	log.Log(context.Background(), level, msg, args...)
+}
+
+// forget drops what was logged of an endpoint's failures.
+func (c *containers) forget(epID string) {
+	c.mu.Lock()
+	delete(c.said, epID)
+	c.mu.Unlock()
 }
 
 // Watches reports whether a joined endpoint's interface stands on a link
@@ -118,6 +146,11 @@ func (x *Executor) repairContainers(ctx context.Context, links []kernel.Link) (b
 		p.Parents[name] = true
 	}
 	x.containers.lost, x.containers.parents, x.containers.added = remember, p.Parents, nil
+	for id := range x.containers.said {
+		if _, ok := remember[id]; !ok {
+			delete(x.containers.said, id) // it left, or is whole again
+		}
+	}
 	x.containers.mu.Unlock()
 	return busy, p.Next, nil
 }
@@ -129,10 +162,7 @@ const repairLockWait = 2 * time.Second
 // repairContainer carries out one OpContainer step under the endpoint's
 // lock, on its record as it is then; ran is false when the lock stayed
 // taken.
-func (x *Executor) repairContainer(ctx context.Context, st plan.Step, log interface {
-	Warn(string, ...any)
-	Info(string, ...any)
-}) (result string, ran bool) {
+func (x *Executor) repairContainer(ctx context.Context, st plan.Step, log *slog.Logger) (result string, ran bool) {
 	was := st.Container.Endpoint
 	lctx, cancel := context.WithTimeout(ctx, repairLockWait)
 	defer cancel()
@@ -144,23 +174,25 @@ func (x *Executor) repairContainer(ctx context.Context, st plan.Step, log interf
 	if n == nil || ep == nil || ep.Plumb == nil || ep.Sandbox != was.Sandbox || ep.Plumb.ParentIndex != was.Plumb.ParentIndex {
 		return "", true // it left, or was repaired, meanwhile: nothing to count
 	}
+	warn := func(msg string, args ...any) { x.containers.warnOnce(log, ep.ID, msg, args...) }
 	if st.Problem != "" {
-		log.Warn("a container's interface could not be made again: "+st.Problem, "why", st.Why, "container_interface", ep.Plumb.IfName)
+		warn("a container's interface could not be made again: "+st.Problem, "why", st.Why, "container_interface", ep.Plumb.IfName)
 		return ContainerFailed, true
 	}
 	r := ReplumbOf(*n, *ep, x.Mark)
 	err = x.Sandboxes.Replumb(ctx, r)
 	switch {
 	case errors.Is(err, netlinkutil.ErrSandboxGone):
-		log.Warn("a container's interface was not made again: its namespace is no longer the container's (it stopped, or the path names another namespace); left alone", "why", st.Why, "error", err)
+		warn("a container's interface was not made again: its namespace is no longer the container's (it stopped, or the path names another namespace); left alone", "why", st.Why, "error", err)
 		return ContainerGone, true
 	case errors.Is(err, netlinkutil.ErrIfNameTaken):
-		log.Warn("a container's interface was not made again: the container has a link of its name; left alone (nothing there is underlay's to replace)", "why", st.Why, "error", err)
+		warn("a container's interface was not made again: the container has a link of its name; left alone (nothing there is underlay's to replace)", "why", st.Why, "error", err)
 		return ContainerFailed, true
 	case err != nil:
-		log.Warn("a container's interface could not be made again; tried again when its parent link changes", "why", st.Why, "error", err)
+		warn("a container's interface could not be made again; tried again when its parent link changes", "why", st.Why, "error", err)
 		return ContainerFailed, true
 	}
+	x.containers.forget(ep.ID)
 	done := *ep
 	plumb := *ep.Plumb
 	plumb.ParentIndex, plumb.Repairs = st.Link.Index, plumb.Repairs+1
