@@ -43,18 +43,7 @@ func TestContainerRepair(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	makeBridge := func() {
-		t.Helper()
-		if err := ipCmds(
-			[]string{"-n", nsName, "link", "add", bridge, "mtu", "1500", "type", "bridge"},
-			[]string{"-n", nsName, "link", "set", dhcpParent, "master", bridge},
-			[]string{"-n", nsName, "link", "set", bridge, "up"},
-		); err != nil {
-			t.Fatal(err)
-		}
-	}
-	makeBridge()
-	t.Cleanup(func() { _ = exec.Command("ip", "-n", nsName, "link", "del", bridge).Run() })
+	makeBridge := repairBridge(t, bridge)
 
 	e.network(t, "nrd", "-d", name, "--ipam-driver", "null", "-o", "parent="+bridge, "-o", "dhcp=true", "-o", "lan_check=false")
 	e.network(t, "nrs", "-d", name, "--ipv6", "--subnet", "198.18.182.0/24", "--gateway", router4,
@@ -127,6 +116,130 @@ func TestContainerRepair(t *testing.T) {
 	e.must(t, "rm", "-f", "crd", "crs")
 	e.must(t, "network", "rm", "nrd", "nrs")
 	eventually(t, 15*time.Second, "nothing of underlay's left on "+bridge, func() error {
+		links, err := linkNames(nsName)
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if strings.HasPrefix(l, "ule") {
+				return fmt.Errorf("endpoint link %s left (links %v)", l, links)
+			}
+		}
+		return nil
+	})
+}
+
+// repairBridge makes the bridge parent of the repair tests, whose port is
+// the DHCP LAN's veth, and returns what makes it again after it was
+// deleted; it goes at cleanup.
+func repairBridge(t *testing.T, bridge string) func() {
+	make := func() {
+		t.Helper()
+		if err := ipCmds(
+			[]string{"-n", nsName, "link", "add", bridge, "mtu", "1500", "type", "bridge"},
+			[]string{"-n", nsName, "link", "set", dhcpParent, "master", bridge},
+			[]string{"-n", nsName, "link", "set", bridge, "up"},
+		); err != nil {
+			t.Fatal(err)
+		}
+	}
+	make()
+	t.Cleanup(func() { _ = exec.Command("ip", "-n", nsName, "link", "del", bridge).Run() })
+	return make
+}
+
+// Docker keeps working with re-made interfaces across dockerd restarts:
+// without live-restore (a container with --restart always stops, its
+// re-made interface is released, and it comes back with a new endpoint,
+// repaired again at the next deletion of its parent) and with it (the
+// container keeps running and its endpoint stays; repaired again after
+// the live restart).
+func TestContainerRepairAcrossDockerdRestarts(t *testing.T) {
+	e := need(t)
+	e.ensurePlugin(t) // the restarts below expect the suite's plugin
+	const name = "underlay-e2e-repair"
+	sock := e.startLegacy(t, name)
+	e.makeDHCPLAN(t)
+	const (
+		bridge = "vrep"
+		router = "198.18.183.1"
+	)
+	if err := ipCmds([]string{"-n", dhcpNS, "addr", "add", router + "/24", "dev", dhcpSrvLink}); err != nil {
+		t.Fatal(err)
+	}
+	makeBridge := repairBridge(t, bridge)
+	live := false
+	t.Cleanup(func() {
+		setLiveRestore(t, false)
+		_, _ = e.docker("rm", "-f", "crr")
+		if !live {
+			return
+		}
+		if _, err := e.docker("plugin", "disable", "-f", plugin); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		e.restartDockerd(t)
+		if _, err := e.docker("plugin", "enable", plugin); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	e.network(t, "nrr", "-d", name, "--subnet", "198.18.183.0/24", "--gateway", router, "-o", "parent="+bridge, "-o", "lan_check=false")
+	e.run(t, ctr{name: "crr", ip: "198.18.183.10"}, "nrr", "--restart", "always")
+	e.waitRunning(t, 30*time.Second, "crr")
+	before := e.eth0(t, "crr")
+	read := func(repairs int) {
+		t.Helper()
+		eventually(t, 15*time.Second, fmt.Sprintf("underlay ls shows crr's eth0 with %d repairs", repairs), func() error { return e.repairs(sock, repairs, 1) })
+	}
+	flap := func(when string) {
+		t.Helper()
+		read(0)
+		if err := ipCmds([]string{"-n", nsName, "link", "del", bridge}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "crr lost eth0 "+when, func() error {
+			if out, err := e.exec("crr", "ip", "link", "show", "eth0"); err == nil {
+				return fmt.Errorf("still there: %s", out)
+			}
+			return nil
+		})
+		makeBridge()
+		eventually(t, 15*time.Second, "crr has eth0 again "+when, func() error {
+			if got := e.eth0Now("crr"); got != before {
+				return fmt.Errorf("eth0 now:\n%s\nbefore:\n%s", got, before)
+			}
+			return nil
+		})
+		e.ping(t, "crr", router)
+		read(1)
+	}
+	flap("at first")
+
+	// Without live-restore: crr stops with dockerd (its re-made interface
+	// released: no link left), and comes back.
+	e.restartDockerd(t)
+	e.waitRunning(t, 60*time.Second, "crr")
+	if got := e.eth0(t, "crr"); got != before {
+		t.Fatalf("crr's eth0 after the restart:\n%s\nbefore:\n%s", got, before)
+	}
+	flap("after a dockerd restart without live-restore")
+
+	// With live-restore: a restart turns it on (crr comes back again),
+	// then dockerd restarts under the running container.
+	setLiveRestore(t, true)
+	e.restartDockerd(t)
+	live = true
+	e.waitRunning(t, 60*time.Second, "crr")
+	var pid int
+	if err := e.jsonOut(&pid, "inspect", "-f", "{{json .State.Pid}}", "crr"); err != nil {
+		t.Fatal(err)
+	}
+	e.liveRestartDockerd(t, map[string]int{"crr": pid})
+	flap("after a dockerd restart with live-restore")
+
+	e.must(t, "rm", "-f", "crr")
+	e.must(t, "network", "rm", "nrr")
+	eventually(t, 15*time.Second, "nothing of underlay's left", func() error {
 		links, err := linkNames(nsName)
 		if err != nil {
 			return err
