@@ -7,9 +7,12 @@
 #                        root nor a network namespace (about a minute)
 #   make bench           benchmarks: one table, and docs/bench-endpoint-cycle.svg
 #   make plugin          managed plugin underlay:latest (PLUGIN=name:tag)
+#   make plugin-repair   the repair plugin underlay:repair (PLUGIN_REPAIR=name:tag): the
+#                        managed plugin with the container-side repair, CAP_SYS_ADMIN
 #   make release         release artifacts of VERSION in dist/ (DIST=dir): binaries,
 #                        plugin directories, .debs, SBOMs, SHA256SUMS (release/build.sh)
-#   make plugin-push REGISTRY=host:port   push underlay:VERSION-amd64, -arm64, :latest
+#   make plugin-push REGISTRY=host:port   push underlay:VERSION-amd64, -arm64, :latest and
+#                        the repair plugin's :VERSION-repair-amd64, -repair-arm64, :repair
 #   make engine-current  build the current Docker engine (engines/current.env) into
 #                        ENGINE_CACHE, reused when present
 #   make compose         build the Docker Compose CLI plugin (COMPOSE_VERSION in
@@ -20,6 +23,7 @@
 # `sudo` drops /usr/local/go/bin from PATH on Debian: find go there too.
 GO      ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 PLUGIN  ?= underlay:latest
+PLUGIN_REPAIR ?= underlay:repair
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN     := bin/underlay
@@ -46,7 +50,7 @@ ENGINE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/underlay-engines
 ENGINE_DIR   := $(ENGINE_CACHE)/moby-$(MOBY_VERSION)_runc-$(RUNC_VERSION)
 COMPOSE_DIR  := $(ENGINE_CACHE)/compose-$(COMPOSE_VERSION)
 
-.PHONY: all build run test check test-deps test-go test-vm test-vm-docker test-e2e fuzz bench plugin clean
+.PHONY: all build run test check test-deps test-go test-vm test-vm-docker test-e2e fuzz bench plugin plugin-repair clean
 .PHONY: engine-current compose test-e2e-current test-vm-docker-current
 .PHONY: release plugin-push plugin-push-registry test-release test-vm-arm64
 
@@ -221,6 +225,12 @@ bench: build
 # $(PLUGIN) on the engine DOCKER_HOST points at.
 plugin: build
 	plugin/build.sh $(BIN) $(PLUGIN)
+
+# The repair plugin (plugin/config-repair.json: config.json with the
+# container-side repair on, dockerd's netns directory mounted, and
+# CAP_SYS_ADMIN) as $(PLUGIN_REPAIR).
+plugin-repair: build
+	CONFIG=plugin/config-repair.json plugin/build.sh $(BIN) $(PLUGIN_REPAIR)
 
 # Reproducible release artifacts of VERSION (git describe) in DIST.
 release: $(NFPM)

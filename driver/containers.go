@@ -83,7 +83,7 @@ func (d *Driver) readInterface(n record.Network, ep record.Endpoint, sandbox str
 		var lastErr error
 		var up time.Time
 		for {
-			id, l, err := d.sandboxes.SandboxInterface(ctx, sandbox, ep.MAC, addr)
+			id, l, err := d.sandboxes.SandboxInterface(ctx, d.reconcile.SandboxPath(sandbox), ep.MAC, addr)
 			if err == nil && l.Up && l.Name != ep.Link {
 				if up.IsZero() {
 					up = time.Now()

@@ -98,6 +98,11 @@ type Config struct {
 	// minutes, a negative value turns the repair off. It needs a Links
 	// that reaches into containers (netlinkutil.Kernel).
 	ContainerRepairWait time.Duration
+	// SandboxDir, when set, is where this process finds the files of
+	// containers' network namespaces: a Join's SandboxKey is opened there
+	// by its file name (a managed plugin's mount of dockerd's
+	// <exec-root>/netns); "" opens the SandboxKey as it is.
+	SandboxDir string
 }
 
 // Events is told about what the driver does on its own or on a request's
@@ -255,6 +260,7 @@ func New(c Config) (*Driver, error) {
 	if sb, ok := c.Links.(sandboxes); ok && c.ContainerRepairWait >= 0 {
 		d.sandboxes = sb
 		d.reconcile.Sandboxes, d.reconcile.ContainerWait = sb, cmp.Or(c.ContainerRepairWait, DefaultContainerRepairWait)
+		d.reconcile.SandboxDir = c.SandboxDir
 	}
 	d.operator = &reconcile.Operator{Kernel: c.Links, Store: c.Store, Locks: d.locks, Docker: c.Docker, Reconcile: d.reconcile, Owned: d.owned,
 		Joins: d.joins, Events: c.Events, Mark: d.mark, Boot: d.boot,

@@ -9,6 +9,8 @@
 # repository's config.json, and OUT/rootfs/underlay, the only file of the
 # rootfs. A plugin NAME that already exists is left alone and the script
 # fails, unless FORCE=1, which removes it first (docker plugin rm -f).
+# CONFIG is the plugin's config.json (default: the repository's; the repair
+# plugin's is plugin/config-repair.json, make plugin-repair).
 # DOCKER names the docker CLI to use (default: docker on PATH). CREATE=0 only
 # writes OUT (no engine needed; NAME is not used): make release does that for
 # each architecture's dist/plugin-linux-ARCH. BIN may be of another
@@ -31,9 +33,14 @@ if command -v ldd >/dev/null 2>&1 && ldd "$bin" >/dev/null 2>&1; then
 	exit 1
 fi
 
+config=${CONFIG:-$here/../config.json}
+[ -f "$config" ] || { echo "$0: CONFIG=$config is not a file" >&2; exit 1; }
 rm -rf "$out"
 mkdir -p "$out/rootfs/var/lib/underlay" "$out/rootfs/host/run"
-cp "$here/../config.json" "$out/config.json"
+# The repair plugin (CONFIG=plugin/config-repair.json) mounts dockerd's
+# netns directory at /host/netns.
+if grep -q '"/host/netns"' "$config"; then mkdir -p "$out/rootfs/host/netns"; fi
+cp "$config" "$out/config.json"
 cp "$bin" "$out/rootfs/underlay"
 chmod 0755 "$out/rootfs/underlay"
 if [ "${CREATE:-1}" = 0 ]; then

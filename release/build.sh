@@ -13,6 +13,7 @@
 #   plugin-linux-amd64/, plugin-linux-arm64/     managed plugin directories, what `docker plugin
 #                                                create NAME DIR` takes: config.json and rootfs/
 #                                                (plugin/build.sh with CREATE=0)
+#   plugin-repair-linux-amd64/, -arm64/          the repair plugin's (plugin/config-repair.json)
 #   underlay_VERSION_amd64.deb, ..._arm64.deb    Debian packages (nfpm, release/nfpm.yaml): the
 #                                                binary as /usr/bin/underlay and the systemd unit
 #                                                plugin/underlay.service with that path; package
@@ -69,6 +70,8 @@ for arch in $arches; do
 
 	CREATE=0 OUT="$dist/plugin-linux-$arch" "$top/plugin/build.sh" "$bin" "underlay:$version-$arch" ||
 		die "plugin directory for $arch failed"
+	CONFIG="$top/plugin/config-repair.json" CREATE=0 OUT="$dist/plugin-repair-linux-$arch" "$top/plugin/build.sh" "$bin" "underlay:$version-repair-$arch" ||
+		die "repair plugin directory for $arch failed"
 
 	# The packaged unit: the README's plugin/underlay.service, its header (manual install steps)
 	# replaced, the binary at Debian's path.

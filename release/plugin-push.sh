@@ -7,6 +7,9 @@
 #   REGISTRY/underlay:VERSION-amd64    from plugin-linux-amd64
 #   REGISTRY/underlay:VERSION-arm64    from plugin-linux-arm64
 #   REGISTRY/underlay:latest           from this machine's architecture's directory
+#   REGISTRY/underlay:VERSION-repair-amd64, -repair-arm64, :repair   the repair plugin's
+#                                      (plugin-repair-linux-ARCH: the container-side repair,
+#                                      CAP_SYS_ADMIN), likewise
 #
 # One tag per architecture: a managed plugin cannot be pulled from a multi-architecture manifest
 # (docker plugin install takes a plugin manifest, not an index), so users pick their
@@ -26,8 +29,10 @@ case $(uname -m) in
 	*) die "this machine is $(uname -m): no release architecture is its own (amd64, arm64)" ;;
 esac
 for arch in amd64 arm64; do
-	[ -f "$dist/plugin-linux-$arch/config.json" ] && [ -x "$dist/plugin-linux-$arch/rootfs/underlay" ] ||
-		die "$dist/plugin-linux-$arch is not a plugin directory: run make release first"
+	for p in plugin plugin-repair; do
+		[ -f "$dist/$p-linux-$arch/config.json" ] && [ -x "$dist/$p-linux-$arch/rootfs/underlay" ] ||
+			die "$dist/$p-linux-$arch is not a plugin directory: run make release first"
+	done
 done
 
 push() { # push NAME DIR
@@ -47,3 +52,6 @@ push() { # push NAME DIR
 push "$registry/underlay:$version-amd64" "$dist/plugin-linux-amd64"
 push "$registry/underlay:$version-arm64" "$dist/plugin-linux-arm64"
 push "$registry/underlay:latest" "$dist/plugin-linux-$own"
+push "$registry/underlay:$version-repair-amd64" "$dist/plugin-repair-linux-amd64"
+push "$registry/underlay:$version-repair-arm64" "$dist/plugin-repair-linux-arm64"
+push "$registry/underlay:repair" "$dist/plugin-repair-linux-$own"

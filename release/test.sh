@@ -6,8 +6,8 @@
 #      build cache and another TMPDIR: the two SHA256SUMS are identical (and each verifies);
 #   2. the artifacts: exactly the expected files; the binaries static, of their architecture,
 #      stamped with VERSION, without a build ID, built with -trimpath and CGO_ENABLED=0; the SBOMs
-#      name every module `go version -m` lists; the plugin directories hold config.json and
-#      rootfs/underlay and nothing else; the Debian version mapping (release/debversion.sh);
+#      name every module `go version -m` lists; the plugin directories (and the repair plugin's)
+#      hold their config.json and rootfs/underlay and nothing else; the Debian version mapping (release/debversion.sh);
 #   3. the .debs (dpkg-deb): control fields, the exact file list with modes, the maintainer
 #      scripts, the binary inside identical to the release's, the unit's ExecStart;
 #   4. the .deb of this machine's architecture installed into a scratch root (dpkg --root
@@ -17,7 +17,7 @@
 #      .deb unpacked into a second root (dpkg --force-architecture);
 #   5. the plugin directory of this machine's architecture created and enabled on a dockerd of
 #      the test's own (in a network namespace of its own, with Debian's docker-registry beside
-#      it), a network created with it; release/plugin-push.sh pushes the three tags, and the
+#      it), a network created with it; release/plugin-push.sh pushes the six tags, and the
 #      architecture's tag installs from the registry and serves a network.
 # Env: GO, NFPM (as release/build.sh). Needs dpkg, systemd-analyze, dockerd, docker,
 # docker-registry and busybox (test/deps.sh installs them); a missing one fails the test.
@@ -89,7 +89,9 @@ D=$T/a
 want=$(printf '%s\n' SHA256SUMS underlay-linux-amd64 underlay-linux-arm64 underlay-linux-amd64.spdx.json \
 	underlay-linux-arm64.spdx.json "underlay_${version}_amd64.deb" "underlay_${version}_arm64.deb" \
 	plugin-linux-amd64/config.json plugin-linux-amd64/rootfs/underlay \
-	plugin-linux-arm64/config.json plugin-linux-arm64/rootfs/underlay | LC_ALL=C sort)
+	plugin-linux-arm64/config.json plugin-linux-arm64/rootfs/underlay \
+	plugin-repair-linux-amd64/config.json plugin-repair-linux-amd64/rootfs/underlay \
+	plugin-repair-linux-arm64/config.json plugin-repair-linux-arm64/rootfs/underlay | LC_ALL=C sort)
 got=$(cd "$D" && find . -type f | sed 's#^\./##' | LC_ALL=C sort)
 [ "$got" = "$want" ] || die "dist holds"$'\n'"$got"$'\n'"want"$'\n'"$want"
 for arch in amd64 arm64; do
@@ -122,7 +124,12 @@ for arch in amd64 arm64; do
 	cmp -s "$p/rootfs/underlay" "$bin" || die "$p/rootfs/underlay is not $bin"
 	[ "$(cd "$p" && find . | LC_ALL=C sort | tr '\n' ' ')" = ". ./config.json ./rootfs ./rootfs/host ./rootfs/host/run ./rootfs/underlay ./rootfs/var ./rootfs/var/lib ./rootfs/var/lib/underlay " ] ||
 		die "$p holds more or less than config.json, rootfs/underlay and the mount points: $(cd "$p" && find .)"
-	say "ok: $arch binary (static, trimpath, no build ID, version $version), its SBOM ($n modules and the stdlib), its plugin directory"
+	p=$D/plugin-repair-linux-$arch
+	cmp -s "$p/config.json" plugin/config-repair.json || die "$p/config.json is not the repository's plugin/config-repair.json"
+	cmp -s "$p/rootfs/underlay" "$bin" || die "$p/rootfs/underlay is not $bin"
+	[ "$(cd "$p" && find . | LC_ALL=C sort | tr '\n' ' ')" = ". ./config.json ./rootfs ./rootfs/host ./rootfs/host/netns ./rootfs/host/run ./rootfs/underlay ./rootfs/var ./rootfs/var/lib ./rootfs/var/lib/underlay " ] ||
+		die "$p holds more or less than config.json, rootfs/underlay and the mount points: $(cd "$p" && find .)"
+	say "ok: $arch binary (static, trimpath, no build ID, version $version), its SBOM ($n modules and the stdlib), its plugin directories"
 done
 out=$("$D/underlay-linux-$own" version 2>&1) || die "underlay-linux-$own version: $out"
 grep -qF "$version" <<<"$out" || die "underlay-linux-$own version prints '$out', not $version"
@@ -265,12 +272,12 @@ docker plugin disable "$name" >/dev/null && docker plugin rm "$name" >/dev/null 
 say "ok: dist/plugin-linux-$own created and enabled on a dockerd of its own; a network with it created and removed"
 release/plugin-push.sh "$D" 127.0.0.1:5000 "$version" 2>"$T/push.log" || { cat "$T/push.log" >&2; dockerfail "release/plugin-push.sh failed"; }
 tags=$(innet busybox wget -q -O - http://127.0.0.1:5000/v2/underlay/tags/list) || die "cannot list the registry's tags"
-for t in "$version-amd64" "$version-arm64" latest; do
+for t in "$version-amd64" "$version-arm64" latest "$version-repair-amd64" "$version-repair-arm64" repair; do
 	grep -qF "\"$t\"" <<<"$tags" || die "registry has no underlay:$t: $tags"
 done
 ref=127.0.0.1:5000/underlay:$version-$own
 docker plugin install --grant-all-permissions "$ref" >/dev/null || dockerfail "docker plugin install $ref failed"
 checknet "$ref"
 [ -n "$(docker plugin ls -q)" ] || die "no plugin after the install"
-say "ok: plugin-push pushed underlay:$version-amd64, -arm64 and :latest; $ref installed from the registry serves a network"
+say "ok: plugin-push pushed underlay:$version-amd64, -arm64, :latest and the repair plugin's -repair-amd64, -repair-arm64, :repair; $ref installed from the registry serves a network"
 say "all release checks passed"

@@ -140,6 +140,10 @@ type serveConfig struct {
 	// ContainerRepairWait is how long containers' interfaces wait for a
 	// deleted parent link to come back; negative: no container repair.
 	ContainerRepairWait time.Duration
+	// SandboxDir, when set, is where containers' namespace files are as
+	// this process sees them (the repair plugin's mount of dockerd's
+	// netns directory): a SandboxKey's file name is opened there.
+	SandboxDir string
 }
 
 // basesFlag collects repeated --default-address-pool values.
@@ -192,6 +196,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf whose nameservers automatic pools avoid")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", getenv("METRICS_LISTEN"), "HOST:PORT to serve /metrics on over TCP too, unauthenticated: bind it to 127.0.0.1 or a management address (env METRICS_LISTEN; default off, /metrics is on the plugin socket)")
 	fs.StringVar(&c.Profile, "profile", getenv("PROFILE_DIR"), "directory to write CPU, block, mutex and heap profiles (pprof) of the whole run to when the daemon stops; off by default, costs some CPU (env PROFILE_DIR)")
+	fs.StringVar(&c.SandboxDir, "sandbox-dir", getenv("SANDBOX_DIR"), "directory where this process sees the files of containers' network namespaces, when not at the path dockerd names (the repair plugin's mount of dockerd's <exec-root>/netns); default: the path dockerd names (env SANDBOX_DIR)")
 	repairWait := envOr("CONTAINER_REPAIR_WAIT", "5m")
 	fs.StringVar(&repairWait, "container-repair-wait", repairWait, "how long running containers whose parent link was deleted wait for it to come back, to get their interface made again; 0 turns that repair off (env CONTAINER_REPAIR_WAIT)")
 	if err := fs.Parse(args); err != nil {

@@ -133,7 +133,7 @@ func serve(c serveConfig, stderr io.Writer) error {
 	d, err := driver.New(driver.Config{
 		Store: db, Links: kernel, Routes: kernel, Docker: docker, Scope: c.Scope, Instance: db.InstanceID(),
 		DHCP: dhcpClient, DHCPv6: dhcp6Client, Prober: probed.Wrap(prober),
-		BootID: bootID(), ContainerRepairWait: c.ContainerRepairWait,
+		BootID: bootID(), ContainerRepairWait: c.ContainerRepairWait, SandboxDir: c.SandboxDir,
 		Logger: log, CrashPoint: crashHook(log), Events: m,
 		// The LAN preflight after each create: in the daemon's namespace,
 		// its throwaway links marked as the driver's.

@@ -253,6 +253,89 @@ func TestContainerRepairAcrossDockerdRestarts(t *testing.T) {
 	})
 }
 
+// The repair plugin (plugin/config-repair.json, make plugin-repair): the
+// managed plugin with CAP_SYS_ADMIN and dockerd's netns directory mounted
+// (its source set to this engine's exec-root) repairs a container's eth0
+// as the host daemon does.
+func TestContainerRepairPlugin(t *testing.T) {
+	e := need(t)
+	const (
+		name   = "underlay-e2e-repair-plugin:latest"
+		bridge = "vrep"
+		router = "198.18.184.1"
+	)
+	netnsDir := filepath.Join(execRoot, "netns")
+	sharedMount(t, netnsDir)
+	bin, err := filepath.Abs(filepath.Join(e.root, "bin", "underlay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(e.root, "plugin", "build.sh"), bin, name)
+	cmd.Env = append(e.cliEnv(), "DOCKER="+dockerCLI, "OUT="+filepath.Join(dataDir, "plugin-repair"), "FORCE=1",
+		"CONFIG="+filepath.Join(e.root, "plugin", "config-repair.json"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("plugin/build.sh (repair): %v\n%s", err, b)
+	}
+	t.Cleanup(func() { _, _ = e.docker("plugin", "rm", "-f", name) })
+	e.must(t, append([]string{"plugin", "set", name, "netns.source=" + netnsDir}, pluginSettings...)...)
+	e.must(t, "plugin", "enable", name)
+	id := e.must(t, "plugin", "inspect", "-f", "{{.Id}}", name)
+	sock := filepath.Join("/run/docker/plugins", id, "underlay.sock")
+
+	e.makeDHCPLAN(t)
+	if err := ipCmds([]string{"-n", dhcpNS, "addr", "add", router + "/24", "dev", dhcpSrvLink}); err != nil {
+		t.Fatal(err)
+	}
+	makeBridge := repairBridge(t, bridge)
+	e.network(t, "nrp", "-d", name, "--subnet", "198.18.184.0/24", "--gateway", router, "-o", "parent="+bridge, "-o", "lan_check=false")
+	e.run(t, ctr{name: "crp", ip: "198.18.184.10"}, "nrp")
+	e.waitRunning(t, 30*time.Second, "crp")
+	before := e.eth0(t, "crp")
+	eventually(t, 15*time.Second, "the repair plugin read crp's eth0", func() error { return e.repairs(sock, 0, 1) })
+	if err := ipCmds([]string{"-n", nsName, "link", "del", bridge}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "crp lost eth0", func() error {
+		if out, err := e.exec("crp", "ip", "link", "show", "eth0"); err == nil {
+			return fmt.Errorf("still there: %s", out)
+		}
+		return nil
+	})
+	makeBridge()
+	eventually(t, 15*time.Second, "crp has eth0 again", func() error {
+		if got := e.eth0Now("crp"); got != before {
+			return fmt.Errorf("eth0 now:\n%s\nbefore:\n%s", got, before)
+		}
+		return nil
+	})
+	e.ping(t, "crp", router)
+	eventually(t, 10*time.Second, "the repair plugin counts the repair", func() error { return e.repairs(sock, 1, 1) })
+	e.must(t, "rm", "-f", "crp")
+	e.must(t, "network", "rm", "nrp")
+}
+
+// sharedMount makes dir a shared mount of itself (rbind: what is mounted
+// below it stays), as dockerd's exec-root is on a systemd host (/ and
+// /run shared): the namespaces dockerd mounts there later then propagate
+// into a plugin's rslave mount of it. This machine's / is private. The
+// mount goes at cleanup, after the test's containers.
+func sharedMount(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--rbind", dir, dir}, {"--make-rshared", dir}} {
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mount %v: %v: %s", args, err, out)
+		}
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+}
+
 // startLegacy runs `underlay serve` as a host process of the engine's
 // namespace with its socket in /run/docker/plugins under name, until the
 // test ends; it returns the socket.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -180,6 +181,7 @@ func (x *Executor) repairContainer(ctx context.Context, st plan.Step, log *slog.
 		return ContainerFailed, true
 	}
 	r := ReplumbOf(*n, *ep, x.Mark)
+	r.Path = x.SandboxPath(ep.Sandbox)
 	err = x.Sandboxes.Replumb(ctx, r)
 	switch {
 	case errors.Is(err, netlinkutil.ErrSandboxGone):
@@ -208,6 +210,15 @@ func (x *Executor) repairContainer(ctx context.Context, st plan.Step, log *slog.
 		x.LAN.Announce(context.WithoutCancel(ctx), *n, done)
 	}
 	return ContainerRepaired, true
+}
+
+// SandboxPath is where this process opens the namespace a Join's
+// SandboxKey names: the key itself, or its file name in SandboxDir.
+func (x *Executor) SandboxPath(key string) string {
+	if x.SandboxDir == "" {
+		return key
+	}
+	return filepath.Join(x.SandboxDir, filepath.Base(key))
 }
 
 // ReplumbOf is the interface an endpoint's Join gave its container, to be

@@ -88,6 +88,9 @@ type Executor struct {
 	// endpoint's taken for each.
 	Sandboxes     Sandboxes
 	ContainerWait time.Duration
+	// SandboxDir, when set, is where containers' namespace files are
+	// opened, by the SandboxKey's file name (SandboxPath).
+	SandboxDir string
 	Locks         *keylock.Locker
 	// failures are the repair steps' last failures, logged once.
 	failures   links.FailureLog
