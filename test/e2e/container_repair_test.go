@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ import (
 func TestContainerRepair(t *testing.T) {
 	e := need(t)
 	const name = "underlay-e2e-repair"
-	sock := e.startLegacy(t, name)
+	sock, _ := e.startLegacy(t, name)
 	d := e.makeDHCPLAN(t)
 	const (
 		bridge  = "vrep"
@@ -115,18 +116,7 @@ func TestContainerRepair(t *testing.T) {
 	e.must(t, "network", "disconnect", "nrs", "crs")
 	e.must(t, "rm", "-f", "crd", "crs")
 	e.must(t, "network", "rm", "nrd", "nrs")
-	eventually(t, 15*time.Second, "nothing of underlay's left on "+bridge, func() error {
-		links, err := linkNames(nsName)
-		if err != nil {
-			return err
-		}
-		for _, l := range links {
-			if strings.HasPrefix(l, "ule") {
-				return fmt.Errorf("endpoint link %s left (links %v)", l, links)
-			}
-		}
-		return nil
-	})
+	noEndpointLinks(t)
 }
 
 // repairBridge makes the bridge parent of the repair tests, whose port is
@@ -158,7 +148,7 @@ func TestContainerRepairAcrossDockerdRestarts(t *testing.T) {
 	e := need(t)
 	e.ensurePlugin(t) // the restarts below expect the suite's plugin
 	const name = "underlay-e2e-repair"
-	sock := e.startLegacy(t, name)
+	sock, _ := e.startLegacy(t, name)
 	e.makeDHCPLAN(t)
 	const (
 		bridge = "vrep"
@@ -170,18 +160,8 @@ func TestContainerRepairAcrossDockerdRestarts(t *testing.T) {
 	makeBridge := repairBridge(t, bridge)
 	live := false
 	t.Cleanup(func() {
-		setLiveRestore(t, false)
 		_, _ = e.docker("rm", "-f", "crr")
-		if !live {
-			return
-		}
-		if _, err := e.docker("plugin", "disable", "-f", plugin); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		e.restartDockerd(t)
-		if _, err := e.docker("plugin", "enable", plugin); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
+		e.liveRestoreOff(t, live)
 	})
 	e.network(t, "nrr", "-d", name, "--subnet", "198.18.183.0/24", "--gateway", router, "-o", "parent="+bridge, "-o", "lan_check=false")
 	e.run(t, ctr{name: "crr", ip: "198.18.183.10"}, "nrr", "--restart", "always")
@@ -239,6 +219,13 @@ func TestContainerRepairAcrossDockerdRestarts(t *testing.T) {
 
 	e.must(t, "rm", "-f", "crr")
 	e.must(t, "network", "rm", "nrr")
+	noEndpointLinks(t)
+}
+
+// noEndpointLinks waits until no endpoint link (ule…) is left in the
+// engine's namespace.
+func noEndpointLinks(t *testing.T) {
+	t.Helper()
 	eventually(t, 15*time.Second, "nothing of underlay's left", func() error {
 		links, err := linkNames(nsName)
 		if err != nil {
@@ -264,23 +251,7 @@ func TestContainerRepairPlugin(t *testing.T) {
 		bridge = "vrep"
 		router = "198.18.184.1"
 	)
-	netnsDir := filepath.Join(execRoot, "netns")
-	sharedMount(t, netnsDir)
-	bin, err := filepath.Abs(filepath.Join(e.root, "bin", "underlay"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(e.root, "plugin", "build.sh"), bin, name)
-	cmd.Env = append(e.cliEnv(), "DOCKER="+dockerCLI, "OUT="+filepath.Join(dataDir, "plugin-repair"), "FORCE=1",
-		"CONFIG="+filepath.Join(e.root, "plugin", "config-repair.json"))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("plugin/build.sh (repair): %v\n%s", err, b)
-	}
-	t.Cleanup(func() { _, _ = e.docker("plugin", "rm", "-f", name) })
-	e.must(t, append([]string{"plugin", "set", name, "netns.source=" + netnsDir}, pluginSettings...)...)
-	e.must(t, "plugin", "enable", name)
-	id := e.must(t, "plugin", "inspect", "-f", "{{.Id}}", name)
-	sock := filepath.Join("/run/docker/plugins", id, "underlay.sock")
+	sock := e.repairPlugin(t, name)
 
 	e.makeDHCPLAN(t)
 	if err := ipCmds([]string{"-n", dhcpNS, "addr", "add", router + "/24", "dev", dhcpSrvLink}); err != nil {
@@ -314,6 +285,30 @@ func TestContainerRepairPlugin(t *testing.T) {
 	e.must(t, "network", "rm", "nrp")
 }
 
+// repairPlugin builds the repair plugin (plugin/config-repair.json) as
+// name, with the suite's settings and its netns mount on this engine's
+// exec-root, enables it until the test ends, and returns its socket.
+func (e *env) repairPlugin(t *testing.T, name string) string {
+	t.Helper()
+	netnsDir := filepath.Join(execRoot, "netns")
+	sharedMount(t, netnsDir)
+	bin, err := filepath.Abs(filepath.Join(e.root, "bin", "underlay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(e.root, "plugin", "build.sh"), bin, name)
+	cmd.Env = append(e.cliEnv(), "DOCKER="+dockerCLI, "OUT="+filepath.Join(dataDir, "plugin-repair"), "FORCE=1",
+		"CONFIG="+filepath.Join(e.root, "plugin", "config-repair.json"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("plugin/build.sh (repair): %v\n%s", err, b)
+	}
+	t.Cleanup(func() { _, _ = e.docker("plugin", "rm", "-f", name) })
+	e.must(t, append([]string{"plugin", "set", name, "netns.source=" + netnsDir}, pluginSettings...)...)
+	e.must(t, "plugin", "enable", name)
+	id := e.must(t, "plugin", "inspect", "-f", "{{.Id}}", name)
+	return filepath.Join("/run/docker/plugins", id, "underlay.sock")
+}
+
 // sharedMount makes dir a shared mount of itself (rbind: what is mounted
 // below it stays), as dockerd's exec-root is on a systemd host (/ and
 // /run shared): the namespaces dockerd mounts there later then propagate
@@ -338,10 +333,11 @@ func sharedMount(t *testing.T, dir string) {
 
 // startLegacy runs `underlay serve` as a host process of the engine's
 // namespace with its socket in /run/docker/plugins under name, until the
-// test ends; it returns the socket.
-func (e *env) startLegacy(t *testing.T, name string) string {
+// test ends (or stop); it returns the socket and stop (SIGTERM, waited
+// for; its log is shown if the test failed).
+func (e *env) startLegacy(t *testing.T, name string) (sock string, stop func()) {
 	t.Helper()
-	sock := "/run/docker/plugins/" + name + ".sock"
+	sock = "/run/docker/plugins/" + name + ".sock"
 	bin, err := filepath.Abs(filepath.Join(e.root, "bin", "underlay"))
 	if err != nil {
 		t.Fatal(err)
@@ -349,19 +345,23 @@ func (e *env) startLegacy(t *testing.T, name string) string {
 	logPath := filepath.Join(dataDir, name+".log")
 	cmd, exited := startInNetns(t, logPath, bin, "serve", "--socket", sock,
 		"--state", filepath.Join(dataDir, name, "underlay.db"), "--docker-host", "unix://"+sockPath)
-	t.Cleanup(func() {
-		stopProcess(cmd, exited, 30*time.Second)
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, itest.TailLines(readFile(logPath), 60))
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			stopProcess(cmd, exited, 30*time.Second)
+			if t.Failed() {
+				t.Logf("%s log:\n%s", name, itest.TailLines(readFile(logPath), 60))
+			}
+		})
+	}
+	t.Cleanup(stop)
 	eventually(t, 10*time.Second, "socket "+sock, func() error {
 		if _, err := os.Stat(sock); err != nil {
 			return fmt.Errorf("%v; log: %s", err, readFile(logPath))
 		}
 		return nil
 	})
-	return sock
+	return sock, stop
 }
 
 // eth0 is what a container's eth0 is (ip addr show: MAC and addresses,

@@ -134,6 +134,24 @@ func setLiveRestore(t *testing.T, on bool) {
 	}
 }
 
+// liveRestoreOff, at a test's cleanup, takes the suite's engine back to
+// running without live-restore: the next start's configuration, and when
+// the engine runs with it (live), a restart (the plugin, which would
+// outlive the stop, disabled first and enabled again on the new engine).
+func (e *env) liveRestoreOff(t *testing.T, live bool) {
+	setLiveRestore(t, false)
+	if !live {
+		return
+	}
+	if _, err := e.docker("plugin", "disable", "-f", plugin); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	e.restartDockerd(t)
+	if _, err := e.docker("plugin", "enable", plugin); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+}
+
 func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil && !isZombie(pid) }
 
 // liveRestartDockerd stops the suite's dockerd, which runs with
@@ -219,19 +237,7 @@ func TestDHCPRestart(t *testing.T) {
 	// live-restore the plugin would outlive dockerd's stop: disabled
 	// first, enabled again on the new engine.
 	live := false
-	t.Cleanup(func() {
-		setLiveRestore(t, false)
-		if !live {
-			return
-		}
-		if _, err := e.docker("plugin", "disable", "-f", plugin); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		e.restartDockerd(t)
-		if _, err := e.docker("plugin", "enable", plugin); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	t.Cleanup(func() { e.liveRestoreOff(t, live) })
 	d := e.makeDHCPLAN(t)
 	e.network(t, dhcpRestartNet, "-d", plugin, "--ipam-driver", "null", "-o", "parent="+dhcpParent, "-o", "dhcp=true")
 

@@ -115,23 +115,7 @@ func TestPluginInstallAndUpgrade(t *testing.T) {
 func TestLegacyMode(t *testing.T) {
 	e := need(t)
 	const name = "underlay-e2e-legacy"
-	sock := "/run/docker/plugins/" + name + ".sock"
-	bin, err := filepath.Abs(filepath.Join(e.root, "bin", "underlay"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dataDir, "legacy.log")
-	cmd, exited := startInNetns(t, logPath, bin, "serve", "--socket", sock,
-		"--state", filepath.Join(dataDir, "legacy", "underlay.db"), "--docker-host", "unix://"+sockPath)
-	stop := func() { stopProcess(cmd, exited, 30*time.Second) }
-	t.Cleanup(stop)
-	eventually(t, 10*time.Second, "legacy socket "+sock, func() error {
-		if _, err := os.Stat(sock); err != nil {
-			return fmt.Errorf("%v; log: %s", err, readFile(logPath))
-		}
-		return nil
-	})
-
+	sock, stop := e.startLegacy(t, name)
 	e.network(t, "nl", "-d", name, "--subnet", "198.18.9.0/24", "-o", "parent=vp9")
 	a := e.run(t, ctr{name: "cla", ip: "198.18.9.10"}, "nl")
 	b := e.run(t, ctr{name: "clb", ip: "198.18.9.11"}, "nl")
