@@ -91,7 +91,7 @@ type Executor struct {
 	// SandboxDir, when set, is where containers' namespace files are
 	// opened, by the SandboxKey's file name (SandboxPath).
 	SandboxDir string
-	Locks         *keylock.Locker
+	Locks      *keylock.Locker
 	// failures are the repair steps' last failures, logged once.
 	failures   links.FailureLog
 	containers containers
