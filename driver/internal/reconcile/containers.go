@@ -218,7 +218,11 @@ func (x *Executor) SandboxPath(key string) string {
 	if x.SandboxDir == "" {
 		return key
 	}
-	return filepath.Join(x.SandboxDir, filepath.Base(key))
+	base := filepath.Base(key)
+	if base == "." || base == ".." || base == string(filepath.Separator) {
+		base = ".invalid-sandbox-key" // no such file: the read fails as for a gone namespace
+	}
+	return filepath.Join(x.SandboxDir, base)
 }
 
 // ReplumbOf is the interface an endpoint's Join gave its container, to be
