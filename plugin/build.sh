@@ -37,9 +37,6 @@ config=${CONFIG:-$here/../config.json}
 [ -f "$config" ] || { echo "$0: CONFIG=$config is not a file" >&2; exit 1; }
 rm -rf "$out"
 mkdir -p "$out/rootfs/var/lib/underlay" "$out/rootfs/host/run"
-# The repair plugin (CONFIG=plugin/config-repair.json) mounts dockerd's
-# netns directory at /host/netns.
-if grep -q '"/host/netns"' "$config"; then mkdir -p "$out/rootfs/host/netns"; fi
 cp "$config" "$out/config.json"
 cp "$bin" "$out/rootfs/underlay"
 chmod 0755 "$out/rootfs/underlay"

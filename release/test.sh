@@ -127,7 +127,7 @@ for arch in amd64 arm64; do
 	p=$D/plugin-repair-linux-$arch
 	cmp -s "$p/config.json" plugin/config-repair.json || die "$p/config.json is not the repository's plugin/config-repair.json"
 	cmp -s "$p/rootfs/underlay" "$bin" || die "$p/rootfs/underlay is not $bin"
-	[ "$(cd "$p" && find . | LC_ALL=C sort | tr '\n' ' ')" = ". ./config.json ./rootfs ./rootfs/host ./rootfs/host/netns ./rootfs/host/run ./rootfs/underlay ./rootfs/var ./rootfs/var/lib ./rootfs/var/lib/underlay " ] ||
+	[ "$(cd "$p" && find . | LC_ALL=C sort | tr '\n' ' ')" = ". ./config.json ./rootfs ./rootfs/host ./rootfs/host/run ./rootfs/underlay ./rootfs/var ./rootfs/var/lib ./rootfs/var/lib/underlay " ] ||
 		die "$p holds more or less than config.json, rootfs/underlay and the mount points: $(cd "$p" && find .)"
 	say "ok: $arch binary (static, trimpath, no build ID, version $version), its SBOM ($n modules and the stdlib), its plugin directories"
 done

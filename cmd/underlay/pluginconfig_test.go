@@ -13,22 +13,25 @@ import (
 var updateRepairConfig = flag.Bool("update-repair-config", false, "write plugin/config-repair.json from config.json")
 
 // repairOverlay is what the repair plugin (plugin/config-repair.json)
-// adds to the managed plugin's config.json, and nothing else: the
-// container-side repair on (CONTAINER_REPAIR_WAIT settable, 5m), dockerd's
-// netns directory mounted read-only where SANDBOX_DIR says (rslave: the
-// namespaces dockerd mounts later appear in it), and CAP_SYS_ADMIN, which
+// changes in the managed plugin's config.json, and nothing else: the
+// container-side repair on (CONTAINER_REPAIR_WAIT settable, 5m), the host's
+// /run mounted with the mounts below it (rbind, still read-only; rslave:
+// the namespaces dockerd mounts and unmounts later follow), where
+// SANDBOX_DIR finds dockerd's <exec-root>/netns, and CAP_SYS_ADMIN, which
 // entering a container's namespace needs.
 func repairOverlay(t *testing.T, cfg map[string]any) map[string]any {
 	t.Helper()
 	cfg["description"] = cfg["description"].(string) + "; this variant also makes running containers' interfaces again after their parent link was deleted and re-created (CAP_SYS_ADMIN)"
 	linux := cfg["linux"].(map[string]any)
 	linux["capabilities"] = append(linux["capabilities"].([]any), "CAP_SYS_ADMIN")
-	cfg["mounts"] = append(cfg["mounts"].([]any), map[string]any{
-		"name":        "netns",
-		"description": "dockerd's <exec-root>/netns, read-only with the namespaces mounted below it as they come (rbind, rslave): where the plugin opens containers' network namespaces (SANDBOX_DIR); set its source for another exec-root",
-		"source":      "/run/docker/netns", "destination": "/host/netns", "type": "bind",
-		"options": []any{"rbind", "ro", "rslave"}, "settable": []any{"source"},
-	})
+	for _, m := range cfg["mounts"].([]any) {
+		m := m.(map[string]any)
+		if m["name"] != "run" {
+			continue
+		}
+		m["description"] = "the host's /run, read-only with the mounts below it as they come and go (rbind, rslave: /run must be a shared mount, as systemd makes it): the Docker API socket (DOCKER_HOST), and containers' network namespaces in dockerd's <exec-root>/netns (SANDBOX_DIR)"
+		m["options"] = []any{"rbind", "ro", "rslave"}
+	}
 	var env []any
 	for _, e := range cfg["env"].([]any) {
 		if e.(map[string]any)["name"] != "CONTAINER_REPAIR_WAIT" {
@@ -38,7 +41,8 @@ func repairOverlay(t *testing.T, cfg map[string]any) map[string]any {
 	env = append(env,
 		map[string]any{"name": "CONTAINER_REPAIR_WAIT", "description": "how long running containers whose parent link was deleted wait for it to come back, to get their interface made again; 0 turns that off",
 			"settable": []any{"value"}, "value": "5m"},
-		map[string]any{"name": "SANDBOX_DIR", "description": "where the netns mount is inside the plugin", "value": "/host/netns"})
+		map[string]any{"name": "SANDBOX_DIR", "description": "dockerd's <exec-root>/netns as the plugin sees it through its /run mount",
+			"settable": []any{"value"}, "value": "/host/run/docker/netns"})
 	cfg["env"] = env
 	return cfg
 }
@@ -82,8 +86,8 @@ func TestRepairPluginConfig(t *testing.T) {
 		env[m["name"].(string)] = m["value"].(string)
 	}
 	c, err := parseServe(nil, func(k string) string { return env[k] }, &bytes.Buffer{})
-	if err != nil || c.ContainerRepairWait <= 0 || c.SandboxDir != "/host/netns" {
-		t.Fatalf("the repair plugin's environment gives %v, sandbox dir %q (%v): want the repair on, in /host/netns", c.ContainerRepairWait, c.SandboxDir, err)
+	if err != nil || c.ContainerRepairWait <= 0 || c.SandboxDir != "/host/run/docker/netns" {
+		t.Fatalf("the repair plugin's environment gives %v, sandbox dir %q (%v): want the repair on, in /host/run/docker/netns", c.ContainerRepairWait, c.SandboxDir, err)
 	}
 	base0 := readJSON(t, base)
 	benv := map[string]string{}

@@ -147,7 +147,7 @@ func repairBridge(t *testing.T, bridge string) func() {
 func TestContainerRepairAcrossDockerdRestarts(t *testing.T) {
 	e := need(t)
 	e.ensurePlugin(t) // the restarts below expect the suite's plugin
-	const name = "underlay-e2e-repair"
+	const name = "underlay-e2e-repair-restarts"
 	sock, _ := e.startLegacy(t, name)
 	e.makeDHCPLAN(t)
 	const (
@@ -281,8 +281,24 @@ func TestContainerRepairPlugin(t *testing.T) {
 	})
 	e.ping(t, "crp", router)
 	eventually(t, 10*time.Second, "the repair plugin counts the repair", func() error { return e.repairs(sock, 1, 1) })
+
+	// The plugin's /run mount holds the namespaces' files (rbind): after
+	// a dockerd crash and the container's end, none of them may be kept
+	// alive by it (rslave: dockerd's unmounts reach it).
+	e.crashDockerd(t)
 	e.must(t, "rm", "-f", "crp")
+	eventually(t, 30*time.Second, "no namespace holds crp's address", func() error {
+		held, err := netnsHolders("198.18.184.10")
+		if err != nil {
+			return err
+		}
+		if len(held) > 0 {
+			return fmt.Errorf("namespaces with 198.18.184.10: %v", held)
+		}
+		return nil
+	})
 	e.must(t, "network", "rm", "nrp")
+	noEndpointLinks(t)
 }
 
 // repairPlugin builds the repair plugin (plugin/config-repair.json) as
@@ -303,7 +319,9 @@ func (e *env) repairPlugin(t *testing.T, name string) string {
 		t.Fatalf("plugin/build.sh (repair): %v\n%s", err, b)
 	}
 	t.Cleanup(func() { _, _ = e.docker("plugin", "rm", "-f", name) })
-	e.must(t, append([]string{"plugin", "set", name, "netns.source=" + netnsDir}, pluginSettings...)...)
+	// Its /run mount is the host's /run: dockerd's exec-root netns as the
+	// plugin sees it.
+	e.must(t, append([]string{"plugin", "set", name, "SANDBOX_DIR=" + filepath.Join("/host", netnsDir)}, pluginSettings...)...)
 	e.must(t, "plugin", "enable", name)
 	id := e.must(t, "plugin", "inspect", "-f", "{{.Id}}", name)
 	return filepath.Join("/run/docker/plugins", id, "underlay.sock")
@@ -319,16 +337,22 @@ func sharedMount(t *testing.T, dir string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"--rbind", dir, dir}, {"--make-rshared", dir}} {
-		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
-			t.Fatalf("mount %v: %v: %s", args, err, out)
-		}
+	// Only over no namespace: one mounted now would be copied into the
+	// bind, and its container's stop would unmount the copy only.
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+		t.Fatalf("%s holds %d namespaces of running containers (%v): the shared mount wants none", dir, len(ents), err)
+	}
+	if out, err := exec.Command("mount", "--rbind", dir, dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount --rbind %s: %v: %s", dir, err, out)
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
 			t.Errorf("umount %s: %v: %s", dir, err, out)
 		}
 	})
+	if out, err := exec.Command("mount", "--make-rshared", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount --make-rshared %s: %v: %s", dir, err, out)
+	}
 }
 
 // startLegacy runs `underlay serve` as a host process of the engine's

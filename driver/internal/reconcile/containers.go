@@ -54,13 +54,18 @@ type containers struct {
 
 // warnOnce logs a container's failure at WARN unless it is the one last
 // logged for that endpoint.
-func (c *containers) warnOnce(log *slog.Logger, epID, msg string, args ...any) {
+func (c *containers) warnOnce(log *slog.Logger, epID, msg string, err error, args ...any) {
+	key := msg // the same failure: the message and the error (not why: a parent's index changes at each flap)
+	if err != nil {
+		key += ": " + err.Error()
+		args = append(args, "error", err)
+	}
 	c.mu.Lock()
-	again := c.said[epID] == msg
+	again := c.said[epID] == key
 	if c.said == nil {
 		c.said = map[string]string{}
 	}
-	c.said[epID] = msg
+	c.said[epID] = key
 	c.mu.Unlock()
 	level := slog.LevelWarn
 	if again {
@@ -175,9 +180,9 @@ func (x *Executor) repairContainer(ctx context.Context, st plan.Step, log *slog.
 	if n == nil || ep == nil || ep.Plumb == nil || ep.Sandbox != was.Sandbox || ep.Plumb.ParentIndex != was.Plumb.ParentIndex {
 		return "", true // it left, or was repaired, meanwhile: nothing to count
 	}
-	warn := func(msg string, args ...any) { x.containers.warnOnce(log, ep.ID, msg, args...) }
+	warn := func(msg string, err error, args ...any) { x.containers.warnOnce(log, ep.ID, msg, err, args...) }
 	if st.Problem != "" {
-		warn("a container's interface could not be made again: "+st.Problem, "why", st.Why, "container_interface", ep.Plumb.IfName)
+		warn("a container's interface could not be made again: "+st.Problem, nil, "why", st.Why, "container_interface", ep.Plumb.IfName)
 		return ContainerFailed, true
 	}
 	r := ReplumbOf(*n, *ep, x.Mark)
@@ -185,13 +190,13 @@ func (x *Executor) repairContainer(ctx context.Context, st plan.Step, log *slog.
 	err = x.Sandboxes.Replumb(ctx, r)
 	switch {
 	case errors.Is(err, netlinkutil.ErrSandboxGone):
-		warn("a container's interface was not made again: its namespace is no longer the container's (it stopped, or the path names another namespace); left alone", "why", st.Why, "error", err)
+		warn("a container's interface was not made again: its namespace is no longer the container's (it stopped, or the path names another namespace); left alone", err, "why", st.Why)
 		return ContainerGone, true
 	case errors.Is(err, netlinkutil.ErrIfNameTaken):
-		warn("a container's interface was not made again: the container has a link of its name; left alone (nothing there is underlay's to replace)", "why", st.Why, "error", err)
+		warn("a container's interface was not made again: the container has a link of its name; left alone (nothing there is underlay's to replace)", err, "why", st.Why)
 		return ContainerFailed, true
 	case err != nil:
-		warn("a container's interface could not be made again; tried again when its parent link changes", "why", st.Why, "error", err)
+		warn("a container's interface could not be made again; tried again when its parent link changes", err, "why", st.Why)
 		return ContainerFailed, true
 	}
 	x.containers.forget(ep.ID)
