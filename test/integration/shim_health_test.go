@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // A host link that exists but is broken is healed, through the real
@@ -90,11 +92,21 @@ func TestShimBrokenHostLinkIsHealed(t *testing.T) {
 
 	// Renamed by an operator while the daemon runs: one host link per
 	// network, under its own name.
-	if err := ns.NL.LinkSetDown(ns.MustLink(shim)); err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.NL.LinkSetName(ns.MustLink(shim), "myshim"); err != nil {
-		t.Fatalf("rename %s: %v", shim, err)
+	// The daemon sets a host link that is down up again within about
+	// 100 ms: set down and renamed until the rename wins (EBUSY: it was up
+	// again first; seen in the emulated arm64 VM, where the test can wait
+	// longer than that between its two calls).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if err := ns.NL.LinkSetDown(ns.MustLink(shim)); err != nil {
+			t.Fatal(err)
+		}
+		err := ns.NL.LinkSetName(ns.MustLink(shim), "myshim")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			t.Fatalf("rename %s: %v", shim, err)
+		}
 	}
 	waitShim(t, 5*time.Second, ns, shim, "macvlan", "vp0", mark, host, ctr, ctr2)
 	deadline := time.Now().Add(5 * time.Second)
