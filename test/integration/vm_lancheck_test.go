@@ -31,9 +31,11 @@ func TestVMLANCheckOnAVLAN(t *testing.T) {
 	bin := itest.Binary(t)
 	run := func(parent string, opts ...string) (map[string]lancheck.Item, int) {
 		t.Helper()
-		// The default budget (5 s): under the VM's emulation the binary takes
-		// about a second to start, and 3 s left too little to listen.
-		args := append([]string{"doctor", "--lan", parent, "--json"}, opts...)
+		// 10 s, twice the default budget: under the VM's emulation, beside
+		// the suite's other parallel tests, the binary takes about a second
+		// to start, and the offer's router, asked after the collectors, was
+		// once left 600 ms, too little for its three probes (run 22).
+		args := append([]string{"doctor", "--lan", parent, "--json", "--timeout", "10s"}, opts...)
 		out, errOut, code := itest.RunIn(t, ns, time.Minute, nil, bin, args...)
 		var r struct{ Checks []lancheck.Item }
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
