@@ -54,17 +54,8 @@ func TestBenchDocker(t *testing.T) {
 	for k, o := range probeOpts {
 		e.network(t, fmt.Sprintf("bench-probe%d", k), "-d", plugin, "-o", "parent="+parent, "-o", o, "--subnet", fmt.Sprintf("198.18.%d.0/24", 248+k))
 	}
-	probeTimes := map[string][]time.Duration{}
 	const probeRounds = 20
-	for i := 0; i < probeRounds+1; i++ {
-		for k := range probeOpts {
-			idx := (i + k) % 2
-			d := timed("run", "--rm", "--network", fmt.Sprintf("bench-probe%d", idx), e.image, "true")
-			if i >= 1 {
-				probeTimes[probeOpts[idx]] = append(probeTimes[probeOpts[idx]], d)
-			}
-		}
-	}
+	probeTimes := e.alternatingRuns(t, "bench-probe", probeOpts, probeRounds, 1)
 
 	// docker run --rm on the repair plugin (it reads each container's
 	// interface after the Join, in the background) and on the default
@@ -75,16 +66,7 @@ func TestBenchDocker(t *testing.T) {
 	for k, dr := range repairDrivers {
 		e.network(t, fmt.Sprintf("bench-repair%d", k), "-d", dr, "-o", "parent="+parent, "--subnet", fmt.Sprintf("198.18.%d.0/24", 246+k))
 	}
-	repairTimes := map[string][]time.Duration{}
-	for i := 0; i < probeRounds+1; i++ {
-		for k := range repairDrivers {
-			idx := (i + k) % 2
-			d := timed("run", "--rm", "--network", fmt.Sprintf("bench-repair%d", idx), e.image, "true")
-			if i >= 1 {
-				repairTimes[repairDrivers[idx]] = append(repairTimes[repairDrivers[idx]], d)
-			}
-		}
-	}
+	repairTimes := e.alternatingRuns(t, "bench-repair", repairDrivers, probeRounds, 1)
 
 	var rows []string
 	rows = append(rows, ratioRow("docker", fmt.Sprintf("network create+rm median of %d, engine %s (vs built-in)", netRounds, engineLabel), median(netTimes["underlay"]), median(netTimes["built-in macvlan"]), 1.2))
@@ -138,13 +120,20 @@ func (e *env) timed(t *testing.T, args ...string) time.Duration {
 // the drivers alternating run by run and which goes first alternating
 // round by round, after two warm-up rounds; the times by driver label.
 func (e *env) interleavedRuns(t *testing.T, prefix string, rounds int) map[string][]time.Duration {
+	return e.alternatingRuns(t, prefix, []string{benchDrivers[0].name, benchDrivers[1].name}, rounds, 2)
+}
+
+// alternatingRuns times `docker run --rm` on the networks prefix0 and
+// prefix1, alternating which goes first, for warm rounds then rounds
+// counted; the times are keyed by labels[0] and labels[1].
+func (e *env) alternatingRuns(t *testing.T, prefix string, labels []string, rounds, warm int) map[string][]time.Duration {
 	times := map[string][]time.Duration{}
-	for i := 0; i < rounds+2; i++ {
-		for k := range benchDrivers {
+	for i := 0; i < rounds+warm; i++ {
+		for k := range labels {
 			idx := (i + k) % 2
 			d := e.timed(t, "run", "--rm", "--network", fmt.Sprintf("%s%d", prefix, idx), e.image, "true")
-			if i >= 2 { // two warm-up rounds
-				times[benchDrivers[idx].name] = append(times[benchDrivers[idx].name], d)
+			if i >= warm {
+				times[labels[idx]] = append(times[labels[idx]], d)
 			}
 		}
 	}

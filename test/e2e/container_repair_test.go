@@ -68,28 +68,8 @@ func TestContainerRepair(t *testing.T) {
 		return e.repairs(sock, 0, 2)
 	})
 
-	if err := ipCmds([]string{"-n", nsName, "link", "del", bridge}); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []string{"crd", "crs"} {
-		eventually(t, 10*time.Second, c+" lost eth0 with its parent", func() error {
-			if out, err := e.exec(c, "ip", "link", "show", "eth0"); err == nil {
-				return fmt.Errorf("still there: %s", out)
-			}
-			return nil
-		})
-	}
-	start := time.Now()
-	makeBridge()
-	for _, c := range []string{"crd", "crs"} {
-		eventually(t, 15*time.Second, c+" has eth0 again as before", func() error {
-			if got := e.eth0Now(c); got != before[c] {
-				return fmt.Errorf("eth0 now:\n%s\nbefore:\n%s", got, before[c])
-			}
-			return nil
-		})
-	}
-	t.Logf("both containers had eth0 back %s after the parent was made again", time.Since(start).Round(10*time.Millisecond))
+	took := e.remakeParent(t, bridge, makeBridge, before, "")
+	t.Logf("both containers had eth0 back %s after the parent was made again", took.Round(10*time.Millisecond))
 	e.ping(t, "crd", dhcpRouter)
 	e.ping(t, "crs", router4)
 	e.ping(t, "crs", router6)
@@ -174,22 +154,7 @@ func TestContainerRepairAcrossDockerdRestarts(t *testing.T) {
 	flap := func(when string) {
 		t.Helper()
 		read(0)
-		if err := ipCmds([]string{"-n", nsName, "link", "del", bridge}); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 10*time.Second, "crr lost eth0 "+when, func() error {
-			if out, err := e.exec("crr", "ip", "link", "show", "eth0"); err == nil {
-				return fmt.Errorf("still there: %s", out)
-			}
-			return nil
-		})
-		makeBridge()
-		eventually(t, 15*time.Second, "crr has eth0 again "+when, func() error {
-			if got := e.eth0Now("crr"); got != before {
-				return fmt.Errorf("eth0 now:\n%s\nbefore:\n%s", got, before)
-			}
-			return nil
-		})
+		e.remakeParent(t, bridge, makeBridge, map[string]string{"crr": before}, " "+when)
 		e.ping(t, "crr", router)
 		read(1)
 	}
@@ -263,22 +228,7 @@ func TestContainerRepairPlugin(t *testing.T) {
 	e.waitRunning(t, 30*time.Second, "crp")
 	before := e.eth0(t, "crp")
 	eventually(t, 15*time.Second, "the repair plugin read crp's eth0", func() error { return e.repairs(sock, 0, 1) })
-	if err := ipCmds([]string{"-n", nsName, "link", "del", bridge}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "crp lost eth0", func() error {
-		if out, err := e.exec("crp", "ip", "link", "show", "eth0"); err == nil {
-			return fmt.Errorf("still there: %s", out)
-		}
-		return nil
-	})
-	makeBridge()
-	eventually(t, 15*time.Second, "crp has eth0 again", func() error {
-		if got := e.eth0Now("crp"); got != before {
-			return fmt.Errorf("eth0 now:\n%s\nbefore:\n%s", got, before)
-		}
-		return nil
-	})
+	e.remakeParent(t, bridge, makeBridge, map[string]string{"crp": before}, "")
 	e.ping(t, "crp", router)
 	eventually(t, 10*time.Second, "the repair plugin counts the repair", func() error { return e.repairs(sock, 1, 1) })
 
@@ -353,6 +303,37 @@ func sharedMount(t *testing.T, dir string) {
 	if out, err := exec.Command("mount", "--make-rshared", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount --make-rshared %s: %v: %s", dir, err, out)
 	}
+}
+
+// remakeParent deletes the parent bridge, waits until each container of
+// before has lost its eth0 with it, makes the bridge again (remake) and
+// waits until each has its eth0 again as before (eth0Now); it returns the
+// time from the bridge's return to the last eth0's. when ends the waits'
+// names.
+func (e *env) remakeParent(t *testing.T, bridge string, remake func(), before map[string]string, when string) time.Duration {
+	t.Helper()
+	if err := ipCmds([]string{"-n", nsName, "link", "del", bridge}); err != nil {
+		t.Fatal(err)
+	}
+	for c := range before {
+		eventually(t, 10*time.Second, c+" lost eth0 with its parent"+when, func() error {
+			if out, err := e.exec(c, "ip", "link", "show", "eth0"); err == nil {
+				return fmt.Errorf("still there: %s", out)
+			}
+			return nil
+		})
+	}
+	start := time.Now()
+	remake()
+	for c, want := range before {
+		eventually(t, 15*time.Second, c+" has eth0 again as before"+when, func() error {
+			if got := e.eth0Now(c); got != want {
+				return fmt.Errorf("eth0 now:\n%s\nbefore:\n%s", got, want)
+			}
+			return nil
+		})
+	}
+	return time.Since(start)
 }
 
 // startLegacy runs `underlay serve` as a host process of the engine's
