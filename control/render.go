@@ -17,7 +17,7 @@ import (
 )
 
 // Listing is `underlay ls --json`: one object, fields as documented in
-// README.md (Operating underlay).
+// docs/operating.md (Operating underlay).
 type Listing struct {
 	// Version is the daemon's version.
 	Version string `json:"version"`

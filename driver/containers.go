@@ -123,7 +123,7 @@ func (d *Driver) readInterface(n record.Network, ep record.Endpoint, sandbox str
 func readHint(err error) string {
 	switch {
 	case errors.Is(err, netlinkutil.ErrSandboxGone):
-		return "the container stopped at once, or its namespace's file is not visible to this daemon: in the repair plugin, /run must be a shared mount (as systemd makes it) and SANDBOX_DIR dockerd's <exec-root>/netns as the plugin sees it; see the README's Containers' interfaces"
+		return "the container stopped at once, or its namespace's file is not visible to this daemon: in the repair plugin, /run must be a shared mount (as systemd makes it) and SANDBOX_DIR dockerd's <exec-root>/netns as the plugin sees it; see docs/networks.md, Containers' interfaces"
 	case err == nil:
 		return "the interface did not come up in the container in time"
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// The LAN preflight at CreateNetwork (README, Troubleshooting the LAN).
+// The LAN preflight at CreateNetwork (docs/troubleshooting.md, Troubleshooting the LAN).
 // What is certain and cheap is refused at once (refuseOnLAN: macvlan on a
 // wireless parent); the rest (lancheck.Run: new MACs, DHCP, router
 // advertisements, the gateway...) runs in the background after the create

@@ -18,7 +18,7 @@ import (
 )
 
 // CreateNetwork creates a network or, when its ID comes back, reuses or
-// replaces it; see the rules in README.md. Its phases (create.go): parse
+// replaces it; see the rules in docs/networks.md. Its phases (create.go): parse
 // the request, lock the network, reuse the recorded copy if nothing
 // changed, resolve the requested parent to the kernel link it really is,
 // refuse what the LAN preflight is certain of (macvlan on a wireless

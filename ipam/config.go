@@ -79,16 +79,16 @@ func ParseBases(s string) ([]Base, error) {
 // PoolOption is one row of the IPAM option table: an --ipam-opt
 // NAME=VALUE of docker network create --ipam-driver underlay. The table
 // drives the validation of RequestPool (parsePoolRequest), the list of
-// valid names a refusal gives, and the README's table of IPAM options
-// (TestREADMEIPAMOptions).
+// valid names a refusal gives, and the table of IPAM options of docs/ipam.md
+// (TestDocsIPAMOptions).
 type PoolOption struct {
 	// Name is the option's name.
 	Name string
-	// Values are the valid values, as the README words them.
+	// Values are the valid values, as the docs word them.
 	Values string
-	// Default is what an absent option means, as the README words it.
+	// Default is what an absent option means, as the docs word it.
 	Default string
-	// Doc is the option's one-line doc, the README's Meaning.
+	// Doc is the option's one-line doc, the docs' Meaning.
 	Doc string
 	// parse validates the value and sets it in p; given says the option
 	// was given (even empty). Rows are parsed in table order, after the
@@ -105,7 +105,7 @@ type poolParsing struct {
 	dhcpAsked, dhcp4Asked bool
 }
 
-// PoolOptions is the IPAM option table, in the README's order.
+// PoolOptions is the IPAM option table, in the docs' order.
 var PoolOptions = append([]PoolOption{
 	{
 		Name: OptParent, Values: "one interface name or altname of the host (no list, no `auto`)",
@@ -119,7 +119,7 @@ var PoolOptions = append([]PoolOption{
 		Name:    probeopt.Name,
 		Values:  fmt.Sprintf("a duration from `0` (off) to `%s`", probeopt.Max),
 		Default: fmt.Sprintf("`%s`", defaultProbe),
-		Doc:     "Budget of the probe of each address of a LAN pool before it is handed out: see [On the LAN](#on-the-lan).",
+		Doc:     "Budget of the probe of each address of a LAN pool before it is handed out: see [On the LAN](lan.md#on-the-lan).",
 		parse: func(p *poolParsing, v string, given bool) error {
 			if !given {
 				return nil
@@ -199,7 +199,7 @@ func PoolOptionNames() []string {
 	return out
 }
 
-// PoolOptionsMarkdown is the README's table of IPAM options.
+// PoolOptionsMarkdown is the table of IPAM options of docs/ipam.md.
 func PoolOptionsMarkdown() string {
 	rows := make([]mdtable.Option, len(PoolOptions))
 	for i, opt := range PoolOptions {

@@ -72,12 +72,12 @@ func dhcpOptions() []PoolOption {
 	return []PoolOption{
 		{
 			Name: OptDHCP, Values: "`true` or `false`", Default: "`false`",
-			Doc:   "The pool's IPv4 addresses come from the LAN's DHCP server on `parent`, each leased with the MAC of the container's name: see [Identity by name](#identity-by-name).",
+			Doc:   "The pool's IPv4 addresses come from the LAN's DHCP server on `parent`, each leased with the MAC of the container's name: see [Identity by name](lan.md#identity-by-name).",
 			parse: func(p *poolParsing, v string, given bool) error { return parseDHCPOption(p, OptDHCP, false, v, given) },
 		},
 		{
 			Name: OptDHCPv6, Values: "`true` or `false`", Default: "`false`",
-			Doc:   "The pool's IPv6 addresses come from the LAN's DHCPv6 server on `parent`, each leased with the MAC of the container's name: see [Identity by name](#identity-by-name).",
+			Doc:   "The pool's IPv6 addresses come from the LAN's DHCPv6 server on `parent`, each leased with the MAC of the container's name: see [Identity by name](lan.md#identity-by-name).",
 			parse: func(p *poolParsing, v string, given bool) error { return parseDHCPOption(p, OptDHCPv6, true, v, given) },
 		},
 		{

@@ -9,13 +9,13 @@ import (
 	"github.com/underlay-net/underlay/internal/probeopt"
 )
 
-var update = flag.Bool("update", false, "write the README's IPAM option table from the option table")
+var update = flag.Bool("update", false, "write the IPAM option table of docs/ipam.md from the option table")
 
-// The README's table of IPAM options is the option table's: a name,
+// The IPAM options table of docs/ipam.md is the option table's: a name,
 // values, default or doc that differs fails here (go test -update
 // writes it).
-func TestREADMEIPAMOptions(t *testing.T) {
-	if err := mdtable.Check("../README.md", "**IPAM options (`--ipam-opt`)**", PoolOptionsMarkdown(), *update); err != nil {
+func TestDocsIPAMOptions(t *testing.T) {
+	if err := mdtable.Check("../docs/ipam.md", "**IPAM options (`--ipam-opt`)**", PoolOptionsMarkdown(), *update); err != nil {
 		t.Fatal(err)
 	}
 }

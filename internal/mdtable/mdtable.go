@@ -1,5 +1,5 @@
 // Package mdtable finds the Markdown table under a heading of a document
-// and checks it against a table the code makes, so that the README's
+// and checks it against a table the code makes, so that the docs'
 // option tables cannot drift from the option tables they document. A
 // leaf, used by tests.
 package mdtable
@@ -83,7 +83,7 @@ func Check(path, heading, want string, update bool) error {
 // default and what it means.
 type Option struct{ Name, Values, Default, Doc string }
 
-// Options renders an option table as the README shows it.
+// Options renders an option table as the docs show it.
 func Options(rows []Option) string {
 	var b strings.Builder
 	b.WriteString("| Option | Values | Default | Meaning |\n|---|---|---|---|\n")

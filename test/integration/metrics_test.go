@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/underlay-net/underlay/docs"
 	"github.com/underlay-net/underlay/internal/itest"
 	"golang.org/x/sys/unix"
 )
@@ -76,6 +78,24 @@ func TestMetrics(t *testing.T) {
 	}
 	if !strings.Contains(string(body), "\nunderlay_build_info{version=") || !strings.Contains(string(body), "\nunderlay_store_commit_seconds_count ") {
 		t.Errorf("no build info or commit histogram in:\n%s", body)
+	}
+	// The metrics reference of docs/operating.md is what the daemon
+	// exposes, every family of it.
+	documented, err := docs.MetricsReference()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exposed []string
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if f, ok := strings.CutPrefix(line, "# TYPE underlay_"); ok {
+			name, _, _ := strings.Cut(f, " ")
+			exposed = append(exposed, "underlay_"+name)
+		}
+	}
+	slices.Sort(exposed)
+	slices.Sort(documented)
+	if !slices.Equal(exposed, documented) {
+		t.Errorf("the daemon exposes the metrics %q; docs/operating.md documents %q", exposed, documented)
 	}
 
 	// The same text over TCP (no request in between: the counters agree).

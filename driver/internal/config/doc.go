@@ -2,7 +2,7 @@
 // and says what is wrong with one: the one driver option table
 // (DriverOptions, optiontable.go: name, values, default, one-line doc,
 // parser), which drives ParseOptions, the refusal's list of valid names
-// and the README's option table; ParseNetwork (options.go) into a
+// and the option table of docs/networks.md; ParseNetwork (options.go) into a
 // record.Network with its typed record.NetworkConfig, filled once at
 // CreateNetwork; the parent option's syntax (ParseParent, parent.go), the
 // host address (hostaddress.go), the DHCP and IPv6 checks of a create

@@ -16,19 +16,19 @@ import (
 // docker network create -d underlay -o NAME=VALUE. The table drives the
 // validation (ParseOptions), the list of valid names a refusal gives, the
 // typed configuration of a network's record (record.NetworkConfig) and
-// the README's table of driver options (TestREADMEDriverOptions).
+// the table of driver options in docs/networks.md (TestDocsDriverOptions).
 type DriverOption struct {
 	// Name is the option's name.
 	Name string
-	// Values are the valid values, as the README words them.
+	// Values are the valid values, as the docs word them.
 	Values string
 	// Valid lists the valid values where there is a list, the default
 	// first; nil otherwise.
 	Valid []string
 	// Default is what an absent option (or one with an empty value)
-	// means, as the README words it.
+	// means, as the docs word it.
 	Default string
-	// Doc is the option's one-line doc, the README's Meaning.
+	// Doc is the option's one-line doc, the docs' Meaning.
 	Doc string
 	// NeedsValue is set where an empty value would switch a feature off
 	// unseen: such an option is refused without a value, and NeedsValue
@@ -60,12 +60,12 @@ const (
 	defaultAnnounceMs    = 1000
 )
 
-// code formats values as the README does: each in backquotes.
+// code formats values as the docs do: each in backquotes.
 func code(values ...string) string {
 	return "`" + strings.Join(values, "`, `") + "`"
 }
 
-// DriverOptions is the driver option table, in the README's order.
+// DriverOptions is the driver option table, in the docs' order.
 var DriverOptions = []DriverOption{
 	{
 		Name:    OptParent,
@@ -144,12 +144,12 @@ var DriverOptions = []DriverOption{
 	{
 		// Checked by ParseNetwork against the pools (shim.go).
 		Name: OptHostAddress, Values: "an IPv4 address of the subnet, reserved with `--aux-address`", Default: "none",
-		Doc:   "The host's own address on the network: see [Reaching containers from the host](#reaching-containers-from-the-host).",
+		Doc:   "The host's own address on the network: see [Reaching containers from the host](host-access.md#reaching-containers-from-the-host).",
 		parse: func(*parsing, string) error { return nil },
 	},
 	{
 		Name: OptDHCP, Values: code("true", "false"), Default: code("false"), NeedsValue: "true (or false)", config: true,
-		Doc: "Addresses from the LAN's DHCP server (with `--ipam-driver null`): see [DHCP](#addresses-from-the-lans-dhcp-server).",
+		Doc: "Addresses from the LAN's DHCP server (with `--ipam-driver null`): see [DHCP](dhcp.md#addresses-from-the-lans-dhcp-server).",
 		parse: func(p *parsing, v string) error {
 			if v == "" {
 				return nil
@@ -186,7 +186,7 @@ var DriverOptions = []DriverOption{
 		Name:    probeopt.Name,
 		Values:  fmt.Sprintf("a duration from `0` (off) to %s", code(probeopt.Max.String())),
 		Default: code(probeopt.Default.String()) + " with `dhcp=true` or `ipv6_mode=dhcpv6`, or when the network's subnet is a LAN the host is on (a connected route of the parent holds it); otherwise off",
-		Doc:     "Probe each endpoint's addresses on the parent before the container starts. See [DHCP](#addresses-from-the-lans-dhcp-server).",
+		Doc:     "Probe each endpoint's addresses on the parent before the container starts. See [DHCP](dhcp.md#addresses-from-the-lans-dhcp-server).",
 		config:  true,
 		parse: func(p *parsing, v string) error {
 			if !p.has(probeopt.Name) {
@@ -202,7 +202,7 @@ var DriverOptions = []DriverOption{
 	},
 	{
 		Name: OptIPv6Mode, Values: code(IPv6Modes...), Valid: IPv6Modes, Default: code(IPv6Modes[0]), config: true,
-		Doc: "Where containers' IPv6 addresses come from: Docker's IPAM (`static`, as before), the LAN's router advertisements (`slaac`) or the LAN's DHCPv6 server (`dhcpv6`). See [IPv6 from the LAN](#ipv6-from-the-lan).",
+		Doc: "Where containers' IPv6 addresses come from: Docker's IPAM (`static`, as before), the LAN's router advertisements (`slaac`) or the LAN's DHCPv6 server (`dhcpv6`). See [IPv6 from the LAN](ipv6.md#ipv6-from-the-lan).",
 		parse: func(p *parsing, v string) error {
 			m := ValueOr(v, IPv6Static)
 			if !oneOf(m, IPv6Modes) {
@@ -214,7 +214,7 @@ var DriverOptions = []DriverOption{
 	},
 	{
 		Name: OptMacAddressPolicy, Values: code(macPolicies...), Valid: macPolicies, Default: code(macPolicies[0]), config: true,
-		Doc: "The MAC of a macvlan endpoint Docker gives none (no `--mac-address`): `stable` derives it from the parent and the endpoint's address, `random` draws a new one each time. Refused with `type=ipvlan`. See [On the LAN](#on-the-lan).",
+		Doc: "The MAC of a macvlan endpoint Docker gives none (no `--mac-address`): `stable` derives it from the parent and the endpoint's address, `random` draws a new one each time. Refused with `type=ipvlan`. See [On the LAN](lan.md#on-the-lan).",
 		parse: func(p *parsing, v string) error {
 			if !p.has(OptMacAddressPolicy) {
 				return nil
@@ -231,7 +231,7 @@ var DriverOptions = []DriverOption{
 	},
 	{
 		Name: OptAdvertiseNMsgs, Values: fmt.Sprintf("`0` to `%d`", maxAnnounceCount), Default: code(strconv.Itoa(defaultAnnounceCount)), config: true,
-		Doc: "How many announcements of each address after a container joins; `0`: none. Docker's own option name and range: see [On the LAN](#on-the-lan).",
+		Doc: "How many announcements of each address after a container joins; `0`: none. Docker's own option name and range: see [On the LAN](lan.md#on-the-lan).",
 		parse: func(p *parsing, v string) error {
 			if !p.has(OptAdvertiseNMsgs) {
 				return nil
@@ -261,7 +261,7 @@ var DriverOptions = []DriverOption{
 	},
 	{
 		Name: OptAllowWireless, Values: code("true", "false"), Default: code("false"), NeedsValue: "true (or false)", config: true,
-		Doc: "Create a macvlan network on a wireless (802.11) parent, which is refused otherwise: see [Troubleshooting](#troubleshooting-the-lan).",
+		Doc: "Create a macvlan network on a wireless (802.11) parent, which is refused otherwise: see [Troubleshooting](troubleshooting.md#troubleshooting-the-lan).",
 		parse: func(p *parsing, v string) error {
 			return boolOption(OptAllowWireless, v, &p.o.Config.AllowWireless)
 		},
@@ -382,7 +382,7 @@ func ConfigFromOptions(given map[string]string, typ string) (record.NetworkConfi
 	return p.o.Config, first
 }
 
-// DriverOptionsMarkdown is the README's table of driver options.
+// DriverOptionsMarkdown is the table of driver options of docs/networks.md.
 func DriverOptionsMarkdown() string {
 	rows := make([]mdtable.Option, len(DriverOptions))
 	for i, opt := range DriverOptions {

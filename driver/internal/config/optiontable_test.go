@@ -13,13 +13,13 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-var update = flag.Bool("update", false, "write the README's option table from the option table")
+var update = flag.Bool("update", false, "write the option table of docs/networks.md from the option table")
 
-// The README's table of driver options is the option table's: a name,
+// The driver options table of docs/networks.md is the option table's: a name,
 // values, default or doc that differs fails here (go test -update
 // writes it).
-func TestREADMEDriverOptions(t *testing.T) {
-	if err := mdtable.Check("../../../README.md", "### Driver options", DriverOptionsMarkdown(), *update); err != nil {
+func TestDocsDriverOptions(t *testing.T) {
+	if err := mdtable.Check("../../../docs/networks.md", "### Driver options", DriverOptionsMarkdown(), *update); err != nil {
 		t.Fatal(err)
 	}
 }
