@@ -40,6 +40,7 @@ DIST         ?= dist
 REGISTRY     ?=
 NFPM_VERSION := v2.45.2
 NFPM         := bin/tools/nfpm-$(NFPM_VERSION)
+PROMTOOL     := bin/tools/promtool
 
 # The current Docker engine (dockerd and runc; MOBY_VERSION and RUNC_VERSION
 # are pinned in engines/current.env), built once per version into a cache
@@ -111,10 +112,23 @@ test-deps:
 # namespaces with veth parents), all under the race detector. -parallel 4:
 # the integration tests that run in parallel mostly wait (the default is
 # GOMAXPROCS, 2 here; the VM's one CPU would make it 1).
-test-go:
+# PROMTOOL: test/integration/observability_test.go checks the alert rules
+# and the dashboard's queries with it (in CI a missing one fails the test).
+test-go: $(PROMTOOL)
 	$(GO) vet ./...
 	$(GO) vet -tags vm,e2e,crashpoints,vmdocker,bench ./...
-	CGO_ENABLED=1 $(GO) test -race -count=1 -parallel 4 -timeout 30m ./...
+	CGO_ENABLED=1 PROMTOOL=$(CURDIR)/$(PROMTOOL) $(GO) test -race -count=1 -parallel 4 -timeout 30m ./...
+
+# promtool, Debian 12's (prometheus 2.42.0+ds): the .deb is unpacked, never
+# installed (installing it would start a Prometheus service); its promtool
+# needs only libc. About 2 s.
+$(PROMTOOL):
+	@mkdir -p $(@D)
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		(cd "$$tmp" && { apt-get download -q prometheus || { apt-get update -q && apt-get download -q prometheus; }; }) && \
+		dpkg -x "$$tmp"/prometheus_*.deb "$$tmp/x" && \
+		install -m 0755 "$$tmp/x/usr/bin/promtool" $@.tmp && mv $@.tmp $@
+	$@ --version
 
 # ipvlan, 802.1Q and dummy parents in a QEMU VM with Debian's cloud kernel
 # (and the host's dnsmasq, the IPv6 LAN tests' router and DHCPv6 server).

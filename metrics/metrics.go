@@ -113,6 +113,19 @@ func New(o Options) *Metrics {
 	// first event.
 	m.rolledBack.WithLabelValues("network")
 	m.rolledBack.WithLabelValues("ipam")
+	// So do the ops and results docs/operating.md documents of the
+	// reconcile (the restore plan's steps), the live repairs (the repair
+	// planner's) and the containers' repairs: an alert on their increase
+	// sees the first one, and a dashboard has series before it.
+	for _, op := range []string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes", "heal", "follow"} {
+		m.reconcile.WithLabelValues(op)
+	}
+	for _, op := range []string{"recreate", "shim", "heal", "follow"} {
+		m.repair.WithLabelValues(op)
+	}
+	for _, result := range []string{"repaired", "failed", "gone", "abandoned"} {
+		m.containers.WithLabelValues(result)
+	}
 	if o.Runtime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -59,10 +59,22 @@ underlay_conflicts_refused_total 1
 underlay_ipam_probe_conflicts_total 2
 # HELP underlay_reconcile_actions_total Steps of the start-up reconcile plan carried out, by op.
 # TYPE underlay_reconcile_actions_total counter
+underlay_reconcile_actions_total{op="delete-stray"} 0
+underlay_reconcile_actions_total{op="follow"} 0
+underlay_reconcile_actions_total{op="forget"} 0
+underlay_reconcile_actions_total{op="heal"} 0
+underlay_reconcile_actions_total{op="keep"} 0
 underlay_reconcile_actions_total{op="recreate"} 2
+underlay_reconcile_actions_total{op="release"} 0
+underlay_reconcile_actions_total{op="repoint"} 0
 underlay_reconcile_actions_total{op="rollback"} 1
+underlay_reconcile_actions_total{op="routes"} 0
+underlay_reconcile_actions_total{op="shim"} 0
 # HELP underlay_repair_actions_total Steps of live-repair passes carried out, by op.
 # TYPE underlay_repair_actions_total counter
+underlay_repair_actions_total{op="follow"} 0
+underlay_repair_actions_total{op="heal"} 0
+underlay_repair_actions_total{op="recreate"} 0
 underlay_repair_actions_total{op="shim"} 1
 # HELP underlay_requests_total Plugin API requests answered, by route (NetworkDriver.* and IpamDriver.*) and outcome (ok, invalid, conflict, error).
 # TYPE underlay_requests_total counter
@@ -96,6 +108,57 @@ underlay_stale_holders_removed_total 2
 	} {
 		if code != 200 || !strings.Contains(text, line+"\n") {
 			t.Errorf("scrape (%d) lacks %q:\n%s", code, line, text)
+		}
+	}
+}
+
+// TestCountersStartAtZero: before any event, the counters' documented
+// label values have series at 0 (an alert on their increase needs no first
+// event to see the first one), and an undocumented op still gets its
+// series when counted.
+func TestCountersStartAtZero(t *testing.T) {
+	m := New(Options{Version: "v1"})
+	want := `
+# HELP underlay_container_repairs_total Containers' interfaces after their parent link was deleted, by result: repaired (made again in the container), failed (not on the parent as it came back), gone (the container's namespace was gone: left alone), abandoned (the parent did not come back in time).
+# TYPE underlay_container_repairs_total counter
+underlay_container_repairs_total{result="abandoned"} 0
+underlay_container_repairs_total{result="failed"} 0
+underlay_container_repairs_total{result="gone"} 0
+underlay_container_repairs_total{result="repaired"} 0
+# HELP underlay_reconcile_actions_total Steps of the start-up reconcile plan carried out, by op.
+# TYPE underlay_reconcile_actions_total counter
+underlay_reconcile_actions_total{op="delete-stray"} 0
+underlay_reconcile_actions_total{op="follow"} 0
+underlay_reconcile_actions_total{op="forget"} 0
+underlay_reconcile_actions_total{op="heal"} 0
+underlay_reconcile_actions_total{op="keep"} 0
+underlay_reconcile_actions_total{op="recreate"} 0
+underlay_reconcile_actions_total{op="release"} 0
+underlay_reconcile_actions_total{op="repoint"} 0
+underlay_reconcile_actions_total{op="rollback"} 0
+underlay_reconcile_actions_total{op="routes"} 0
+underlay_reconcile_actions_total{op="shim"} 0
+# HELP underlay_repair_actions_total Steps of live-repair passes carried out, by op.
+# TYPE underlay_repair_actions_total counter
+underlay_repair_actions_total{op="follow"} 0
+underlay_repair_actions_total{op="heal"} 0
+underlay_repair_actions_total{op="recreate"} 0
+underlay_repair_actions_total{op="shim"} 0
+# HELP underlay_reservations_rolled_back_total Reservations rolled back: kind=network for half-created networks (at start or past their deadline), kind=ipam for automatic pools Docker never confirmed.
+# TYPE underlay_reservations_rolled_back_total counter
+underlay_reservations_rolled_back_total{kind="ipam"} 0
+underlay_reservations_rolled_back_total{kind="network"} 0
+`
+	names := []string{"underlay_container_repairs_total", "underlay_reconcile_actions_total", "underlay_repair_actions_total", "underlay_reservations_rolled_back_total"}
+	if err := testutil.GatherAndCompare(m.Gatherer(), strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	m.RepairAction("heal")
+	m.ContainerRepair("failed")
+	_, text := scrape(t, m.Handler())
+	for _, line := range []string{`underlay_repair_actions_total{op="heal"} 1`, `underlay_container_repairs_total{result="failed"} 1`, `underlay_repair_actions_total{op="shim"} 0`} {
+		if !strings.Contains(text, "\n"+line+"\n") {
+			t.Errorf("scrape lacks %q:\n%s", line, text)
 		}
 	}
 }
