@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// chartPath is where `make bench` writes the chart the README shows
+// chartPath is where `make bench` writes the chart docs/benchmarks.md shows
 // (BENCH_CHART overrides it).
 const chartPath = "../../docs/bench-endpoint-cycle.svg"
 

@@ -34,7 +34,7 @@ func benchDriver(t *testing.T, tb *table) {
 	profile := os.Getenv("BENCH_PROFILE")
 	if profile != "" {
 		// CPU, block and mutex profiles of the daemon, written when it
-		// stops (README, Benchmarks).
+		// stops (docs/benchmarks.md).
 		args = append(args, "--profile", profile)
 	}
 	d := itest.StartDaemon(t, ns, itest.DaemonOptions{Args: args})

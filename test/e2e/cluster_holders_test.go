@@ -12,7 +12,7 @@ import (
 // Addresses as the machine has them, not only as the running tasks do: a
 // network namespace of an earlier sandbox kept alive (by a mount of its
 // namespace file somewhere) keeps its interface on the LAN with its
-// address. The one such case the checks accept is the README's known
+// address. The one such case the checks accept is the documented known
 // defect: after a dockerd crash, namespaces held only by that node's
 // plugin (its private copy of /run from the moment it restarted), which
 // the test reports.

@@ -114,7 +114,7 @@ func (g engineInfo) apiAtLeast(major, minor int) bool {
 	return g.api[0] > major || g.api[0] == major && g.api[1] >= minor
 }
 
-// The documented differences between the engines (README, "Engines"):
+// The documented differences between the engines (docs/development.md, "Engines"):
 // facts of the engines, seen at the plugin protocol (FIELD-NOTES, "Current
 // engines"). 20.10 is API 1.41, 28.5.2 API 1.51, the current engine
 // (moby v2.0.0-beta.24) API 1.56.

@@ -72,7 +72,7 @@ func (n *node) suite() bool      { return n.ns == nsName }
 // (run.source) instead of the machine's /run, as on a machine of its own
 // where /run holds one engine's exec root: a plugin keeps a private copy
 // of the namespace mounts under its /run mount as they were when it
-// started (README, "Known limitations"), and with the machine's /run a
+// started (docs/install.md, As a managed plugin: run.source), and with the machine's /run a
 // plugin restarted on one node would keep the other nodes' container
 // namespaces (with their interfaces on the LAN) alive, which no real
 // deployment has. Node 1's plugin keeps the suite's /run: it starts before
