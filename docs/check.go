@@ -159,16 +159,23 @@ type Refusal struct {
 // and a lease the LAN's server did not give (the start of a container on
 // a DHCP network fails with it). Renewals' errors are logged, not answered.
 var refusalSentinels = map[string][]string{
-	"pluginapi": {"ErrInvalid", "ErrConflict"},
+	"pluginapi": {"ErrInvalid", "ErrConflict", "ErrNotFound"},
 	"dhcp":      {"ErrNoAnswer", "ErrNAK", "ErrUnusable", "ErrNotOffered"},
 	"dhcp6":     {"ErrNoAnswer", "ErrNoAddrsAvail", "ErrUnusable"},
 }
 
+// refusalConstructors are the functions whose calls make a refusal from a
+// format: pluginapi.Invalidf, the packages' own invalidf and conflictf,
+// and doctor's repairs' refusef.
+var refusalConstructors = []string{"Invalidf", "invalidf", "conflictf", "refusef"}
+
 // Refusals walks the Go code of the module under root (not its tests, not
 // test/) for the refusals it can answer: the format of every call of the
-// refusal constructors (pluginapi.Invalidf and the packages' invalidf and
-// conflictf) and of every fmt.Errorf that wraps a refusal sentinel
-// (refusalSentinels). A format must be a string literal.
+// refusal constructors (refusalConstructors), of every fmt.Errorf that
+// wraps a refusal sentinel (refusalSentinels), and of every fmt.Errorf in
+// a function whose name says it refuses (Refuse..., lancheck.Refuse: the
+// driver answers its error). A format is a string literal, or literals
+// joined with +.
 func Refusals(root string) ([]Refusal, error) {
 	var out []Refusal
 	fset := token.NewFileSet()
@@ -184,24 +191,19 @@ func Refusals(root string) ([]Refusal, error) {
 			if !ok || len(call.Args) == 0 {
 				return true
 			}
-			if !isRefusal(call, f.Name.Name, local) {
+			if !isRefusal(call, f.Name.Name, local) && !(isErrorf(call) && inRefuser(f, call)) {
 				return true
 			}
 			where := fset.Position(call.Pos()).String()
 			if rel, err := filepath.Rel(root, where); err == nil {
 				where = rel
 			}
-			lit, ok := call.Args[0].(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
+			format, ok := literal(call.Args[0])
+			if !ok {
 				if isConstructor(f, call) {
 					return true // the constructor's own body passes its format on
 				}
 				bad = errors.Join(bad, fmt.Errorf("%s: a refusal's format is not a string literal: write it as one, so the troubleshooting check can read it", where))
-				return true
-			}
-			format, err := strconv.Unquote(lit.Value)
-			if err != nil {
-				bad = errors.Join(bad, fmt.Errorf("%s: %w", where, err))
 				return true
 			}
 			out = append(out, Refusal{Format: format, Where: where})
@@ -225,7 +227,7 @@ func isRefusal(call *ast.CallExpr, pkg, dir string) bool {
 		}
 	}
 	switch {
-	case name == "Invalidf" || name == "invalidf" || name == "conflictf":
+	case slices.Contains(refusalConstructors, name):
 		return true
 	case name == "Errorf" && qual == "fmt":
 		for _, a := range call.Args[1:] {
@@ -247,19 +249,59 @@ func isRefusal(call *ast.CallExpr, pkg, dir string) bool {
 }
 
 // isConstructor says whether call is inside the body of a refusal
-// constructor (a function named Invalidf, invalidf or conflictf).
+// constructor.
 func isConstructor(f *ast.File, call *ast.CallExpr) bool {
+	return slices.Contains(refusalConstructors, enclosing(f, call))
+}
+
+// inRefuser says whether call is inside a function whose name says it
+// refuses (Refuse, refuseX).
+func inRefuser(f *ast.File, call *ast.CallExpr) bool {
+	name := enclosing(f, call)
+	return strings.HasPrefix(name, "Refuse") || strings.HasPrefix(name, "refuse") && !slices.Contains(refusalConstructors, name)
+}
+
+// enclosing is the name of the function declaration call is in.
+func enclosing(f *ast.File, call *ast.CallExpr) string {
 	for _, d := range f.Decls {
-		fn, ok := d.(*ast.FuncDecl)
-		if !ok || fn.Body == nil || call.Pos() < fn.Body.Pos() || call.End() > fn.Body.End() {
-			continue
-		}
-		switch fn.Name.Name {
-		case "Invalidf", "invalidf", "conflictf":
-			return true
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Body != nil && call.Pos() >= fn.Body.Pos() && call.End() <= fn.Body.End() {
+			return fn.Name.Name
 		}
 	}
-	return false
+	return ""
+}
+
+// isErrorf says whether call is fmt.Errorf.
+func isErrorf(call *ast.CallExpr) bool {
+	sel, ok := call.Fun.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != "Errorf" {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == "fmt"
+}
+
+// literal is the string e spells: a string literal, or literals joined
+// with +.
+func literal(e ast.Expr) (string, bool) {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		if e.Kind != token.STRING {
+			return "", false
+		}
+		s, err := strconv.Unquote(e.Value)
+		return s, err == nil
+	case *ast.BinaryExpr:
+		if e.Op != token.ADD {
+			return "", false
+		}
+		x, okx := literal(e.X)
+		y, oky := literal(e.Y)
+		return x + y, okx && oky
+	case *ast.ParenExpr:
+		return literal(e.X)
+	}
+	return "", false
 }
 
 var verbRE = regexp.MustCompile(`%[-+# 0-9.*\[\]]*[a-zA-Z%]`)
@@ -354,16 +396,28 @@ func LogMessages(root string) ([]string, error) {
 	return msgs, nil
 }
 
-// Source is the text of the module's Go code under root, tests and test/
-// left out.
-func Source(root string) (string, error) {
-	var b strings.Builder
+// Literals are the string literals of the module's Go code under root
+// (tests and test/ left out), each whole as the code spells it: the texts
+// its messages are made of. Comments are not among them.
+func Literals(root string) ([]string, error) {
+	var out []string
+	fset := token.NewFileSet()
 	err := walkCode(root, func(path string) error {
-		src, err := os.ReadFile(path)
-		b.Write(src)
-		return err
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				if s, err := strconv.Unquote(lit.Value); err == nil {
+					out = append(out, s)
+				}
+			}
+			return true
+		})
+		return nil
 	})
-	return b.String(), err
+	return out, err
 }
 
 // walkCode calls fn with each Go file of the module under root that is

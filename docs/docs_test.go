@@ -129,7 +129,16 @@ func TestTroubleshootingQuotesEveryRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	used := map[string]bool{}
+	// A quote names its refusals: three words at least, and no more than
+	// maxQuoted refusals each (a phrase any refusal could say documents
+	// none of them).
+	const maxQuoted = 6
+	for _, k := range keys {
+		if n := Literal(k); n < 3 {
+			t.Errorf("docs/troubleshooting.md quotes `%s`: %d words, too few to name a refusal; quote three or more", k, n)
+		}
+	}
+	used := map[string]int{}
 	for _, r := range refusals {
 		if Literal(r.Format) < 3 {
 			continue
@@ -137,7 +146,8 @@ func TestTroubleshootingQuotesEveryRefusal(t *testing.T) {
 		quoted := false
 		for _, k := range keys {
 			if Quotes(k, r.Format) {
-				quoted, used[k] = true, true
+				quoted = true
+				used[k]++
 			}
 		}
 		if !quoted {
@@ -145,8 +155,11 @@ func TestTroubleshootingQuotesEveryRefusal(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		if !used[k] {
+		switch n := used[k]; {
+		case n == 0:
 			t.Errorf("docs/troubleshooting.md quotes `%s`, which no refusal of the code says: update or remove it", k)
+		case n > maxQuoted:
+			t.Errorf("docs/troubleshooting.md quotes `%s`, which %d refusals say: quote each more closely (at most %d a quote)", k, n, maxQuoted)
 		}
 	}
 }
@@ -196,12 +209,12 @@ func TestTroubleshootingLogMessagesAreTheCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := Source(root)
+	lits, err := Literals(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range msgs {
-		if !strings.Contains(src, m) {
+		if !slices.ContainsFunc(lits, func(l string) bool { return strings.Contains(l, m) }) {
 			t.Errorf("docs/troubleshooting.md explains the log message %q, which the code does not log: update it", m)
 		}
 	}
