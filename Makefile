@@ -10,7 +10,8 @@
 #   make plugin-repair   the repair plugin underlay:repair (PLUGIN_REPAIR=name:tag): the
 #                        managed plugin with the container-side repair, CAP_SYS_ADMIN
 #   make release         release artifacts of VERSION in dist/ (DIST=dir): binaries,
-#                        plugin directories, .debs, SBOMs, SHA256SUMS (release/build.sh)
+#                        plugin directories, .debs (with man pages and bash completion),
+#                        SBOMs, the Grafana dashboard and alert rules, SHA256SUMS (release/build.sh)
 #   make plugin-push REGISTRY=host:port   push underlay:VERSION-amd64, -arm64, :latest and
 #                        the repair plugin's :VERSION-repair-amd64, -repair-arm64, :repair
 #   make engine-current  build the current Docker engine (engines/current.env) into
@@ -265,8 +266,9 @@ plugin-push-registry:
 	@[ -n "$(REGISTRY)" ] || { echo "make plugin-push: set REGISTRY=host:port (the registry the engine pushes to)" >&2; exit 2; }
 
 # make release twice (the second with an empty build cache) and the same
-# SHA256SUMS; the .debs' contents, maintainer scripts, an install into a
-# scratch root, the unit checked by systemd-analyze; the plugin directory
+# SHA256SUMS; the .debs' contents (man pages, completion, copyright,
+# changelog), maintainer scripts, lintian, an install into a scratch root,
+# the unit checked by systemd-analyze; the plugin directory
 # enabled on a dockerd of the test's own and pushed to a registry. That
 # dockerd (Debian's), its registry and the plugin run in a namespace of the
 # test's own (underlay-release-PID) with a /run directory, data root and

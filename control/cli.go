@@ -20,7 +20,7 @@ import (
 //	underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
 //	(underlay doctor --lan is cmd/underlay's lan.go: it needs the driver's option table)
 
-// Exit codes of doctor (README.md, underlay doctor). A monitor reads only
+// Exit codes of doctor (docs/operating.md, underlay doctor). A monitor reads only
 // ExitHealthy as healthy.
 const (
 	// ExitHealthy: every check ran and nothing was found (or, with
@@ -47,12 +47,25 @@ type options struct {
 	dockerErr error
 }
 
-func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (options, error) {
-	o := options{stdout: stdout, stderr: stderr, pluginGlob: PluginSockets}
+// LsFlags is the flag set of `underlay ls`, its defaults read through
+// getenv: the one definition the parser and the manual page
+// (cmd/underlay's generator) share.
+func LsFlags(getenv func(string) string) *flag.FlagSet {
+	return newFlags("ls", false, &options{}, getenv)
+}
+
+// DoctorFlags is the flag set of `underlay doctor` (without --lan), as
+// LsFlags.
+func DoctorFlags(getenv func(string) string) *flag.FlagSet {
+	return newFlags("doctor", true, &options{}, getenv)
+}
+
+// newFlags defines the flags of ls or doctor (repair: doctor's --repair)
+// into o.
+func newFlags(name string, repair bool, o *options, getenv func(string) string) *flag.FlagSet {
 	fs := flag.NewFlagSet("underlay "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&o.socket, "socket", "", "the daemon's socket (default "+DefaultSocket+", else the one managed plugin's "+PluginSockets+")")
-	def := os.Getenv("DOCKER_HOST")
+	def := getenv("DOCKER_HOST")
 	if def == "" {
 		def = "unix:///var/run/docker.sock"
 	}
@@ -61,6 +74,13 @@ func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (o
 	if repair {
 		fs.BoolVar(&o.repair, "repair", false, "fix what is safe to fix, printing each action")
 	}
+	return fs
+}
+
+func parse(name string, args []string, repair bool, stdout, stderr io.Writer) (options, error) {
+	o := options{stdout: stdout, stderr: stderr, pluginGlob: PluginSockets}
+	fs := newFlags(name, repair, &o, os.Getenv)
+	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -16,8 +16,15 @@
 #   plugin-repair-linux-amd64/, -arm64/          the repair plugin's (plugin/config-repair.json)
 #   underlay_VERSION_amd64.deb, ..._arm64.deb    Debian packages (nfpm, release/nfpm.yaml): the
 #                                                binary as /usr/bin/underlay and the systemd unit
-#                                                plugin/underlay.service with that path; package
+#                                                plugin/underlay.service with that path; the manual
+#                                                pages man/*.8 (dated, gzip -9n), the bash
+#                                                completion completion/underlay.bash, the DEP-5
+#                                                copyright release/deb/copyright, a Debian
+#                                                changelog.gz of the version and lintian's
+#                                                overrides release/deb/lintian-overrides; package
 #                                                version from release/debversion.sh
+#   underlay-dashboard.json, underlay-alerts.yml the Grafana dashboard and the Prometheus alert
+#                                                rules, copied from docs/observability/
 #   SHA256SUMS                                   sha256sum of every file above (plugin files by path)
 #
 # Reproducible: the same commit gives the same bytes, whatever the build cache, the checkout's
@@ -59,6 +66,32 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/underlay-release.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 echo "release/build.sh: VERSION=$version (Debian $debversion), SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH ($created), into $dist" >&2
+# The architecture-independent files of the .debs. The pages' .TH date is the commit's, their
+# source the version; gzip -9n stores no name and no time.
+common=$work/common
+mkdir -p "$common"
+if [ "$only" != 1 ]; then
+	day=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%d)
+	for page in "$top"/man/*.8; do
+		head -n 5 "$page" | grep -q '^\.TH [A-Z\\-]* 8 "" "underlay" ' || die "$page has no generated .TH line: go test ./cmd/underlay -run TestManPages -update-man"
+		sed "s/^\(\.TH [^ ]* 8\) \"\" \"underlay\" /\1 \"$day\" \"underlay $version\" /" "$page" | gzip -9n >"$common/$(basename "$page").gz"
+	done
+	cp "$top/completion/underlay.bash" "$here/deb/copyright" "$common/"
+	cp "$here/deb/lintian-overrides" "$common/lintian-overrides"
+	{
+		echo "underlay ($debversion) unstable; urgency=medium"
+		echo
+		echo "  * Release $version of underlay. Its changes are in the history of"
+		echo "    https://github.com/underlay-net/underlay."
+		echo
+		echo " -- underlay maintainers <maintainers@underlay.dev>  $(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")"
+	} | gzip -9n >"$common/changelog.gz"
+	for f in underlay-dashboard.json underlay-alerts.yml; do
+		[ -f "$top/docs/observability/$f" ] || die "docs/observability/$f is missing: the release ships it"
+		cp "$top/docs/observability/$f" "$dist/$f"
+	done
+fi
+
 for arch in $arches; do
 	bin=$dist/underlay-linux-$arch
 	(cd "$top" && CGO_ENABLED=0 GOOS=linux GOARCH=$arch "$GO" build -trimpath -buildvcs=false \
@@ -85,7 +118,7 @@ for arch in $arches; do
 	} >"$unit"
 	grep -q '^ExecStart=/usr/bin/underlay serve' "$unit" || die "packaged unit has no ExecStart=/usr/bin/underlay: plugin/underlay.service changed?"
 	deb=$dist/underlay_${version}_$arch.deb
-	(cd "$top" && DEB_ARCH=$arch DEB_VERSION=$debversion DEB_BINARY=$bin DEB_UNIT=$unit \
+	(cd "$top" && DEB_ARCH=$arch DEB_VERSION=$debversion DEB_BINARY=$bin DEB_UNIT=$unit DEB_COMMON=$common \
 		"$NFPM" package --config release/nfpm.yaml --packager deb --target "$deb" >&2) || die "nfpm for $arch failed"
 done
 

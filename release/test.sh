@@ -8,8 +8,12 @@
 #      stamped with VERSION, without a build ID, built with -trimpath and CGO_ENABLED=0; the SBOMs
 #      name every module `go version -m` lists; the plugin directories (and the repair plugin's)
 #      hold their config.json and rootfs/underlay and nothing else; the Debian version mapping (release/debversion.sh);
+#      the observability files (underlay-dashboard.json, underlay-alerts.yml) equal to
+#      docs/observability/'s;
 #   3. the .debs (dpkg-deb): control fields, the exact file list with modes, the maintainer
-#      scripts, the binary inside identical to the release's, the unit's ExecStart;
+#      scripts, the binary inside identical to the release's, the unit's ExecStart, the manual
+#      pages (man/, dated, gzip -9n), the bash completion, the copyright file, the changelog and
+#      lintian's overrides; lintian on both .debs: no error and no warning it does not override;
 #   4. the .deb of this machine's architecture installed into a scratch root (dpkg --root
 #      --force-script-chrootless: the maintainer scripts run with DPKG_ROOT), installed again (an
 #      upgrade), the unit enabled there (systemctl --root) and verified by
@@ -19,7 +23,8 @@
 #      the test's own (in a network namespace of its own, with Debian's docker-registry beside
 #      it), a network created with it; release/plugin-push.sh pushes the six tags, and the
 #      architecture's tag installs from the registry and serves a network.
-# Env: GO, NFPM (as release/build.sh). Needs dpkg, systemd-analyze, dockerd, docker,
+# Env: GO, NFPM (as release/build.sh). Needs dpkg, systemd-analyze, lintian (which brings dpkg-dev,
+# man-db and groff-base), dockerd, docker,
 # docker-registry and busybox (test/deps.sh installs them); a missing one fails the test.
 set -euo pipefail
 
@@ -31,7 +36,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 GO=${GO:-go}
 [ "$(id -u)" = 0 ] || die "needs root (dpkg --root, dockerd)"
-for t in dpkg dpkg-deb systemd-analyze systemctl dockerd docker docker-registry busybox nsenter ip sha256sum; do
+for t in dpkg dpkg-deb dpkg-parsechangelog systemd-analyze systemctl lintian groff man dockerd docker docker-registry busybox nsenter ip sha256sum; do
 	command -v "$t" >/dev/null || die "$t not found: run test/deps.sh (as root) first"
 done
 case $(uname -m) in x86_64) own=amd64 other=arm64 ;; aarch64) own=arm64 other=amd64 ;; *) die "unsupported machine $(uname -m)" ;; esac
@@ -91,9 +96,14 @@ want=$(printf '%s\n' SHA256SUMS underlay-linux-amd64 underlay-linux-arm64 underl
 	plugin-linux-amd64/config.json plugin-linux-amd64/rootfs/underlay \
 	plugin-linux-arm64/config.json plugin-linux-arm64/rootfs/underlay \
 	plugin-repair-linux-amd64/config.json plugin-repair-linux-amd64/rootfs/underlay \
-	plugin-repair-linux-arm64/config.json plugin-repair-linux-arm64/rootfs/underlay | LC_ALL=C sort)
+	plugin-repair-linux-arm64/config.json plugin-repair-linux-arm64/rootfs/underlay \
+	underlay-dashboard.json underlay-alerts.yml | LC_ALL=C sort)
 got=$(cd "$D" && find . -type f | sed 's#^\./##' | LC_ALL=C sort)
 [ "$got" = "$want" ] || die "dist holds"$'\n'"$got"$'\n'"want"$'\n'"$want"
+for f in underlay-dashboard.json underlay-alerts.yml; do
+	cmp -s "$D/$f" "docs/observability/$f" || die "dist/$f is not docs/observability/$f"
+done
+say "ok: dist holds exactly the expected files; the dashboard and the alert rules are docs/observability/'s"
 for arch in amd64 arm64; do
 	bin=$D/underlay-linux-$arch
 	case $arch in amd64) machine="3e 00" ;; arm64) machine="b7 00" ;; esac
@@ -141,11 +151,20 @@ for arch in amd64 arm64; do
 	for f in "Package: underlay" "Version: $debversion" "Architecture: $arch" "Section: net"; do
 		dpkg-deb -f "$deb" | grep -qxF -- "$f" || die "$deb: no '$f' in its control file:"$'\n'"$(dpkg-deb -f "$deb")"
 	done
-	contents=$(dpkg-deb -c "$deb" | awk '{print $1, $2, $6}')
-	for f in "-rwxr-xr-x root/root ./usr/bin/underlay" "-rw-r--r-- root/root ./lib/systemd/system/underlay.service"; do
-		grep -qxF -- "$f" <<<"$contents" || die "$deb: no '$f' in:"$'\n'"$contents"
-	done
-	[ "$(grep -c '^-' <<<"$contents")" = 2 ] || die "$deb holds other files than the binary and the unit:"$'\n'"$contents"
+	contents=$(dpkg-deb -c "$deb" | awk '$1 ~ /^-/ {print $1, $2, $6}')
+	pages="underlay underlay-doctor underlay-ls underlay-mac underlay-serve"
+	wantfiles=$({
+		echo "-rwxr-xr-x root/root ./usr/bin/underlay"
+		echo "-rw-r--r-- root/root ./lib/systemd/system/underlay.service"
+		for p in $pages; do echo "-rw-r--r-- root/root ./usr/share/man/man8/$p.8.gz"; done
+		echo "-rw-r--r-- root/root ./usr/share/bash-completion/completions/underlay"
+		echo "-rw-r--r-- root/root ./usr/share/doc/underlay/copyright"
+		echo "-rw-r--r-- root/root ./usr/share/doc/underlay/changelog.gz"
+		echo "-rw-r--r-- root/root ./usr/share/lintian/overrides/underlay"
+	} | LC_ALL=C sort)
+	[ "$(LC_ALL=C sort <<<"$contents")" = "$wantfiles" ] ||
+		die "$deb holds other files (or modes) than"$'\n'"$wantfiles"$'\n'"it holds"$'\n'"$contents"
+	[ "$(grep -c '^-' <<<"$contents")" = 11 ] || die "$deb does not hold 11 files:"$'\n'"$contents"
 	x=$T/deb-$arch
 	dpkg-deb -R "$deb" "$x" || die "dpkg-deb -R $deb"
 	for s in postinst prerm postrm; do
@@ -160,7 +179,32 @@ for arch in amd64 arm64; do
 		"$x/lib/systemd/system/underlay.service" || die "$deb: the unit's ExecStart is not /usr/bin/underlay serve ..."
 	diff <(grep -v -e '^#' -e '^ExecStart=' "$x/lib/systemd/system/underlay.service") \
 		<(grep -v -e '^#' -e '^ExecStart=' plugin/underlay.service) >&2 || die "$deb: the unit differs from plugin/underlay.service beyond ExecStart and comments"
-	say "ok: $deb: control, files and modes, maintainer scripts, binary, unit"
+	# gzip -9n: no file name, no time (bytes 3 to 7 zero), maximum compression (XFL 2).
+	gz() { [ "$(od -An -tx1 -N9 "$1" | tr -s ' ' | sed 's/^ //;s/ $//')" = "1f 8b 08 00 00 00 00 00 02" ] || die "$deb: $1 is not gzip -9n (header $(od -An -tx1 -N10 "$1"))"; }
+	for p in $pages; do
+		f=$x/usr/share/man/man8/$p.8.gz
+		gz "$f"
+		th=$(zcat "$f" | grep -m1 '^\.TH ') || die "$deb: $p.8.gz has no .TH line"
+		day=$(date -u -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}" +%Y-%m-%d)
+		grep -qF " 8 \"$day\" \"underlay $version\" " <<<"$th" || die "$deb: $p.8.gz's .TH is not dated $day (the commit's) with version $version: $th"
+		diff <(zcat "$f" | grep -v '^\.TH ') <(grep -v '^\.TH ' "man/$p.8") >&2 || die "$deb: $p.8.gz is not man/$p.8"
+		warn=$(zcat "$f" | LC_ALL=C.UTF-8 MANWIDTH=80 groff -man -Tutf8 -ww -z 2>&1) && [ -z "$warn" ] || die "$deb: groff warns about $p.8: $warn"
+	done
+	cmp -s "$x/usr/share/bash-completion/completions/underlay" completion/underlay.bash || die "$deb: the bash completion is not completion/underlay.bash"
+	cmp -s "$x/usr/share/doc/underlay/copyright" release/deb/copyright || die "$deb: the copyright file is not release/deb/copyright"
+	cmp -s "$x/usr/share/lintian/overrides/underlay" release/deb/lintian-overrides || die "$deb: lintian's overrides are not release/deb/lintian-overrides"
+	gz "$x/usr/share/doc/underlay/changelog.gz"
+	[ "$(zcat "$x/usr/share/doc/underlay/changelog.gz" | head -n 1)" = "underlay ($debversion) unstable; urgency=medium" ] ||
+		die "$deb: the changelog does not start with version $debversion: $(zcat "$x/usr/share/doc/underlay/changelog.gz")"
+	zcat "$x/usr/share/doc/underlay/changelog.gz" >"$T/changelog"
+	[ "$(dpkg-parsechangelog -l "$T/changelog" -S Version)" = "$debversion" ] || die "$deb: dpkg-parsechangelog does not read version $debversion in its changelog"
+	# lintian: every error and warning fails, but those release/deb/lintian-overrides overrides
+	# with its reason (it can check the other architecture's .deb too).
+	if ! out=$(lintian --fail-on error,warning --tag-display-limit 0 "$deb" 2>&1) || grep -q '^[EW]: ' <<<"$out"; then
+		echo "$out" >&2
+		die "lintian $deb: errors or warnings above (fix them, or override one in release/deb/lintian-overrides saying why)"
+	fi
+	say "ok: $deb: control, files and modes, maintainer scripts, binary, unit, manual pages, completion, copyright, changelog; lintian clean"
 done
 
 # ---- 4. installed into a scratch root ----
@@ -174,6 +218,10 @@ dpkgr -i "$deb" >>"$T/dpkg.log" 2>&1 || { cat "$T/dpkg.log" >&2; die "dpkg --roo
 [ "$(dpkg --root="$root" -s underlay | sed -n 's/^Status: //p')" = "install ok installed" ] || die "underlay is not installed in $root"
 [ "$(dpkg --root="$root" -s underlay | sed -n 's/^Version: //p')" = "$debversion" ] || die "installed version is not $debversion"
 cmp -s "$root/usr/bin/underlay" "$D/underlay-linux-$own" || die "$root/usr/bin/underlay is not the release binary"
+out=$(bash --norc -c 'source "$1"; COMP_WORDS=(underlay se); COMP_CWORD=1; _underlay; echo "${COMPREPLY[*]}"' _ "$root/usr/share/bash-completion/completions/underlay" 2>&1)
+[ "$out" = serve ] || die "the installed bash completion completes 'underlay se' to '$out', not serve"
+MANWIDTH=80 man -l "$root/usr/share/man/man8/underlay-serve.8.gz" 2>/dev/null | grep -q -- '--resolv-conf PATH' ||
+	die "man -l $root/usr/share/man/man8/underlay-serve.8.gz does not show --resolv-conf PATH"
 for w in multi-user.target.wants docker.service.wants; do
 	l=$root/etc/systemd/system/$w/underlay.service
 	[ -L "$l" ] && [ "$(readlink "$l")" = /lib/systemd/system/underlay.service ] ||
@@ -197,7 +245,7 @@ sed 's#^ExecStart=/usr/bin/underlay #ExecStart=/usr/bin/underlay-missing #' "$ro
 ! SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --root="$root" --man=no broken.service >/dev/null 2>&1 ||
 	die "systemd-analyze verify passed a unit whose ExecStart is missing: the check proves nothing"
 rm -rf "$root/usr/lib/systemd" "$root/etc/systemd/system/broken.service"
-say "ok: $deb installed into a scratch root (twice), unit enabled there, systemd-analyze verify: clean"
+say "ok: $deb installed into a scratch root (twice), unit enabled there, systemd-analyze verify: clean, completion and manual page work"
 mkdir -p "$root/var/lib/underlay"
 dpkgr --purge underlay >"$T/dpkg.log" 2>&1 || { cat "$T/dpkg.log" >&2; die "dpkg --root --purge underlay failed"; }
 grep -q 'kept .*/var/lib/underlay' "$T/dpkg.log" || die "postrm purge did not say it keeps the state"

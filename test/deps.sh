@@ -4,7 +4,8 @@
 # suite, docker-registry for `docker plugin install`, qemu-system-x86 for
 # the VM suite (test/vm/run.sh fetches the VM kernel itself), qemu-system-arm
 # for the arm64 VM suite (make test-vm-arm64), systemd's systemd-analyze for
-# make test-release's check of the packaged unit, libseccomp-dev, pkg-config
+# make test-release's check of the packaged unit, lintian for its check of
+# the .debs, libseccomp-dev, pkg-config
 # and gcc for the current engine's runc (make engine-current builds it with
 # seccomp, cgo).
 set -eu
@@ -16,6 +17,7 @@ need docker-registry docker-registry
 need qemu-system-x86_64 qemu-system-x86
 need qemu-system-aarch64 qemu-system-arm
 need systemd-analyze systemd
+need lintian lintian
 need dnsmasq dnsmasq-base
 [ -e /usr/include/seccomp.h ] || missing="$missing libseccomp-dev"
 need pkg-config pkg-config

@@ -82,21 +82,31 @@ func (f optsFlag) Set(v string) error {
 	return nil
 }
 
-func parseLAN(args []string, stderr io.Writer) (lanOptions, error) {
-	o := lanOptions{opts: map[string]string{}}
+// lanFlags is the flag set of `underlay doctor --lan`, defined into o,
+// its defaults read through getenv: the parser's and the manual page's.
+func lanFlags(o *lanOptions, getenv func(string) string) *flag.FlagSet {
+	if o.opts == nil {
+		o.opts = map[string]string{}
+	}
 	fs := flag.NewFlagSet("underlay doctor --lan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&o.parent, "lan", "", "the parent link whose LAN is checked (a VLAN as LINK.VID)")
 	fs.StringVar(&o.network, "network", "", "take the options of this underlay network (name or ID)")
 	fs.Var(optsFlag(o.opts), "o", "a driver option of docker network create, KEY=VALUE (repeatable)")
 	fs.DurationVar(&o.timeout, "timeout", lancheck.DefaultBudget, "how long the whole run may take")
 	fs.BoolVar(&o.json, "json", false, "print one JSON document")
 	fs.StringVar(&o.socket, "socket", "", "the daemon's socket, for --network (default "+control.DefaultSocket+", else the one managed plugin's "+control.PluginSockets+")")
-	def := os.Getenv("DOCKER_HOST")
+	def := getenv("DOCKER_HOST")
 	if def == "" {
 		def = "unix:///var/run/docker.sock"
 	}
 	fs.StringVar(&o.dockerHost, "docker-host", def, "Docker API for --network's name (env DOCKER_HOST)")
+	return fs
+}
+
+func parseLAN(args []string, stderr io.Writer) (lanOptions, error) {
+	var o lanOptions
+	fs := lanFlags(&o, os.Getenv)
+	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -17,13 +17,28 @@ import (
 // its endpoint gets it), to reserve its address on the LAN's DHCP server
 // before the container first starts. It reads the host's links and needs
 // no daemon.
-func runMAC(args []string, stdout, stderr io.Writer) int {
+// macOptions are the flags of `underlay mac`.
+type macOptions struct {
+	parent string
+	vlan   int
+}
+
+// macFlags is the flag set of `underlay mac`, defined into o: the
+// parser's and the manual page's.
+func macFlags(o *macOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("underlay mac", flag.ContinueOnError)
+	fs.StringVar(&o.parent, "parent", "", "the network's parent interface (its -o parent and --ipam-opt parent)")
+	fs.IntVar(&o.vlan, "vlan", 0, "the VLAN ID when the network's parent is VLAN N of --parent (-o parent=PARENT.N)")
+	return fs
+}
+
+func runMAC(args []string, stdout, stderr io.Writer) int {
+	var o macOptions
+	fs := macFlags(&o)
+	parent, vlan := &o.parent, &o.vlan
 	fs.SetOutput(stderr)
-	parent := fs.String("parent", "", "the network's parent interface (its -o parent and --ipam-opt parent)")
-	vlan := fs.Int("vlan", 0, "the VLAN ID when the network's parent is VLAN N of --parent (-o parent=PARENT.N)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: underlay mac --parent PARENT [--vlan N] NAME")
+		fmt.Fprintln(stderr, "usage:", synopsis(macCommand()))
 		fs.PrintDefaults()
 	}
 	// Flags may come after NAME too.

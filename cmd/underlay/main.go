@@ -1,16 +1,15 @@
 // Command underlay is a Docker network plugin that gives containers
 // macvlan and ipvlan interfaces on the host's network.
 //
-//	underlay serve [--socket PATH] [--state PATH] [--log-level debug|info|warn|error]
-//	               [--docker-host unix://PATH] [--scope local|global]
-//	               [--default-address-pool base=CIDR,size=N]... [--pool-reservation-timeout DURATION]
-//	               [--metrics-listen ADDR]
+//	underlay serve [flags]                 the daemon
+//	underlay ls | doctor [--lan] | mac     ask the daemon or the host
 //	underlay version
 //
-// The environment variables LOG_LEVEL, SCOPE, STATE, DOCKER_HOST,
-// DEFAULT_ADDRESS_POOLS (entries separated by spaces),
-// POOL_RESERVATION_TIMEOUT and METRICS_LISTEN set the same as the flags
-// (the managed plugin's `docker plugin set`); flags win.
+// commands.go describes every command line; the usage text, the manual
+// pages (man/) and the bash completion (completion/) are generated from
+// the parsers' own flag sets (man_test.go). Flags that read an
+// environment variable (the managed plugin's `docker plugin set`) name it
+// in their usage; flags win.
 package main
 
 import (
@@ -36,22 +35,9 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage:
-  underlay serve [--socket PATH] [--state PATH] [--log-level debug|info|warn|error]
-                 [--docker-host unix://PATH] [--scope local|global]
-                 [--default-address-pool base=CIDR,size=N]... [--pool-reservation-timeout DURATION]
-                 [--metrics-listen ADDR]
-  underlay ls     [--socket PATH] [--docker-host unix://PATH] [--json]
-  underlay doctor [--socket PATH] [--docker-host unix://PATH] [--repair] [--json]
-  underlay doctor --lan PARENT [--network NAME|ID] [-o KEY=VALUE]... [--timeout DURATION] [--json]
-                  [--socket PATH] [--docker-host unix://PATH]
-  underlay mac    --parent PARENT [--vlan N] NAME
-  underlay version
-`
-
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageText())
 		return 2
 	}
 	switch args[0] {
@@ -82,10 +68,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "mac":
 		return runMAC(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usageText())
 		return 0
 	}
-	fmt.Fprintf(stderr, "underlay: unknown command %q\n%s", args[0], usage)
+	fmt.Fprintf(stderr, "underlay: unknown command %q\n%s", args[0], usageText())
 	return 2
 }
 
@@ -166,18 +152,25 @@ func (f *basesFlag) Set(v string) error {
 	return nil
 }
 
-// parseServe reads the serve flags over defaults taken from the
-// environment.
-func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+// serveStrings are the serve flags parsed after the flag set: durations
+// whose flag and environment spellings are checked together.
+type serveStrings struct {
+	reservation, repairWait string
+}
+
+// serveFlags is the flag set of `underlay serve`, defined into c and raw,
+// its defaults read through getenv: the parser's and the manual page's.
+// The flag set is whole even with an error (a DEFAULT_ADDRESS_POOLS that
+// does not parse).
+func serveFlags(c *serveConfig, raw *serveStrings, getenv func(string) string) (*flag.FlagSet, error) {
 	envOr := func(key, def string) string {
 		if v := getenv(key); v != "" {
 			return v
 		}
 		return def
 	}
-	var c serveConfig
+	var envErr error
 	fs := flag.NewFlagSet("underlay serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.Socket, "socket", "/run/docker/plugins/underlay.sock", "unix socket to serve the plugin API on")
 	fs.StringVar(&c.State, "state", envOr("STATE", "/var/lib/underlay/underlay.db"), "state file (env STATE)")
 	fs.StringVar(&c.LogLevel, "log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
@@ -186,37 +179,50 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if env := getenv("DEFAULT_ADDRESS_POOLS"); env != "" {
 		bases, err := ipam.ParseBases(env)
 		if err != nil {
-			return c, fmt.Errorf("DEFAULT_ADDRESS_POOLS: %w", err)
+			envErr = fmt.Errorf("DEFAULT_ADDRESS_POOLS: %w", err)
 		}
 		c.Bases = bases
 	}
 	fs.Var(&basesFlag{bases: &c.Bases}, "default-address-pool", "base=CIDR,size=N: a range automatic IPAM pools are cut from (repeatable; env DEFAULT_ADDRESS_POOLS, entries separated by spaces; default base=172.16.0.0/12,size=24)")
-	reservation := envOr("POOL_RESERVATION_TIMEOUT", "60s")
-	fs.StringVar(&reservation, "pool-reservation-timeout", reservation, "how long an automatic pool Docker has not used yet stays reserved (env POOL_RESERVATION_TIMEOUT)")
+	raw.reservation = envOr("POOL_RESERVATION_TIMEOUT", "60s")
+	fs.StringVar(&raw.reservation, "pool-reservation-timeout", raw.reservation, "how long an automatic pool Docker has not used yet stays reserved (env POOL_RESERVATION_TIMEOUT)")
 	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "resolv.conf whose nameservers automatic pools avoid")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", getenv("METRICS_LISTEN"), "HOST:PORT to serve /metrics on over TCP too, unauthenticated: bind it to 127.0.0.1 or a management address (env METRICS_LISTEN; default off, /metrics is on the plugin socket)")
 	fs.StringVar(&c.Profile, "profile", getenv("PROFILE_DIR"), "directory to write CPU, block, mutex and heap profiles (pprof) of the whole run to when the daemon stops; off by default, costs some CPU (env PROFILE_DIR)")
 	fs.StringVar(&c.SandboxDir, "sandbox-dir", getenv("SANDBOX_DIR"), "directory where this process sees the files of containers' network namespaces, when not at the path dockerd names (the repair plugin's mount of dockerd's <exec-root>/netns); default: the path dockerd names (env SANDBOX_DIR)")
-	repairWait := envOr("CONTAINER_REPAIR_WAIT", "5m")
-	fs.StringVar(&repairWait, "container-repair-wait", repairWait, "how long running containers whose parent link was deleted wait for it to come back, to get their interface made again; 0 turns that repair off (env CONTAINER_REPAIR_WAIT)")
+	raw.repairWait = envOr("CONTAINER_REPAIR_WAIT", "5m")
+	fs.StringVar(&raw.repairWait, "container-repair-wait", raw.repairWait, "how long running containers whose parent link was deleted wait for it to come back, to get their interface made again; 0 turns that repair off (env CONTAINER_REPAIR_WAIT)")
+	return fs, envErr
+}
+
+// parseServe reads the serve flags over defaults taken from the
+// environment.
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	var raw serveStrings
+	fs, err := serveFlags(&c, &raw, getenv)
+	if err != nil {
+		return c, err
+	}
+	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	rw, err := time.ParseDuration(repairWait)
+	rw, err := time.ParseDuration(raw.repairWait)
 	if err != nil || rw < 0 {
-		return c, fmt.Errorf("--container-repair-wait %q is not a duration: use for example 5m, 30s, or 0 to turn the container repair off", repairWait)
+		return c, fmt.Errorf("--container-repair-wait %q is not a duration: use for example 5m, 30s, or 0 to turn the container repair off", raw.repairWait)
 	}
 	c.ContainerRepairWait = rw
 	if rw == 0 {
 		c.ContainerRepairWait = -1
 	}
-	d, err := time.ParseDuration(reservation)
+	d, err := time.ParseDuration(raw.reservation)
 	if err != nil || d <= 0 {
-		return c, fmt.Errorf("--pool-reservation-timeout %q is not a positive duration: use for example 60s or 5m", reservation)
+		return c, fmt.Errorf("--pool-reservation-timeout %q is not a positive duration: use for example 60s or 5m", raw.reservation)
 	}
 	c.Reservation = d
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q\n%s", fs.Arg(0), usage)
+		return c, fmt.Errorf("unexpected argument %q\n%s", fs.Arg(0), usageText())
 	}
 	c.LogLevel = strings.ToLower(c.LogLevel)
 	switch c.LogLevel {
