@@ -106,7 +106,7 @@ for arch in $arches; do
 	CONFIG="$top/plugin/config-repair.json" CREATE=0 OUT="$dist/plugin-repair-linux-$arch" "$top/plugin/build.sh" "$bin" "underlay:$version-repair-$arch" ||
 		die "repair plugin directory for $arch failed"
 
-	# The packaged unit: the README's plugin/underlay.service, its header (manual install steps)
+	# The packaged unit: plugin/underlay.service (docs/install.md), its header (manual install steps)
 	# replaced, the binary at Debian's path.
 	unit=$work/$arch/underlay.service
 	mkdir -p "$work/$arch"
