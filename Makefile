@@ -78,12 +78,10 @@ run: build
 # leases expiring, swarm); the third builds, at nice 10 (the lanes' first
 # targets go first: measured, the engine's build beside them at the same
 # priority made each of the three 4 to 7 minutes slower than alone), the
-# Compose plugin first (test-e2e, the second lane's first target, starts
-# at once without it and its Compose tests, which run last, wait for this
-# build: E2E_NEEDS and E2E_COMPOSE_WAIT below; until fresh run 24 it waited
-# for the build before any test, 321 s then), then the current engine,
-# before test-e2e-current needs it (engines/build.sh: a second caller waits
-# for the build and finds it);
+# Compose plugin first (test-e2e, the second lane's first target, needs it
+# at once: it waits for this build, engines/build-compose.sh, and finds
+# it), then the current engine, before test-e2e-current needs it
+# (engines/build.sh: a second caller waits for the build and finds it);
 # then the release test and the fuzz targets. Those two were the second
 # lane's, after the e2e suites, until the compose suites made that lane the
 # run's longest: the release test shares nothing with the e2e suites (its
@@ -94,7 +92,7 @@ TEST_LANE_GO     ?= test-go test-vm test-vm-docker test-vm-docker-current test-v
 TEST_LANE_DOCKER ?= test-e2e test-e2e-current
 TEST_LANE_ENGINE ?= compose engine-current test-release fuzz
 test:
-	@E2E_NEEDS= E2E_COMPOSE_WAIT=20m ENGINE_NICE=10 test/suites.sh --before test-deps "$(TEST_LANE_GO)" "$(TEST_LANE_DOCKER)" "$(TEST_LANE_ENGINE)"
+	@ENGINE_NICE=10 test/suites.sh --before test-deps "$(TEST_LANE_GO)" "$(TEST_LANE_DOCKER)" "$(TEST_LANE_ENGINE)"
 
 # Day to day, without root: vet (every build tag) and every test that needs
 # neither root nor a network namespace: rules, store, planners, protocol
@@ -204,22 +202,13 @@ bin/vm/vmdocker.test: FORCE
 # Both get the Docker Compose CLI plugin make compose builds (E2E_COMPOSE:
 # the docker-compose binary; the docker CLI runs it as
 # $DOCKER_CONFIG/cli-plugins/docker-compose).
-#
-# -parallel 1: the Compose tests are the suite's only parallel ones, so they
-# run after all the others, one at a time (runLast). make test runs
-# test-e2e without waiting for the Compose build (E2E_NEEDS empty; the
-# engine lane builds it meanwhile, about 5 minutes cold) and has the
-# Compose tests wait for it (E2E_COMPOSE_WAIT) when they come; alone, make
-# test-e2e builds it first.
-E2E_NEEDS        ?= compose
-E2E_COMPOSE_WAIT ?= 0
-test-e2e: build $(E2E_NEEDS)
-	E2E_COMPOSE=$(COMPOSE_DIR)/docker-compose E2E_COMPOSE_WAIT=$(E2E_COMPOSE_WAIT) \
-		$(GO) test -tags e2e -count=1 -parallel 1 -timeout 45m -v ./test/e2e/
+test-e2e: build compose
+	E2E_COMPOSE=$(COMPOSE_DIR)/docker-compose \
+		$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
 
 test-e2e-current: build engine-current compose
 	E2E_ENGINE=current E2E_DOCKERD=$(ENGINE_DIR)/dockerd E2E_RUNC=$(ENGINE_DIR)/runc E2E_COMPOSE=$(COMPOSE_DIR)/docker-compose \
-		$(GO) test -tags e2e -count=1 -parallel 1 -timeout 45m -v ./test/e2e/
+		$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
 
 # The current engine: engines/build.sh (go install from the Go module proxy;
 # libseccomp-dev with apt-get as root, for runc's seccomp).

@@ -22,7 +22,6 @@ import (
 // sends no name, so the two leases have two random MACs and an endpoint
 // has one: `up` is refused saying so.
 func TestComposeDHCPv6(t *testing.T) {
-	runLast(t)
 	e := need(t)
 	e.ensureIPAMPlugin(t)
 	start := time.Now()

@@ -27,7 +27,6 @@ import (
 // name: the container gets a lease of a random MAC (said in the log) and
 // `down` leaves no lease.
 func TestComposeDHCP(t *testing.T) {
-	runLast(t)
 	e := need(t)
 	e.ensureIPAMPlugin(t)
 	start := time.Now()

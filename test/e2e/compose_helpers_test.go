@@ -15,8 +15,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/underlay-net/underlay/internal/itest"
 )
 
 // Docker Compose as users run it: `docker compose` (the CLI plugin from
@@ -55,7 +53,6 @@ func (e *env) needCompose(t *testing.T) string {
 	if err != nil {
 		t.Fatalf("%s=%s: %v", composeEnv, bin, err)
 	}
-	waitForCompose(t, abs)
 	if fi, err := os.Stat(abs); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 		t.Fatalf("%s=%s is not an executable file (%v): point it at a docker-compose binary (make test-e2e builds one)", composeEnv, bin, err)
 	}
@@ -75,42 +72,6 @@ func (e *env) needCompose(t *testing.T) string {
 	composeOnce.version = v
 	t.Logf("docker compose %s (%s)", v, abs)
 	return v
-}
-
-// composeWaitEnv is how long needCompose waits for E2E_COMPOSE to appear
-// (a Go duration; unset or 0: not at all). make test sets it: there the
-// Compose plugin is built in another lane while the suite's other tests
-// run, and engines/build-compose.sh renames the binary into place only
-// once it answers, so its existence means it is ready.
-const composeWaitEnv = "E2E_COMPOSE_WAIT"
-
-// waitForCompose waits, up to E2E_COMPOSE_WAIT, for the file bin to exist.
-func waitForCompose(t *testing.T, bin string) {
-	t.Helper()
-	v := os.Getenv(composeWaitEnv)
-	if v == "" {
-		return
-	}
-	wait, err := time.ParseDuration(v)
-	if err != nil {
-		t.Fatalf("%s=%q is not a duration: use for example 15m", composeWaitEnv, v)
-	}
-	start := time.Now()
-	if !itest.WaitFor(wait, func() bool { _, err := os.Stat(bin); return err == nil }) {
-		t.Fatalf("%s=%s did not appear within %s=%s: the Compose plugin's build (make compose, engines/build-compose.sh) failed or is still running", composeEnv, bin, composeWaitEnv, v)
-	}
-	if waited := time.Since(start); waited > time.Second {
-		t.Logf("waited %s for %s (the Compose plugin's build)", waited.Round(time.Second), bin)
-	}
-}
-
-// runLast makes a Compose test run after the suite's other tests: it is
-// paused until every test that is not parallel has finished, and the
-// Makefile's -parallel 1 runs such tests one at a time. Under make test
-// that leaves the Compose plugin its build time without holding up the
-// rest of the suite (no other test of the suite is parallel).
-func runLast(t *testing.T) {
-	t.Parallel()
 }
 
 // cliConfig is the suite's DOCKER_CONFIG (as cliEnv sets it).

@@ -31,7 +31,6 @@ import (
 //
 // Parent vp2, subnet 198.18.2.0/24.
 func TestCompose(t *testing.T) {
-	runLast(t)
 	e := need(t)
 	e.ensureIPAMPlugin(t)
 	start := time.Now()
