@@ -178,12 +178,7 @@ var refusalConstructors = []string{"Invalidf", "invalidf", "conflictf", "refusef
 // joined with +.
 func Refusals(root string) ([]Refusal, error) {
 	var out []Refusal
-	fset := token.NewFileSet()
-	err := walkCode(root, func(path string) error {
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
-		}
+	err := walkCode(root, func(path string, fset *token.FileSet, f *ast.File) error {
 		local := filepath.Base(filepath.Dir(path))
 		var bad error
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -401,12 +396,7 @@ func LogMessages(root string) ([]string, error) {
 // its messages are made of. Comments are not among them.
 func Literals(root string) ([]string, error) {
 	var out []string
-	fset := token.NewFileSet()
-	err := walkCode(root, func(path string) error {
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
-		}
+	err := walkCode(root, func(_ string, _ *token.FileSet, f *ast.File) error {
 		ast.Inspect(f, func(n ast.Node) bool {
 			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
 				if s, err := strconv.Unquote(lit.Value); err == nil {
@@ -421,9 +411,10 @@ func Literals(root string) ([]string, error) {
 }
 
 // walkCode calls fn with each Go file of the module under root that is
-// not a test: not _test.go, not under test/, testdata/, bin/, dist/ or a
-// hidden directory.
-func walkCode(root string, fn func(path string) error) error {
+// not a test (not _test.go, not under test/, testdata/, bin/, dist/ or a
+// hidden directory), parsed into fset.
+func walkCode(root string, fn func(path string, fset *token.FileSet, f *ast.File) error) error {
+	fset := token.NewFileSet()
 	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -438,6 +429,10 @@ func walkCode(root string, fn func(path string) error) error {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		return fn(path)
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		return fn(path, fset, f)
 	})
 }
