@@ -219,3 +219,21 @@ func TestTroubleshootingLogMessagesAreTheCodes(t *testing.T) {
 		}
 	}
 }
+
+// The README is the front door: 250 lines at most (issue 39); the rest
+// is in docs/, which it maps.
+func TestREADMEIsAFrontDoor(t *testing.T) {
+	readme := read(t, filepath.Join(root, "README.md"))
+	if n := strings.Count(readme, "\n"); n > 250 {
+		t.Errorf("README.md has %d lines, more than 250: move the detail to a page of docs/ and link it", n)
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		if !strings.Contains(readme, "](docs/"+filepath.Base(p)+")") {
+			t.Errorf("README.md's map of docs/ does not link %s", rel(p))
+		}
+	}
+}
