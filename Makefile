@@ -206,9 +206,16 @@ test-e2e: build compose
 	E2E_COMPOSE=$(COMPOSE_DIR)/docker-compose \
 		$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
 
+# On the current engine, the suite but E2E_CURRENT_SKIP: the tests whose time
+# is a LAN server's clock, not the engine's (issue 24 allows a documented
+# subset; docs/development.md says why each is left to 20.10). TestDHCPLostLease
+# waits 150 s for dnsmasq's shortest lease (2 min) to expire; what the engine
+# does in it (a DHCP container's start, its address, doctor) TestDHCP,
+# TestDHCPRestart and TestComposeDHCP prove on the current engine too.
+E2E_CURRENT_SKIP ?= ^TestDHCPLostLease$$
 test-e2e-current: build engine-current compose
 	E2E_ENGINE=current E2E_DOCKERD=$(ENGINE_DIR)/dockerd E2E_RUNC=$(ENGINE_DIR)/runc E2E_COMPOSE=$(COMPOSE_DIR)/docker-compose \
-		$(GO) test -tags e2e -count=1 -timeout 45m -v ./test/e2e/
+		$(GO) test -tags e2e -count=1 -timeout 45m -v -skip '$(E2E_CURRENT_SKIP)' ./test/e2e/
 
 # The current engine: engines/build.sh (go install from the Go module proxy;
 # libseccomp-dev with apt-get as root, for runc's seccomp).
@@ -265,8 +272,8 @@ plugin-push: plugin-push-registry release
 plugin-push-registry:
 	@[ -n "$(REGISTRY)" ] || { echo "make plugin-push: set REGISTRY=host:port (the registry the engine pushes to)" >&2; exit 2; }
 
-# make release twice (the second with an empty build cache) and the same
-# SHA256SUMS; the .debs' contents (man pages, completion, copyright,
+# make release twice (the second from another checkout path, with an empty
+# build cache, for this machine's architecture) and the same files; the .debs' contents (man pages, completion, copyright,
 # changelog), maintainer scripts, lintian, an install into a scratch root,
 # the unit checked by systemd-analyze; the plugin directory
 # enabled on a dockerd of the test's own and pushed to a registry. That
