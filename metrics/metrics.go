@@ -116,7 +116,8 @@ func New(o Options) *Metrics {
 	// So do the ops and results docs/operating.md documents of the
 	// reconcile (the restore plan's steps), the live repairs (the repair
 	// planner's) and the containers' repairs: an alert on their increase
-	// sees the first one, and a dashboard has series before it.
+	// sees the first one, and a dashboard has series before it. The lists
+	// are the planners' (driver's TestMetricsZeroSeriesAreThePlannersOps).
 	for _, op := range []string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes", "heal", "follow"} {
 		m.reconcile.WithLabelValues(op)
 	}

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"slices"
+
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 )
 
@@ -9,12 +11,24 @@ import (
 func PlanRepair(s Snapshot, links []kernel.Link, mark string) []Step {
 	var plan []Step
 	for _, st := range PlanRestore(Snapshot{Use: s.Use, Owned: s.Owned, Shims: s.Shims, ShimAddrs: s.ShimAddrs}, links, mark) {
-		switch st.Op {
-		case OpRecreate, OpShim, OpRoutes, OpHeal, OpFollow:
+		if slices.Contains(RepairOps(), st.Op) {
 			plan = append(plan, st)
 		}
 	}
 	return plan
+}
+
+// RepairOps are the ops of PlanRestore's steps PlanRepair keeps.
+func RepairOps() []op { return []op{OpRecreate, OpShim, OpRoutes, OpHeal, OpFollow} }
+
+// RestoreOps are the ops PlanRestore's steps have (PlanContainers' are
+// OpContainer and OpAbandon).
+func RestoreOps() []op {
+	var ops []op
+	for o := OpRollback; o < OpContainer; o++ {
+		ops = append(ops, o)
+	}
+	return ops
 }
 
 func StepsString(steps []Step) string {
