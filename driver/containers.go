@@ -57,18 +57,11 @@ func (d *Driver) readInterface(n record.Network, ep record.Endpoint, sandbox str
 			addr = p.Addr()
 		}
 	}
-	d.reading.Add(1)
-	go func() {
-		defer d.reading.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), readWait)
+	// Leave, DeleteEndpoint and Close end the read (d.reads), and a Join
+	// again starts it anew.
+	d.reads.Start(ep.ID, func(run context.Context) {
+		ctx, cancel := context.WithTimeout(run, readWait)
 		defer cancel()
-		go func() {
-			select {
-			case <-d.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		log := d.log.With("network", n.ID, "endpoint", ep.ID, "sandbox", sandbox)
 		tick := time.NewTicker(readEvery)
 		defer tick.Stop()
@@ -99,8 +92,8 @@ func (d *Driver) readInterface(n record.Network, ep record.Endpoint, sandbox str
 			}
 			select {
 			case <-ctx.Done():
-				if d.ctxStopped() || !d.stillJoined(n.ID, ep.ID, sandbox) {
-					return // closing, or the container stopped at once
+				if run.Err() != nil || !d.stillJoined(n.ID, ep.ID, sandbox) {
+					return // the endpoint left or went, or the daemon closes
 				}
 				// Not fatal for the container: only its repair is off.
 				// Said once at WARN (a managed plugin that cannot see the
@@ -115,7 +108,7 @@ func (d *Driver) readInterface(n record.Network, ep record.Endpoint, sandbox str
 			case <-tick.C:
 			}
 		}
-	}()
+	})
 }
 
 // readHint says what a failed read of an interface in its container
@@ -141,16 +134,6 @@ func (d *Driver) stillJoined(netID, epID, sandbox string) bool {
 		return false
 	}
 	return d.joins.Overlay(ep).Sandbox == sandbox
-}
-
-// ctxStopped reports whether the driver is closing.
-func (d *Driver) ctxStopped() bool {
-	select {
-	case <-d.stop:
-		return true
-	default:
-		return false
-	}
 }
 
 // keepInterface commits what was read of ep's interface, under the

@@ -30,6 +30,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/links"
 	"github.com/underlay-net/underlay/driver/internal/reconcile"
+	"github.com/underlay-net/underlay/driver/internal/runs"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store"
@@ -193,9 +194,9 @@ type Driver struct {
 	// sandboxes reads joined endpoints' interfaces in their containers
 	// (containers.go); nil: the container-side repair is off.
 	sandboxes sandboxes
-	// reading are the reads of joined endpoints' interfaces running;
-	// readFailed is set once one failed (said at WARN once).
-	reading    sync.WaitGroup
+	// reads are the reads of joined endpoints' interfaces running, by
+	// endpoint; readFailed is set once one failed (said at WARN once).
+	reads      runs.Set
 	readFailed atomic.Bool
 
 	janitorOnce sync.Once
@@ -310,7 +311,7 @@ func (d *Driver) Close() {
 	}
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
-	d.reading.Wait()
+	d.reads.StopAll()
 	d.leases.Wait()
 	d.lan.Close()
 }

@@ -205,7 +205,8 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		return err
 	}
 	defer unlock()
-	d.lan.StopAnnouncing(epID) // the endpoint leaves or goes: no more announcements of it
+	d.lan.StopAnnouncing(epID) // the endpoint leaves or goes: no more announcements of it,
+	d.reads.Stop(epID)         // and no more reading of its interface in the container
 	if ep != nil && n != nil && n.HostAddress != "" {
 		// The route goes and the record changes under the parent's lock,
 		// which the repair of the host link holds while it reads the

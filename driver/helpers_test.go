@@ -15,6 +15,7 @@ import (
 	"github.com/underlay-net/underlay/driver/internal/leases"
 	"github.com/underlay-net/underlay/driver/internal/plan"
 	"github.com/underlay-net/underlay/internal/fakeclock"
+	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/nltest"
 	"github.com/underlay-net/underlay/store"
 	"github.com/underlay-net/underlay/store/record"
@@ -77,6 +78,9 @@ type fixture struct {
 	// logger, when set, is the driver's logger.
 	lanCheck LANChecker
 	logger   *slog.Logger
+	// links, when set before open, is the driver's kernel instead of k
+	// (k wrapped: containers_test.go's sandboxes).
+	links netlinkutil.Links
 }
 
 // newFixture returns a driver over a fake kernel holding eth0 and eth1
@@ -99,7 +103,11 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	d, err := New(Config{Store: db, Links: f.k, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, DHCP: f.dhcp4, Events: f.events, LANCheck: f.lanCheck, Logger: f.logger, CrashPoint: func(p string) {
+	var links netlinkutil.Links = f.k
+	if f.links != nil {
+		links = f.links
+	}
+	d, err := New(Config{Store: db, Links: links, Docker: f.docker, Now: f.clock.Now, Instance: db.InstanceID(), StaleGrace: f.grace, BootID: f.boot, DHCPv6: f.dhcp6, DHCP: f.dhcp4, Events: f.events, LANCheck: f.lanCheck, Logger: f.logger, CrashPoint: func(p string) {
 		f.mu.Lock()
 		f.points = append(f.points, p)
 		f.mu.Unlock()

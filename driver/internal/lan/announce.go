@@ -46,7 +46,7 @@ func (l *LAN) Announce(ctx context.Context, n record.Network, ep record.Endpoint
 	if len(addrs) == 0 {
 		return
 	}
-	l.running.start(ep.ID, func(ctx context.Context) {
+	l.running.Start(ep.ID, func(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
@@ -73,59 +73,7 @@ func (l *LAN) Announce(ctx context.Context, n record.Network, ep record.Endpoint
 }
 
 // StopAnnouncing ends an endpoint's announcements (it leaves or goes).
-func (l *LAN) StopAnnouncing(ep string) { l.running.stop(ep) }
+func (l *LAN) StopAnnouncing(ep string) { l.running.Stop(ep) }
 
 // Close ends every announcement run and waits for them.
-func (l *LAN) Close() { l.running.stopAll() }
-
-// announcements are the announcement runs under way, by endpoint, so
-// that Leave and Close end them.
-type announcements struct {
-	mu      sync.Mutex
-	cancels map[string]context.CancelFunc
-	running sync.WaitGroup
-}
-
-func (a *announcements) start(ep string, run func(ctx context.Context)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.cancels == nil {
-		a.cancels = map[string]context.CancelFunc{}
-	}
-	if cancel, ok := a.cancels[ep]; ok {
-		cancel()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a.cancels[ep] = cancel
-	a.running.Add(1)
-	go func() {
-		defer a.running.Done()
-		run(ctx)
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if c, ok := a.cancels[ep]; ok && ctx.Err() == nil {
-			c()
-			delete(a.cancels, ep)
-		}
-	}()
-}
-
-// stop ends an endpoint's run; stopAll ends every run and waits.
-func (a *announcements) stop(ep string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if cancel, ok := a.cancels[ep]; ok {
-		cancel()
-		delete(a.cancels, ep)
-	}
-}
-
-func (a *announcements) stopAll() {
-	a.mu.Lock()
-	for ep, cancel := range a.cancels {
-		cancel()
-		delete(a.cancels, ep)
-	}
-	a.mu.Unlock()
-	a.running.Wait()
-}
+func (l *LAN) Close() { l.running.StopAll() }

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/underlay-net/underlay/driver/internal/runs"
 	"github.com/underlay-net/underlay/netlinkutil"
 	"github.com/underlay-net/underlay/netlinkutil/kernel"
 	"github.com/underlay-net/underlay/store/record"
@@ -54,7 +55,7 @@ type LAN struct {
 	Announcer Announcer
 	Log       *slog.Logger
 
-	running announcements
+	running runs.Set // the announcement runs under way, by endpoint: Leave and Close end them
 }
 
 // MAC is the MAC an endpoint's probes and announcements are sent from:

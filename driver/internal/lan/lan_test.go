@@ -426,10 +426,7 @@ func TestAnnounceNot(t *testing.T) {
 				l.Announcer = nil
 			}
 			l.Announce(context.Background(), tc.n, tc.ep)
-			l.running.mu.Lock()
-			runs := len(l.running.cancels)
-			l.running.mu.Unlock()
-			if runs != 0 {
+			if runs := l.running.Running(); runs != 0 {
 				t.Fatalf("%d announcement runs started", runs)
 			}
 			l.Close() // waits for any run started
