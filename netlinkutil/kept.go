@@ -21,7 +21,7 @@ import (
 
 // The host as requests read it. A dump of the namespace's links, addresses
 // or routes costs in proportion to the host (about 150 ms at 8,000 links),
-// so once Keep has run the Kernel answers LinkByIndex, LinksOn, Addrs,
+// so once Keep has run the Kernel answers LinkByIndex, LinkByName, LinksOn, Addrs,
 // AddrsNear, Routes and RoutesVia from state it keeps current from the
 // kernel's rtnetlink events (links, IPv4 and IPv6 addresses and routes).
 //
@@ -64,6 +64,7 @@ type kept struct {
 	// while the state is read.
 	mu       sync.Mutex
 	links    map[int]kernel.Link
+	names    map[string]int // the links' indexes by name
 	children map[int]map[int]struct{}
 	addrs    map[int]map[netip.Prefix]struct{}
 	// near indexes the addresses for AddrsNear: by their subnet, and by
@@ -308,7 +309,7 @@ func (s *kept) reread(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.links, s.children = map[int]kernel.Link{}, map[int]map[int]struct{}{}
+	s.links, s.names, s.children = map[int]kernel.Link{}, map[string]int{}, map[int]map[int]struct{}{}
 	s.addrs = map[int]map[netip.Prefix]struct{}{}
 	s.bySubnet, s.byBucket = map[netip.Prefix]map[kernel.Addr]struct{}{}, map[netip.Prefix]map[kernel.Addr]struct{}{}
 	for _, l := range ls {
@@ -443,7 +444,7 @@ func wireless(b []byte) bool {
 }
 
 // Unannounced clears what the kernel's events do not keep exact, what
-// LinkByIndex and LinksOn leave out (nltest's too): the kernel announces a change of the alias, the altnames or a macvlan/ipvlan mode
+// LinkByIndex, LinkByName and LinksOn leave out (nltest's too): the kernel announces a change of the alias, the altnames or a macvlan/ipvlan mode
 // only while the link is up.
 func Unannounced(l kernel.Link) kernel.Link {
 	l.Alias, l.AltNames, l.Mode, l.Flag = "", nil, "", ""
@@ -453,6 +454,7 @@ func Unannounced(l kernel.Link) kernel.Link {
 func (s *kept) putLink(l kernel.Link) {
 	l = Unannounced(l)
 	s.links[l.Index] = l
+	s.names[l.Name] = l.Index
 	if l.ParentIndex != 0 && l.ParentIndex != l.Index {
 		c := s.children[l.ParentIndex]
 		if c == nil {
@@ -469,6 +471,9 @@ func (s *kept) dropLink(idx int) {
 		return
 	}
 	delete(s.links, idx)
+	if s.names[l.Name] == idx {
+		delete(s.names, l.Name)
+	}
 	if c := s.children[l.ParentIndex]; c != nil {
 		delete(c, idx)
 		if len(c) == 0 {
@@ -772,6 +777,16 @@ func (s *kept) byIndex(ctx context.Context, idx int) (kernel.Link, bool, error) 
 	}
 	l, ok := s.links[idx]
 	return l, ok, nil
+}
+
+func (s *kept) byName(ctx context.Context, name string) (kernel.Link, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.sync(ctx); err != nil {
+		return kernel.Link{}, false, err
+	}
+	idx, ok := s.names[name]
+	return s.links[idx], ok, nil
 }
 
 func (s *kept) on(ctx context.Context, parent int) ([]kernel.Link, error) {

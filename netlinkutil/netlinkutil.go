@@ -45,6 +45,11 @@ type Links interface {
 	// ErrNotFound, without its Alias, AltNames, Mode and Flag (kept.go:
 	// ask Get for them).
 	LinkByIndex(ctx context.Context, index int) (kernel.Link, error)
+	// LinkByName returns the link whose name is name, or an error
+	// wrapping ErrNotFound, without its Alias, AltNames, Mode, Flag and
+	// Wireless (kept.go: ask Get for them); an altname is found too, by
+	// asking the kernel as Get does.
+	LinkByName(ctx context.Context, name string) (kernel.Link, error)
 	// LinksOn returns the links whose lower link is parent (by index),
 	// without their Alias, AltNames, Mode and Flag (kept.go: ask Get).
 	LinksOn(ctx context.Context, parent int) ([]kernel.Link, error)
@@ -244,6 +249,22 @@ func (k *Kernel) List(ctx context.Context) ([]kernel.Link, error) {
 	return out, nil
 }
 
+// LinkByName implements Links.
+func (k *Kernel) LinkByName(ctx context.Context, name string) (kernel.Link, error) {
+	if s := k.kept.Load(); s != nil {
+		if l, ok, err := s.byName(ctx, name); err == nil && ok {
+			return l, nil
+		}
+	}
+	l, err := k.Get(ctx, name) // not kept, or an altname
+	if err != nil {
+		return kernel.Link{}, err
+	}
+	l = Unannounced(l)
+	l.Wireless = false
+	return l, nil
+}
+
 // LinkByIndex implements Links.
 func (k *Kernel) LinkByIndex(ctx context.Context, index int) (kernel.Link, error) {
 	if s := k.kept.Load(); s != nil {
@@ -326,7 +347,7 @@ func explain(err error, l netlink.Link) string {
 }
 
 func (k *Kernel) index(ctx context.Context, name string) (int, error) {
-	l, err := k.Get(ctx, name)
+	l, err := k.LinkByName(ctx, name)
 	if err != nil {
 		return 0, err
 	}

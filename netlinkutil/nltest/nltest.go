@@ -256,6 +256,22 @@ func (k *Kernel) LinkByIndex(_ context.Context, index int) (kernel.Link, error) 
 	return netlinkutil.Unannounced(listed(*l)), nil
 }
 
+// LinkByName implements netlinkutil.Links.
+func (k *Kernel) LinkByName(_ context.Context, name string) (kernel.Link, error) {
+	if err := k.begin("get", name); err != nil {
+		return kernel.Link{}, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l := k.lookup(name)
+	if l == nil {
+		return kernel.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
+	}
+	u := netlinkutil.Unannounced(listed(*l))
+	u.Wireless = false
+	return u, nil
+}
+
 // LinksOn implements netlinkutil.Links.
 func (k *Kernel) LinksOn(_ context.Context, parent int) ([]kernel.Link, error) {
 	if err := k.begin("list", ""); err != nil {

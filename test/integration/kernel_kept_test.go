@@ -52,7 +52,16 @@ func dumpHost(t *testing.T, k *netlinkutil.Kernel, indexes []int) hostDump {
 			names = append(names, c.Name)
 		}
 		slices.Sort(names)
-		d.links = append(d.links, fmt.Sprintf("%d %s %s parent=%d mac=%s perm=%s mtu=%d down=%v alias=%q alt=%v on=%v", l.Index, l.Name, l.Kind, l.ParentIndex, l.MAC, l.PermMAC, l.MTU, l.Down, l.Alias, l.AltNames, names))
+		line := func(l kernel.Link) string {
+			return fmt.Sprintf("%d %s %s parent=%d vlan=%d mac=%s perm=%s mtu=%d down=%v alias=%q alt=%v", l.Index, l.Name, l.Kind, l.ParentIndex, l.VLAN, l.MAC, l.PermMAC, l.MTU, l.Down, l.Alias, l.AltNames)
+		}
+		// The same link by its name (LinkByName): what the parents'
+		// lookups of a request read.
+		byName, err := k.LinkByName(ctx, l.Name)
+		if err != nil {
+			t.Fatalf("LinkByName %s (index %d): %v", l.Name, l.Index, err)
+		}
+		d.links = append(d.links, fmt.Sprintf("%s on=%v byname=%s", line(l), names, line(byName)))
 	}
 	as, err := k.Addrs(ctx)
 	if err != nil {
@@ -238,6 +247,12 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 	if l := get(mv0); l.Name != "mv1" || l.ParentIndex != p0 {
 		t.Fatalf("mv0 right after its rename to mv1: %+v", l)
 	}
+	if l, err := kept.LinkByName(ctx, "mv1"); err != nil || l.Index != mv0 {
+		t.Fatalf("LinkByName mv1 right after the rename: %+v %v, want index %d", l, err, mv0)
+	}
+	if l, err := kept.LinkByName(ctx, "mv0"); !errors.Is(err, netlinkutil.ErrNotFound) {
+		t.Fatalf("LinkByName mv0 right after its rename to mv1: %+v %v, want not found", l, err)
+	}
 	// Marked while down, as underlay marks its links: the kernel does not
 	// announce it, so kept links never carry an alias (Get has it).
 	if err := ns.NL.LinkSetAlias(ns.MustLink("mv1"), "underlay:test"); err != nil {
@@ -251,6 +266,9 @@ func TestKeptHostFollowsTheKernel(t *testing.T) {
 	}
 	if l, err := kept.Get(ctx, "mv-alt"); err != nil || l.Index != mv0 || l.Alias != "underlay:test" {
 		t.Fatalf("Get mv-alt (mv1's altname) right after it was added: %+v %v, want mv1 with its alias", l, err)
+	}
+	if l, err := kept.LinkByName(ctx, "mv-alt"); err != nil || l.Index != mv0 || l.Name != "mv1" {
+		t.Fatalf("LinkByName mv-alt (mv1's altname): %+v %v, want mv1 (the kernel asked for an altname)", l, err)
 	}
 	wantKeptAsKernel(t, "after mv1's rename, alias and altname", kept, fresh)
 

@@ -63,7 +63,7 @@ type LAN struct {
 func (l *LAN) MAC(ctx context.Context, n record.Network, ep record.Endpoint) (net.HardwareAddr, error) {
 	mac := ep.MAC
 	if n.Type == kernel.KindIpvlan {
-		p, err := l.Links.Get(ctx, n.Parent)
+		p, err := l.Links.LinkByName(ctx, n.Parent)
 		if err != nil {
 			return nil, err
 		}

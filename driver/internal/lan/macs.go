@@ -29,7 +29,7 @@ func (c *Chooser) Choose(ctx context.Context, n record.Network, ep record.Endpoi
 	if n.Config.MACPolicy != config.MacStable || !addr.IsValid() || n.Config.DHCP.On {
 		return lanmac.Random().String()
 	}
-	p, err := c.Links.Get(ctx, n.Parent)
+	p, err := c.Links.LinkByName(ctx, n.Parent)
 	if err != nil {
 		c.Log.Warn("using a random MAC: the parent could not be read for a stable one", "network", n.ID, "endpoint", ep.ID, "parent", n.Parent, "error", err)
 		return lanmac.Random().String()

@@ -38,7 +38,7 @@ func (l *LAN) Budget(ctx context.Context, n record.Network) time.Duration {
 	if l.Routes == nil || len(n.IPv4)+len(n.IPv6) == 0 || n.Internal {
 		return 0
 	}
-	p, err := l.Links.Get(ctx, n.Parent)
+	p, err := l.Links.LinkByName(ctx, n.Parent)
 	if err != nil {
 		return 0
 	}
