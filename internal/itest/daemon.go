@@ -98,9 +98,21 @@ func (d *Daemon) Start() {
 	if err := d.StartNoWait(); err != nil {
 		d.t.Fatal(err)
 	}
-	if err := d.WaitReady(15 * time.Second); err != nil {
+	if err := d.WaitReady(ReadyWait()); err != nil {
 		d.t.Fatal(err)
 	}
+}
+
+// ReadyWait is how long a daemon that was started may take to serve: 15 s,
+// and 60 s in the test VM, where one emulated CPU shares the host with make
+// test's other lanes (a start there once took 5 s to restore its state
+// and more than 10 s more to serve, the host building the engine beside
+// it).
+func ReadyWait() time.Duration {
+	if InVM() {
+		return 60 * time.Second
+	}
+	return 15 * time.Second
 }
 
 // StartNoWait starts the daemon without waiting for its socket.

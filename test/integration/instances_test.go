@@ -284,7 +284,7 @@ func TestInstancesTwoDaemonsAtOnceOnOneSocket(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Fatalf("round %d: two daemons started at once on %s both still run after 15s: want the second refused", round, socket)
 		}
-		if err := winner.WaitReady(15 * time.Second); err != nil {
+		if err := winner.WaitReady(itest.ReadyWait()); err != nil {
 			t.Fatalf("round %d: the daemon that was not refused does not serve: %v", round, err)
 		}
 		if code := loser.ProcessState().ExitCode(); code != 1 {

@@ -89,7 +89,7 @@ func TestStrayLinksRemovedBeforeServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// From the first moment the socket answers, the marked stray is gone.
-	if err := d.WaitReady(15 * time.Second); err != nil {
+	if err := d.WaitReady(itest.ReadyWait()); err != nil {
 		t.Fatal(err)
 	}
 	ns.WantLinks(with(linkA, unmarked, otherMarked, "mine0")...)
