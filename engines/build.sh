@@ -52,8 +52,12 @@ tmp=$(mktemp -d "$dir.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
 echo "engine-current: building dockerd $MOBY_VERSION and runc $RUNC_VERSION into $dir (a few minutes cold)" >&2
-GOBIN=$tmp CGO_ENABLED=0 "$GO" install \
-	-ldflags "-X github.com/moby/moby/v2/dockerversion.Version=$MOBY_VERSION" \
+# -trimpath as the Compose build (engines/build-compose.sh) and the release
+# build: the three share their compiled standard library (and the modules
+# of the same version) in the Go build cache instead of compiling it each;
+# -s -w: no symbol table and no DWARF to link (the suites never debug it).
+GOBIN=$tmp CGO_ENABLED=0 "$GO" install -trimpath \
+	-ldflags "-s -w -X github.com/moby/moby/v2/dockerversion.Version=$MOBY_VERSION" \
 	"github.com/moby/moby/v2/cmd/dockerd@$MOBY_VERSION"
 GOBIN=$tmp CGO_ENABLED=1 "$GO" install -tags seccomp "github.com/opencontainers/runc@$RUNC_VERSION"
 if ! cached "$tmp"; then
