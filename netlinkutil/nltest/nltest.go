@@ -257,19 +257,14 @@ func (k *Kernel) LinkByIndex(_ context.Context, index int) (kernel.Link, error) 
 }
 
 // LinkByName implements netlinkutil.Links.
-func (k *Kernel) LinkByName(_ context.Context, name string) (kernel.Link, error) {
-	if err := k.begin("get", name); err != nil {
+func (k *Kernel) LinkByName(ctx context.Context, name string) (kernel.Link, error) {
+	l, err := k.Get(ctx, name)
+	if err != nil {
 		return kernel.Link{}, err
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	l := k.lookup(name)
-	if l == nil {
-		return kernel.Link{}, fmt.Errorf("%w: %s", netlinkutil.ErrNotFound, name)
-	}
-	u := netlinkutil.Unannounced(listed(*l))
-	u.Wireless = false
-	return u, nil
+	l = netlinkutil.Unannounced(listed(l))
+	l.Wireless = false
+	return l, nil
 }
 
 // LinksOn implements netlinkutil.Links.
