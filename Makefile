@@ -211,7 +211,8 @@ bin/vm/vmdocker.test: FORCE
 # little CPU. (Running the whole suite early was tried: it starved the
 # builds and the VMs' timing tests.) A failure of the first part still lets
 # the second run; the target fails at the end. E2E_EARLY= runs the suite
-# in one go, after the Compose build.
+# in one go, after the Compose build (a pattern given on the command line
+# writes $ as $$, and holds no comma).
 E2E_EARLY ?= ^(TestDHCPLostLease|TestDHCP|TestDHCPRestart)$$
 test-e2e: build
 	@rc=0; \

@@ -75,7 +75,7 @@ func (d *Driver) readInterface(n record.Network, ep record.Endpoint, sandbox str
 		}
 		var lastErr error
 		var up time.Time
-		for {
+		for run.Err() == nil { // not once more after Leave, DeleteEndpoint or Close
 			id, l, err := d.sandboxes.SandboxInterface(ctx, d.reconcile.SandboxPath(sandbox), ep.MAC, addr)
 			if err == nil && l.Up && l.Name != ep.Link {
 				if up.IsZero() {

@@ -309,9 +309,9 @@ func (d *Driver) Close() {
 	default:
 		close(d.stop)
 	}
+	d.reads.StopAll() // at once, as the janitor is told to stop
 	d.janitorOnce.Do(func() { close(d.stopped) })
 	<-d.stopped
-	d.reads.StopAll()
 	d.leases.Wait()
 	d.lan.Close()
 }

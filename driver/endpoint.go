@@ -205,8 +205,11 @@ func (d *Driver) unplug(ctx context.Context, phase, netID, epID string, record f
 		return err
 	}
 	defer unlock()
-	d.lan.StopAnnouncing(epID) // the endpoint leaves or goes: no more announcements of it,
-	d.reads.Stop(epID)         // and no more reading of its interface in the container
+	// The endpoint leaves or goes: no more announcements of it, and no more
+	// reading of its interface in the container (should the request fail
+	// below, the container is being torn down: neither is wanted back).
+	d.lan.StopAnnouncing(epID)
+	d.reads.Stop(epID)
 	if ep != nil && n != nil && n.HostAddress != "" {
 		// The route goes and the record changes under the parent's lock,
 		// which the repair of the host link holds while it reads the

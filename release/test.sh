@@ -81,14 +81,16 @@ t0=$(date +%s)
 release/build.sh "$T/a" "$version" 2>"$T/build-a.log" || { tail -n 30 "$T/build-a.log" >&2; die "make release (first) failed"; }
 t1=$(date +%s)
 mkdir -p "$T/gocache" "$T/tmp" "$T/src"
-git ls-files -z | tar --null -T - --ignore-failed-read -cf - .git 2>/dev/null | tar -xf - -C "$T/src" ||
-	die "cannot copy the checkout to $T/src"
-(cd "$T/src" && umask 0077 && GOCACHE=$T/gocache TMPDIR=$T/tmp TZ=Pacific/Chatham LC_ALL=C.UTF-8 ARCHES=$own \
+# The files the first build could read: tracked and untracked, what .gitignore leaves out left out.
+git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - .git 2>/dev/null |
+	tar -xf - -C "$T/src" || die "cannot copy the checkout to $T/src"
+gobin=$(command -v "$GO") || die "GO=$GO is not a command"
+(cd "$T/src" && umask 0077 && GO=$gobin GOCACHE=$T/gocache TMPDIR=$T/tmp TZ=Pacific/Chatham LC_ALL=C.UTF-8 ARCHES=$own \
 	release/build.sh "$T/b" "$version") 2>"$T/build-b.log" ||
 	{ tail -n 30 "$T/build-b.log" >&2; die "make release (second: other checkout, empty build cache, ARCHES=$own) failed"; }
 t2=$(date +%s)
 rm -rf "$T/gocache" "$T/src"
-say "release built in $((t1 - t0)) s (amd64 and arm64), $((t2 - t1)) s ($own only, another checkout, empty build cache)"
+say "release built in $((t1 - t0)) s (${ARCHES:-amd64 arm64}), $((t2 - t1)) s ($own only, another checkout, empty build cache)"
 (cd "$T/a" && sha256sum --quiet -c SHA256SUMS) || die "SHA256SUMS does not verify in the first build"
 (cd "$T/b" && sha256sum --quiet -c SHA256SUMS) || die "SHA256SUMS does not verify in the second build"
 # Every file of the second build is the first's, and the second holds every file of the first

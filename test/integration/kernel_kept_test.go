@@ -30,6 +30,20 @@ import (
 // alias and altnames), the addresses and the routes.
 type hostDump struct{ links, addrs, routes []string }
 
+// nameIndex is "name -> index" of the link LinkByName finds, or "name ->
+// none".
+func nameIndex(t *testing.T, k *netlinkutil.Kernel, name string) string {
+	t.Helper()
+	l, err := k.LinkByName(context.Background(), name)
+	if errors.Is(err, netlinkutil.ErrNotFound) {
+		return name + " -> none"
+	}
+	if err != nil {
+		t.Fatalf("LinkByName %s: %v", name, err)
+	}
+	return fmt.Sprintf("%s -> %d %s", name, l.Index, l.Name)
+}
+
 func dumpHost(t *testing.T, k *netlinkutil.Kernel, indexes []int) hostDump {
 	t.Helper()
 	ctx := context.Background()
@@ -99,6 +113,13 @@ func wantKeptAsKernel(t *testing.T, when string, kept, fresh *netlinkutil.Kernel
 		}
 		indexes = append(indexes, 9999) // no such link
 		k, f = dumpHost(t, kept, indexes), dumpHost(t, fresh, indexes)
+		// Names by LinkByName, those of links gone or renamed away, an
+		// altname and a name never used included: none may answer from
+		// a stale name.
+		for _, name := range []string{"p0", "p1", "mv0", "mv1", "mv-alt", "br0", "p0-peer", "nothere0"} {
+			k.links = append(k.links, nameIndex(t, kept, name))
+			f.links = append(f.links, nameIndex(t, fresh, name))
+		}
 		return slices.Equal(k.links, f.links) && slices.Equal(k.addrs, f.addrs) && slices.Equal(k.routes, f.routes)
 	}) {
 		t.Fatalf("%s: the kept state differs from the kernel's:\nlinks kept  %q\nlinks read  %q\naddrs kept  %q\naddrs read  %q\nroutes kept %q\nroutes read %q",

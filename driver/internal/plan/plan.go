@@ -86,7 +86,16 @@ const (
 )
 
 func (o op) String() string {
-	return [...]string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes", "heal", "follow", "container", "abandon"}[o]
+	if names := opNames(); int(o) < len(names) {
+		return names[o]
+	}
+	return fmt.Sprintf("op(%d)", int(o))
+}
+
+// opNames are the ops' names, by op: every op has one (TestOpsAreClassified
+// holds RestoreOps and ContainerOps to them).
+func opNames() []string {
+	return []string{"rollback", "recreate", "release", "forget", "keep", "delete-stray", "repoint", "shim", "routes", "heal", "follow", "container", "abandon"}
 }
 
 // Step is one action of a plan.

@@ -166,3 +166,24 @@ func TestOwnsLink(t *testing.T) {
 		}
 	}
 }
+
+// TestOpsAreClassified: every op (every name opNames gives) is a restore
+// op or a container op, never both, so the lists the metrics are held to
+// (driver's TestMetricsZeroSeriesAreThePlannersOps) grow with the ops.
+func TestOpsAreClassified(t *testing.T) {
+	seen := map[op]int{}
+	for _, o := range append(RestoreOps(), ContainerOps()...) {
+		seen[o]++
+	}
+	for i, name := range opNames() {
+		if o := op(i); seen[o] != 1 {
+			t.Errorf("op %s is in %d of RestoreOps and ContainerOps, want exactly 1", name, seen[o])
+		}
+	}
+	if len(seen) != len(opNames()) {
+		t.Errorf("RestoreOps and ContainerOps hold %d ops, opNames names %d", len(seen), len(opNames()))
+	}
+	if got := op(len(opNames())).String(); got != fmt.Sprintf("op(%d)", len(opNames())) {
+		t.Errorf("an op without a name prints %q", got)
+	}
+}

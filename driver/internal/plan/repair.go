@@ -21,15 +21,14 @@ func PlanRepair(s Snapshot, links []kernel.Link, mark string) []Step {
 // RepairOps are the ops of PlanRestore's steps PlanRepair keeps.
 func RepairOps() []op { return []op{OpRecreate, OpShim, OpRoutes, OpHeal, OpFollow} }
 
-// RestoreOps are the ops PlanRestore's steps have (PlanContainers' are
-// OpContainer and OpAbandon).
+// RestoreOps are the ops PlanRestore's steps have, ContainerOps
+// PlanContainers': every op is one or the other (TestOpsAreClassified).
 func RestoreOps() []op {
-	var ops []op
-	for o := OpRollback; o < OpContainer; o++ {
-		ops = append(ops, o)
-	}
-	return ops
+	return []op{OpRollback, OpRecreate, OpRelease, OpForget, OpKeep, OpDeleteStray, OpRepoint, OpShim, OpRoutes, OpHeal, OpFollow}
 }
+
+// ContainerOps: see RestoreOps.
+func ContainerOps() []op { return []op{OpContainer, OpAbandon} }
 
 func StepsString(steps []Step) string {
 	s := ""

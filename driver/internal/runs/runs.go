@@ -15,13 +15,18 @@ type Set struct {
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc
 	running sync.WaitGroup
+	closed  bool // StopAll was called: nothing starts any more
 }
 
 // Start runs run in the background with a context that ends when key's
-// run is stopped or replaced, after ending key's earlier run.
+// run is stopped or replaced, after ending key's earlier run. After
+// StopAll it starts nothing.
 func (s *Set) Start(key string, run func(ctx context.Context)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
 	if s.cancels == nil {
 		s.cancels = map[string]context.CancelFunc{}
 	}
@@ -53,17 +58,19 @@ func (s *Set) Stop(key string) {
 	}
 }
 
-// Running is how many runs are under way (ended ones included until
-// they return).
+// Running is how many keys have a run that was neither stopped nor
+// replaced and has not returned (a stopped run may still be returning).
 func (s *Set) Running() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.cancels)
 }
 
-// StopAll ends every run and waits for them to return.
+// StopAll ends every run and waits for them to return; nothing starts
+// after it.
 func (s *Set) StopAll() {
 	s.mu.Lock()
+	s.closed = true
 	for key, cancel := range s.cancels {
 		cancel()
 		delete(s.cancels, key)

@@ -9,7 +9,7 @@ import (
 
 // TestSet: a run ends when it returns, when its key's next run starts,
 // or when its key is stopped; other keys' runs go on; StopAll ends the
-// rest and waits for them to return.
+// rest and waits for them to return, and nothing starts after it.
 func TestSet(t *testing.T) {
 	var s Set
 	var ended atomic.Int32
@@ -50,5 +50,11 @@ func TestSet(t *testing.T) {
 	s.StopAll()
 	if ended.Load() != 3 || s.Running() != 0 {
 		t.Fatalf("after StopAll: %d ended, %d running; want 3 and 0", ended.Load(), s.Running())
+	}
+	started := false
+	s.Start("d", func(context.Context) { started = true })
+	s.StopAll() // waits for a run, had one started
+	if started || s.Running() != 0 {
+		t.Fatalf("a run started after StopAll")
 	}
 }
