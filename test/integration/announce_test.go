@@ -31,15 +31,20 @@ func TestAnnouncementsThroughTheBinary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateEndpoint answered MAC %q", ce.Interface.MacAddress)
 	}
-	start := time.Now()
 	d.MustCall("Join", network.JoinRequest{NetworkID: netA, EndpointID: epA, SandboxKey: "/var/run/docker/netns/x"}, nil)
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Join took %s: announcements must not delay it", took)
-	}
+	joined := time.Now()
 	arps := capt.wantMatches(t, "gratuitous ARP requests", 3, func(b []byte) bool {
 		a, ok := itest.ReadARP(b)
 		return ok && bytes.Equal(a.EthSrc, mac) && a.Op == 1 && a.SPA == v4 && a.TPA == v4 && bytes.Equal(a.SHA, mac)
 	})
+	// The announcements do not delay the Join: its answer is back before
+	// the last of them is on the LAN, 800 ms after the first could be. An
+	// order, not a duration: in the emulated arm64 VM, on a loaded host, a
+	// Join alone once took a second.
+	if last := arps[len(arps)-1].At; !joined.Before(last) {
+		t.Errorf("Join answered at %s, after the last announcement at %s: announcements must not delay it",
+			joined.Format("15:04:05.000"), last.Format("15:04:05.000"))
+	}
 	wantSpacing(t, "announcement", arps, 125*time.Millisecond, 750*time.Millisecond)
 	capt.wantMatches(t, "unsolicited Neighbour Advertisements", 3, func(b []byte) bool {
 		n, ok := itest.ReadNDP(b)
