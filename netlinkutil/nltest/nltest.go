@@ -262,9 +262,7 @@ func (k *Kernel) LinkByName(ctx context.Context, name string) (kernel.Link, erro
 	if err != nil {
 		return kernel.Link{}, err
 	}
-	l = netlinkutil.Unannounced(listed(l))
-	l.Wireless = false
-	return l, nil
+	return netlinkutil.Unannounced(listed(l)), nil // listed: no Wireless
 }
 
 // LinksOn implements netlinkutil.Links.

@@ -10,8 +10,9 @@ import (
 // that are missing (bases first) and the host links with their routes.
 func PlanRepair(s Snapshot, links []kernel.Link, mark string) []Step {
 	var plan []Step
+	keep := RepairOps()
 	for _, st := range PlanRestore(Snapshot{Use: s.Use, Owned: s.Owned, Shims: s.Shims, ShimAddrs: s.ShimAddrs}, links, mark) {
-		if slices.Contains(RepairOps(), st.Op) {
+		if slices.Contains(keep, st.Op) {
 			plan = append(plan, st)
 		}
 	}
