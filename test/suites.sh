@@ -7,7 +7,8 @@
 # can run beside one that computes. Each target's output goes to $LOGS/TARGET.log and is
 # printed whole, under a header, when the target ends (so lanes never interleave their
 # lines); a line when each one starts and ends shows progress. A failed target does not stop
-# the others: every target runs, and the run fails at the end. Last comes the timing table
+# the others: every target runs, and the run fails at the end. Then, if a target failed, its
+# failed Go tests with their last messages (test/failures.sh). Last comes the timing table
 # (each target's seconds, its lane and result, and the whole run's wall time), then one line
 # "suites: N passed, N failed" counting targets.
 #
@@ -57,6 +58,13 @@ wait
 
 end=$(date +%s)
 passed=0 failed=0
+failedlogs=$(awk -v logs="$LOGS" '$4 != "ok" { print logs "/" $1 ".log" }' "$results")
+if [ -n "$failedlogs" ]; then
+	echo
+	echo "make test: failed tests, with the last lines each logged (test/failures.sh; the whole output is above)"
+	# shellcheck disable=SC2086 # one path per word
+	test/failures.sh $failedlogs
+fi
 echo
 echo "make test: timing (seconds; lanes run side by side)"
 printf '  %-26s %4s %7s  %s\n' target lane seconds result
