@@ -71,14 +71,19 @@ func TestDHCPLostLeaseThroughTheBinary(t *testing.T) {
 		_, _, lease := e.createEndpoint(t, netA, epA)
 		e.srv.Set(func(c *itest.DHCPConfig) { c.IgnoreRequests = true })
 		time.Sleep(time.Until(lease.Granted.Add(dhcpT1 + time.Second))) // the renewal waits on the server
+		// Waiting for the renewal would take its dhcp_timeout (20 s).
+		within := 2 * time.Second
+		if itest.InVM() { // an emulated CPU shared with the other suites
+			within = 10 * time.Second
+		}
 		start := time.Now()
 		e.d.RemoveEndpoint(netA, epA)
-		if took := time.Since(start); took > 2*time.Second {
+		if took := time.Since(start); took > within {
 			t.Fatalf("Leave and DeleteEndpoint took %s behind a renewal", took)
 		}
 		start = time.Now()
 		e.d.DeleteNetwork(netA)
-		if took := time.Since(start); took > 2*time.Second {
+		if took := time.Since(start); took > within {
 			t.Fatalf("DeleteNetwork took %s", took)
 		}
 	})

@@ -172,7 +172,7 @@ func dhcpKillSetup(t *testing.T) (e *dhcpEnv, addr netip.Prefix, mac string, lea
 func dhcpKillTeardown(t *testing.T, e *dhcpEnv) {
 	t.Helper()
 	e.d.RemoveEndpoint(netA, epA)
-	if !itest.WaitFor(3*time.Second, func() bool { return len(e.srv.Leases()) == 0 }) {
+	if !itest.WaitFor(15*time.Second, func() bool { return len(e.srv.Leases()) == 0 }) {
 		t.Fatalf("DeleteEndpoint after the restart: the server holds:\n%s", e.srv.LeasesString())
 	}
 	e.d.DeleteNetwork(netA)
@@ -259,7 +259,7 @@ func TestDHCP(t *testing.T) {
 		itest.LeaveSandbox(e.ns, sbA, ethA, jA.InterfaceName.SrcName)
 		e.d.RemoveEndpoint(netA, epA)
 		released := time.Now()
-		if !itest.WaitFor(3*time.Second, func() bool { _, held := e.srv.Lease(addrA.Addr()); return !held }) {
+		if !itest.WaitFor(15*time.Second, func() bool { _, held := e.srv.Lease(addrA.Addr()); return !held }) {
 			t.Fatalf("DeleteEndpoint: the server still holds %s:\n%s", addrA, e.srv.MessagesString())
 		}
 		rel := e.srv.Messages(func(m itest.DHCPMessage) bool {
@@ -277,7 +277,7 @@ func TestDHCP(t *testing.T) {
 		}
 		itest.LeaveSandbox(e.ns, sbB, ethB, jB.InterfaceName.SrcName)
 		e.d.RemoveEndpoint(netA, epB)
-		if !itest.WaitFor(3*time.Second, func() bool { return len(e.srv.Leases()) == 0 }) {
+		if !itest.WaitFor(15*time.Second, func() bool { return len(e.srv.Leases()) == 0 }) {
 			t.Fatalf("after both DeleteEndpoints the server holds:\n%s", e.srv.LeasesString())
 		}
 		e.d.DeleteNetwork(netA)
@@ -406,7 +406,11 @@ func TestDHCP(t *testing.T) {
 			t.Fatal("CreateEndpoint with no DHCP server on the LAN succeeded")
 		}
 		t.Logf("refused after %s: %s", took.Round(time.Millisecond), msg)
-		if took < 3*time.Second || took > 3*time.Second+dhcpSlack {
+		slack := dhcpSlack
+		if itest.InVM() { // an emulated CPU shared with the other suites
+			slack = 8 * time.Second
+		}
+		if took < 3*time.Second || took > 3*time.Second+slack {
 			t.Errorf("refused after %s: want it after dhcp_timeout (3s), and soon after", took.Round(time.Millisecond))
 		}
 		for _, want := range []string{"lan0", "no DHCP server answered", "dhcp_timeout"} {

@@ -86,7 +86,7 @@ func TestVMDHCPIpvlan(t *testing.T) {
 	// Release of one: the server frees its address and keeps the other's.
 	itest.LeaveSandbox(ns, eps[0].sb, eps[0].eth, eps[0].j.InterfaceName.SrcName)
 	e.d.RemoveEndpoint(n, e1)
-	if !itest.WaitFor(3*time.Second, func() bool { _, held := e.srv.Lease(eps[0].addr.Addr()); return !held }) {
+	if !itest.WaitFor(15*time.Second, func() bool { _, held := e.srv.Lease(eps[0].addr.Addr()); return !held }) {
 		t.Fatalf("DeleteEndpoint of %s: the server still holds %s:\n%s", e1[:12], eps[0].addr, e.srv.MessagesString())
 	}
 	rel := e.srv.Messages(func(m itest.DHCPMessage) bool {
@@ -100,7 +100,7 @@ func TestVMDHCPIpvlan(t *testing.T) {
 	}
 	itest.LeaveSandbox(ns, eps[1].sb, eps[1].eth, eps[1].j.InterfaceName.SrcName)
 	e.d.RemoveEndpoint(n, e2)
-	if !itest.WaitFor(3*time.Second, func() bool { return len(e.srv.Leases()) == 0 }) {
+	if !itest.WaitFor(15*time.Second, func() bool { return len(e.srv.Leases()) == 0 }) {
 		t.Fatalf("after both DeleteEndpoints the server holds:\n%s", e.srv.LeasesString())
 	}
 	e.d.DeleteNetwork(n)
