@@ -75,10 +75,13 @@ var ignoredErrors = []struct {
 	// killed or restarted is down, a peer's sync to that node's gossip port
 	// (7946 on the swarm's control addresses) is refused. Docker's gossip,
 	// not the plugin's; seen once, under load, in a make test run (20.10,
-	// TestMultiNode's kill -9 of n3). Ignored only for a refused
-	// connection to a node's control address.
+	// TestMultiNode's kill -9 of n3: "dial tcp …: connect: connection
+	// refused"). A peer killed or stopping while a sync runs ends it with
+	// a read or write error on that connection instead (a reset, EOF, a
+	// timeout). Ignored only for a TCP error with a node's control address
+	// (198.18.254.N) on the gossip port.
 	{
-		re: regexp.MustCompile(`level=error msg="periodic bulk sync failure for network \S+: bulk sync to node \S+ failed: failed to send a TCP message during bulk sync: dial tcp (198\.18\.254\.\d+):7946: connect: connection refused"$`),
+		re: regexp.MustCompile(`level=error msg="periodic bulk sync failure for network \S+: bulk sync to node \S+ failed: failed to send a TCP message during bulk sync: (dial|read|write) tcp \S*198\.18\.254\.\d+:7946\b[^"]*"$`),
 	},
 	// Once the node has removed the network, the service records other
 	// nodes gossip for it (libnetwork's networkDB, addServiceBinding) name
