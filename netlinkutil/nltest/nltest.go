@@ -6,6 +6,8 @@
 // silently does), a macvlan or ipvlan made on a macvlan lands on its lower
 // link, a base carries one VLAN of an ID (EEXIST), names and altnames are
 // looked up alike, and deleting a link deletes the links stacked on it.
+// Its events are the kernel's too: a link made on another, or deleted from
+// it, announces that lower link again, unchanged (NETDEV_CHANGEUPPER).
 package nltest
 
 import (
@@ -50,6 +52,18 @@ func (k *Kernel) put(l kernel.Link) {
 	k.next++
 	k.links[l.Name] = &l
 	k.emit(netlinkutil.LinkEvent{Link: l})
+	k.announceLower(l)
+}
+
+// announceLower emits the event of the link l stands on, unchanged, as the
+// kernel does when a link is stacked on it or taken off it.
+func (k *Kernel) announceLower(l kernel.Link) {
+	if l.ParentIndex == 0 {
+		return
+	}
+	if lower := k.byIndex(l.ParentIndex); lower != nil {
+		k.emit(netlinkutil.LinkEvent{Link: *lower})
+	}
 }
 
 // emit sends an event to every subscriber without blocking (a full
@@ -201,6 +215,7 @@ func (k *Kernel) remove(name string) {
 		}
 	}
 	k.emit(netlinkutil.LinkEvent{Deleted: true, Link: *l})
+	k.announceLower(*l)
 }
 
 func (k *Kernel) checkNew(name string) error {

@@ -95,6 +95,9 @@ type Executor struct {
 	// failures are the repair steps' last failures, logged once.
 	failures   links.FailureLog
 	containers containers
+	// seen are owned and watched links as their last events showed them
+	// (watch.go: an unchanged link's event is no repair).
+	seen seenLinks
 }
 
 // Outcome is how far a steps got: busy when a parent lock was taken by a

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -536,6 +537,126 @@ func TestRelevant(t *testing.T) {
 	}
 	if !f.x.Relevant(netlinkutil.LinkEvent{Deleted: true, Link: self}, false) {
 		t.Error("a claimed self-deletion hid a later one")
+	}
+}
+
+// Containers starting and stopping on a parent are no repair: the kernel
+// announces a link again, unchanged, whenever a link is made on it or
+// deleted from it (the fake kernel does as the kernel does), and each such
+// event for an owned or a watched parent made a repair pass, which lists
+// every link of the host. Fed the fake kernel's events in their order: the
+// parents' first events and their changes call for a pass, their
+// unchanged announcements do not (unless a repair waits for a base), and
+// after a deletion, or events missed, a link's next event does again.
+func TestRelevantIgnoresLinksStackedOnParents(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newFixture(t)
+	f.addVLAN(t, "eth0.10", "eth0", 10, mark) // owned
+	f.x.WatchParent("eth1")                   // a joined endpoint's parent
+	events, err := f.k.Subscribe(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() netlinkutil.LinkEvent {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(5 * time.Second):
+			t.Fatal("no event from the fake kernel")
+		}
+		return netlinkutil.LinkEvent{}
+	}
+	// relevant feeds the events up to the next one about name (the
+	// links made and deleted in between are endpoints: never relevant)
+	// and returns that one's verdict.
+	relevant := func(name string, waiting bool) bool {
+		t.Helper()
+		for {
+			ev := next()
+			got := f.x.Relevant(ev, waiting)
+			if ev.Link.Name == name {
+				return got
+			}
+			if got {
+				t.Fatalf("%+v: relevant, want not (an endpoint link)", ev)
+			}
+		}
+	}
+	stacked := func(n int) string { return config.EndpointLinkName(fmt.Sprintf("e%063d", n)) }
+	stack := func(parent string, n int) {
+		t.Helper()
+		name := stacked(n)
+		if err := f.k.AddEndpoint(ctx, kernel.Endpoint{Name: name, Type: kernel.KindMacvlan, Parent: parent, Mode: "bridge", MAC: fmt.Sprintf("02:00:00:00:00:%02x", n), Mark: mark}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, parent := range []string{"eth0.10", "eth1"} {
+		f.k.SetDown(parent, false) // its first event: a pass
+		if !relevant(parent, false) {
+			t.Fatalf("%s's first event: not relevant, want a pass", parent)
+		}
+		for i := range 3 {
+			stack(parent, i)
+			if relevant(parent, false) {
+				t.Errorf("%s announced unchanged as link %d was made on it: relevant, want no pass", parent, i)
+			}
+			if err := f.k.Delete(ctx, stacked(i)); err != nil {
+				t.Fatal(err)
+			}
+			if relevant(parent, false) {
+				t.Errorf("%s announced unchanged as link %d was deleted from it: relevant, want no pass", parent, i)
+			}
+		}
+		stack(parent, 9)
+		if !relevant(parent, true) {
+			t.Errorf("%s announced unchanged while a repair waits for a base: not relevant, want a pass", parent)
+		}
+		f.k.SetDown(parent, true)
+		if !relevant(parent, false) {
+			t.Errorf("%s set down: not relevant, want a pass", parent)
+		}
+		if err := f.k.Delete(ctx, stacked(9)); err != nil {
+			t.Fatal(err)
+		}
+		if relevant(parent, false) {
+			t.Errorf("%s (down) announced unchanged: relevant, want no pass", parent)
+		}
+	}
+	// A deletion forgets the link: made again alike, it is news.
+	f.k.Remove("eth0.10")
+	if !relevant("eth0.10", false) {
+		t.Error("eth0.10 deleted by someone: not relevant")
+	}
+	f.addVLAN(t, "eth0.10", "eth0", 10, mark)
+	if !relevant("eth0.10", false) {
+		t.Error("eth0.10 made again: not relevant, want a pass")
+	}
+	// Events the watcher drained while a pass settled are kept too: the
+	// next one is compared with them, not with what came before.
+	f.k.SetDown("eth1", false)
+	for {
+		ev := next()
+		if ev.Link.Name != "eth1" {
+			f.x.Relevant(ev, false) // eth0 announced as eth0.10 was made on it
+			continue
+		}
+		if ev.Link.Down {
+			t.Fatalf("event %+v, want eth1 up", ev)
+		}
+		f.x.Note(ev)
+		break
+	}
+	f.k.SetDown("eth1", true)
+	if !relevant("eth1", false) {
+		t.Error("eth1 set down after a drained event showed it up: not relevant, want a pass")
+	}
+	// Missed events (the subscription made again): every link is news.
+	f.x.ForgetSeen()
+	f.k.SetDown("eth1", true)
+	if !relevant("eth1", false) {
+		t.Error("eth1 after missed events: not relevant, want a pass")
 	}
 }
 

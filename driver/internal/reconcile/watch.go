@@ -2,6 +2,9 @@ package reconcile
 
 import (
 	"context"
+	"reflect"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/config"
@@ -85,6 +88,7 @@ func (x *Executor) Watch(ctx context.Context) error {
 							ok = true
 						}
 					}
+					x.seen.reset() // what was missed is the pass's to see
 					waiting, trigger = true, true
 					break
 				}
@@ -104,10 +108,11 @@ func (x *Executor) Watch(ctx context.Context) error {
 				case <-ctx.Done():
 					settle.Stop()
 					return
-				case _, ok := <-events:
+				case ev, ok := <-events:
 					if !ok {
 						break drain
 					}
+					x.note(ev) // the pass sees it; the next event is compared with it
 				case <-settle.C:
 					break drain
 				}
@@ -138,8 +143,12 @@ func (x *Executor) Watch(ctx context.Context) error {
 // after their parent link (any link joined endpoints stand on) changed. A link of this instance that
 // underlay deletes itself is no repair; one that went away otherwise is
 // logged once. A change of one (set down, renamed, its MTU or a host link's
-// address) is looked at. While a repair waits for a base link, a new link
-// other than an endpoint's or a host link's may be it.
+// address) is looked at; an event that shows an owned or watched link as
+// its last one did is not (the kernel announces a link again, unchanged,
+// whenever a link is made on it or deleted from it: every container's
+// start and stop on a parent), unless a repair waits for a base link.
+// While a repair waits for a base link, a new link other than an
+// endpoint's or a host link's may be it.
 func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	l := ev.Link
 	if config.IsEndpointLinkName(l.Name) {
@@ -147,10 +156,12 @@ func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	}
 	ours := l.Alias == x.Mark
 	if ev.Deleted && ours && x.Deleting.Claim(l.Index) {
+		x.note(ev)
 		return false // underlay's own deletion
 	}
+	changed := x.note(ev)
 	if x.Watches(l.Name) && !ev.AddrRemoved {
-		return true // a parent joined endpoints stand on: gone, back, changed
+		return changed || waiting // a parent joined endpoints stand on: gone, back, changed
 	}
 	switch {
 	case ev.Deleted:
@@ -162,9 +173,66 @@ func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	case ev.AddrRemoved:
 		return ours && kernel.IsEndpointKind(l.Kind)
 	case ours:
-		return true
+		return changed || waiting
 	}
 	return waiting && !config.IsShimName(l.Name)
+}
+
+// note keeps what an event shows of an owned or watched link (a deletion
+// forgets it) and reports whether it differs from what the link's last
+// event showed (true for a link not kept, a deletion or an address's
+// removal).
+func (x *Executor) note(ev netlinkutil.LinkEvent) bool {
+	l := ev.Link
+	switch {
+	case ev.AddrRemoved || config.IsEndpointLinkName(l.Name):
+		return true
+	case ev.Deleted:
+		x.seen.forget(l.Name)
+		return true
+	case l.Alias != x.Mark && !x.Watches(l.Name):
+		return true
+	}
+	return x.seen.keep(l)
+}
+
+// seenLinks are owned and watched links as their last events showed them.
+type seenLinks struct {
+	mu    sync.Mutex
+	links map[string]kernel.Link
+}
+
+// keep records l and reports whether it differs from the link of that
+// name last recorded (true when there was none).
+func (s *seenLinks) keep(l kernel.Link) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.links == nil {
+		s.links = map[string]kernel.Link{}
+	}
+	prev, ok := s.links[l.Name]
+	s.links[l.Name] = l
+	return !ok || !sameLink(prev, l)
+}
+
+func (s *seenLinks) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.links, name)
+}
+
+// reset forgets every link (events were missed).
+func (s *seenLinks) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.links = nil
+}
+
+// sameLink reports whether a and b show a link alike in every attribute.
+func sameLink(a, b kernel.Link) bool {
+	an, bn := a.AltNames, b.AltNames
+	a.AltNames, b.AltNames = nil, nil
+	return reflect.DeepEqual(a, b) && slices.Equal(an, bn)
 }
 
 // subscribe opens the link event stream.
