@@ -52,7 +52,9 @@ func TestDHCPLostLeaseThroughTheBinary(t *testing.T) {
 			}
 		}
 		e.srv.Set(func(c *itest.DHCPConfig) { c.NAKAll = false })
-		if !itest.WaitFor(45*time.Second, func() bool { return !blocked() }) {
+		// Won back at the next ask (every 30 s); two are awaited, as in
+		// TestVMOwnedVLANRenamedWhileLeaseLost.
+		if !itest.WaitFor(2*30*time.Second+20*time.Second, func() bool { return !blocked() }) {
 			t.Fatalf("the block stays after the server gives the address back:\n%s", tailLog(e.d.Log(), 20))
 		}
 		if err := itest.Ping(sb, addr.Addr().String(), srv, 5*time.Second); err != nil {

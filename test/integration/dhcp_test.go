@@ -54,12 +54,19 @@ func dhcpSetup(t *testing.T, cfg *itest.DHCPConfig) *dhcpEnv {
 	return e
 }
 
-// createNetwork creates a DHCP network on lan0 with dhcp_timeout 3s.
+// createNetwork creates a DHCP network on lan0 with dhcp_timeout 3s (10s
+// in the test VM: there a lease beside the other suites has taken 3.5 s;
+// a make test run here, its engine cached as CI's is). opts come after
+// and win.
 func (e *dhcpEnv) createNetwork(t *testing.T, id string, opts ...string) {
 	t.Helper()
+	timeout := "dhcp_timeout=3s"
+	if itest.InVM() {
+		timeout = "dhcp_timeout=10s"
+	}
 	// lan_check=false: the tests count the server's messages, and the
 	// LAN preflight's DISCOVERs would be among them.
-	e.d.MustCall("CreateNetwork", itest.DHCPNetwork(id, "lan0", append([]string{"dhcp_timeout=3s", "lan_check=false"}, opts...)...), nil)
+	e.d.MustCall("CreateNetwork", itest.DHCPNetwork(id, "lan0", append([]string{timeout, "lan_check=false"}, opts...)...), nil)
 }
 
 // createEndpoint sends CreateEndpoint as libnetwork does on a null-IPAM
@@ -333,8 +340,16 @@ func TestDHCP(t *testing.T) {
 			t.Fatalf("after the restart the server leased %s, want %s", renewed.Addr, addr.Addr())
 		}
 		r := wantRenewalIn(t, e.srv, itest.From(lease.MAC, nil), addr.Addr(), killed, restarted, up, "restarted after T1 (renewal overdue)")
-		if r.ServerID != dhcpServer.Addr() {
-			t.Errorf("the overdue renewal %s: want it sent to the lease's server %s (renewing: T2 had not come)", r, dhcpServer.Addr())
+		// Before T2 to the lease's server (renewing); from T2 on to any
+		// (rebinding): an emulated VM beside the other suites has started
+		// the daemon that late (a make test run here). Near T2
+		// (the server's clock of its arrival, not the client's of its
+		// decision) either.
+		switch t2 := lease.Granted.Add(dhcpT2); {
+		case r.At.Before(t2.Add(-500*time.Millisecond)) && r.ServerID != dhcpServer.Addr():
+			t.Errorf("the overdue renewal %s, before T2: want it sent to the lease's server %s (renewing)", r, dhcpServer.Addr())
+		case r.At.After(t2.Add(500*time.Millisecond)) && r.ServerID.IsValid():
+			t.Errorf("the overdue renewal %s, after T2: want it to any server, without a server identifier (rebinding)", r)
 		}
 		dhcpKillTeardown(t, e)
 	})
@@ -398,7 +413,7 @@ func TestDHCP(t *testing.T) {
 	t.Run("no server", func(t *testing.T) {
 		t.Parallel()
 		e := dhcpSetup(t, nil)
-		e.createNetwork(t, netA)
+		e.createNetwork(t, netA, "dhcp_timeout=3s")
 		start := time.Now()
 		msg := e.d.Call("CreateEndpoint", network.CreateEndpointRequest{NetworkID: netA, EndpointID: epA, Interface: &network.EndpointInterface{}}, nil)
 		took := time.Since(start)

@@ -31,7 +31,7 @@ func TestVMOwnedVLANRenamedWhileLeaseLost(t *testing.T) {
 	lan := itest.NewVLANLAN(t, ns, "lan0", 10, dhcpServer)
 	e := &dhcpEnv{ns: ns, lan: lan, srv: lan.Serve(itest.DHCPConfig{LeaseTime: dhcpLease}), d: itest.StartDaemon(t, ns, itest.DaemonOptions{})}
 	n, ep := vmNet(1), vmEp(1)
-	e.d.MustCall("CreateNetwork", itest.DHCPNetwork(n, lan.Parent, "dhcp_timeout=3s"), nil)
+	e.d.MustCall("CreateNetwork", itest.DHCPNetwork(n, lan.Parent, "dhcp_timeout=10s"), nil)
 	idx := vmWantVLAN(t, ns, "lan0.10", "lan0", 10)
 	addr, _, lease := e.createEndpoint(t, n, ep)
 	j := e.join(t, n, ep)
@@ -102,9 +102,10 @@ func TestVMOwnedVLANRenamedWhileLeaseLost(t *testing.T) {
 
 	// The server gives it back: won back at the next ask (every 30 s),
 	// the block gone from under the new name. Two asks are awaited: in the
-	// emulated VM beside other suites one ask's 3 s (dhcp_timeout) can pass
-	// before the server's answer is in (CI's run of c267b21: the DISCOVER
-	// went out 1.6 s into it and no OFFER came in the 1.3 s left).
+	// emulated VM beside other suites one ask's time (dhcp_timeout, 3 s
+	// then) passed before the server's answer was in (CI's run of c267b21:
+	// the DISCOVER went out 1.6 s into it and no OFFER came in the 1.3 s
+	// left).
 	e.srv.Set(func(c *itest.DHCPConfig) { c.NAKAll = false })
 	if !itest.WaitFor(2*30*time.Second+20*time.Second, func() bool {
 		b, err := k.BlockedAddrs(context.Background(), mark)
