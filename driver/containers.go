@@ -155,6 +155,6 @@ func (d *Driver) keepInterface(ctx context.Context, n record.Network, ep record.
 		log.Warn("could not record a joined endpoint's interface in its container: it will not be made again if its parent link is deleted", "error", err)
 		return
 	}
-	d.reconcile.WatchParent(cur.Parent)
+	d.reconcile.WatchParent(cur.Parent, p.ParentIndex)
 	d.log.Debug("read a joined endpoint's interface in its container", "network", n.ID, "endpoint", ep.ID, "interface", p.IfName, "parent_index", p.ParentIndex)
 }

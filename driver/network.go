@@ -66,6 +66,9 @@ func (d *Driver) CreateNetwork(ctx context.Context, req *network.CreateNetworkRe
 	if err := c.createNetwork(ctx); err != nil {
 		return err
 	}
+	// The parent's next event is the watcher's business again, even
+	// unchanged: a repair pass now has a network to keep it for.
+	d.reconcile.ForgetLink(c.want.Parent)
 	d.lanChecks.Start(c.want) // in the background: the create is answered now
 	return nil
 }

@@ -90,10 +90,13 @@ func (x *Executor) Watches(name string) bool {
 	return x.containers.parents[name]
 }
 
-// Watch adds a link joined endpoints stand on.
-func (x *Executor) WatchParent(name string) {
+// WatchParent adds a link joined endpoints stand on, the link of that
+// name whose index a container's interface was read on. What the watcher
+// kept of a link of that name with another index is forgotten: its next
+// event is a pass's business (the parent may have been made again since
+// the pass that read the endpoints, before this one was recorded).
+func (x *Executor) WatchParent(name string, index int) {
 	x.containers.mu.Lock()
-	defer x.containers.mu.Unlock()
 	if x.containers.parents == nil {
 		x.containers.parents = map[string]bool{}
 	}
@@ -101,6 +104,8 @@ func (x *Executor) WatchParent(name string) {
 		x.containers.added = map[string]bool{}
 	}
 	x.containers.parents[name], x.containers.added[name] = true, true
+	x.containers.mu.Unlock()
+	x.seen.forget(func(l kernel.Link) bool { return l.Name == name && l.Index != index })
 }
 
 // ContainerRepairOn reports whether the executor repairs containers'

@@ -553,7 +553,8 @@ func TestRelevantIgnoresLinksStackedOnParents(t *testing.T) {
 	defer cancel()
 	f := newFixture(t)
 	f.addVLAN(t, "eth0.10", "eth0", 10, mark) // owned
-	f.x.WatchParent("eth1")                   // a joined endpoint's parent
+	eth1, _ := f.k.Link("eth1")
+	f.x.WatchParent("eth1", eth1.Index) // a joined endpoint's parent
 	events, err := f.k.Subscribe(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -657,6 +658,45 @@ func TestRelevantIgnoresLinksStackedOnParents(t *testing.T) {
 	f.k.SetDown("eth1", true)
 	if !relevant("eth1", false) {
 		t.Error("eth1 after missed events: not relevant, want a pass")
+	}
+	// Renamed while up (Linux 6.2 on) and back: each is news, though the
+	// link comes back exactly as it was before the first rename.
+	stack("eth0.10", 20)
+	relevant("eth0.10", false)
+	for _, to := range [][2]string{{"eth0.10", "lanmine"}, {"lanmine", "eth0.10"}} {
+		if err := f.k.Rename(to[0], to[1]); err != nil {
+			t.Fatal(err)
+		}
+		if !relevant(to[1], false) {
+			t.Errorf("%s renamed %s: not relevant, want a pass (the record follows the name)", to[0], to[1])
+		}
+	}
+	// A network created on an owned parent: its next announcement, even
+	// unchanged, is a pass's (a parent that is down is healed for it).
+	if err := f.k.Delete(ctx, stacked(20)); err != nil {
+		t.Fatal(err)
+	}
+	if relevant("eth0.10", false) {
+		t.Error("eth0.10 announced unchanged: relevant, want no pass")
+	}
+	f.x.ForgetLink("eth0.10")
+	stack("eth0.10", 21)
+	if !relevant("eth0.10", false) {
+		t.Error("eth0.10 announced unchanged after a network was created on it: not relevant, want a pass")
+	}
+	// A container's interface recorded on a parent index the watcher
+	// kept another link of that name under (the parent made again after
+	// the pass read the endpoints): its next announcement is a pass's. The
+	// same index as kept is no news.
+	f.x.WatchParent("eth1", eth1.Index)
+	f.k.SetDown("eth1", true)
+	if relevant("eth1", false) {
+		t.Error("eth1 announced unchanged after a container on it was recorded on its index: relevant, want no pass")
+	}
+	f.x.WatchParent("eth1", eth1.Index+100)
+	f.k.SetDown("eth1", true)
+	if !relevant("eth1", false) {
+		t.Error("eth1 announced unchanged after a container was recorded on another eth1: not relevant, want a pass")
 	}
 }
 

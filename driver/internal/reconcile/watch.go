@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -178,47 +179,56 @@ func (x *Executor) Relevant(ev netlinkutil.LinkEvent, waiting bool) bool {
 	return waiting && !config.IsShimName(l.Name)
 }
 
-// note keeps what an event shows of an owned or watched link (a deletion
-// forgets it) and reports whether it differs from what the link's last
-// event showed (true for a link not kept, a deletion or an address's
+// note keeps what an event shows of an owned or watched link, by its
+// index (a deletion, or a link neither owned nor watched, forgets it), and
+// reports whether it differs from what the link's last event showed, its
+// name included (true for a link not kept, a deletion or an address's
 // removal).
 func (x *Executor) note(ev netlinkutil.LinkEvent) bool {
 	l := ev.Link
 	switch {
 	case ev.AddrRemoved || config.IsEndpointLinkName(l.Name):
 		return true
-	case ev.Deleted:
-		x.seen.forget(l.Name)
-		return true
-	case l.Alias != x.Mark && !x.Watches(l.Name):
+	case ev.Deleted || l.Alias != x.Mark && !x.Watches(l.Name):
+		x.seen.forget(func(k kernel.Link) bool { return k.Index == l.Index })
 		return true
 	}
 	return x.seen.keep(l)
 }
 
-// seenLinks are owned and watched links as their last events showed them.
-type seenLinks struct {
-	mu    sync.Mutex
-	links map[string]kernel.Link
+// ForgetLink makes the next event of the link of that name a repair
+// pass's business even if it shows the link unchanged: what a pass makes
+// of it changed outside the kernel (a network created on it, which may
+// need an owned parent that is down healed).
+func (x *Executor) ForgetLink(name string) {
+	x.seen.forget(func(k kernel.Link) bool { return k.Name == name })
 }
 
-// keep records l and reports whether it differs from the link of that
-// name last recorded (true when there was none).
+// seenLinks are owned and watched links, by index, as their last events
+// showed them.
+type seenLinks struct {
+	mu    sync.Mutex
+	links map[int]kernel.Link
+}
+
+// keep records l and reports whether it differs from the link of its
+// index last recorded (true when there was none).
 func (s *seenLinks) keep(l kernel.Link) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.links == nil {
-		s.links = map[string]kernel.Link{}
+		s.links = map[int]kernel.Link{}
 	}
-	prev, ok := s.links[l.Name]
-	s.links[l.Name] = l
+	prev, ok := s.links[l.Index]
+	s.links[l.Index] = l
 	return !ok || !sameLink(prev, l)
 }
 
-func (s *seenLinks) forget(name string) {
+// forget drops the links drop says.
+func (s *seenLinks) forget(drop func(kernel.Link) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.links, name)
+	maps.DeleteFunc(s.links, func(_ int, l kernel.Link) bool { return drop(l) })
 }
 
 // reset forgets every link (events were missed).
