@@ -42,7 +42,7 @@ func benchDriver(t *testing.T, tb *table) {
 	for w := 0; w < parents; w++ {
 		d.MustCreateNetwork(itest.Net{ID: id("e", w, 0), Opts: map[string]string{"parent": fmt.Sprintf("vp%d", w)}, V4: []string{fmt.Sprintf("198.18.%d.0/24", w)}})
 	}
-	dc := driverCalls{d}
+	dc := driverCalls{d.Post}
 	call := dc.call
 	endpoint := func(w, i int) error {
 		return dc.endpointCycle(id("e", w, 0), id("c", w, i), &network.EndpointInterface{Address: fmt.Sprintf("198.18.%d.%d/24", w, 2+i%250)})
@@ -84,10 +84,33 @@ func benchDriver(t *testing.T, tb *table) {
 	tb.row("driver", "endpoint cycle c=16 p50 / p99 (vs floor)", ms(ep[16].u.pct(0.5))+" / "+ms(ep[16].u.pct(0.99)), ms(ep[16].f.pct(0.5))+" / "+ms(ep[16].f.pct(0.99)), "", "", "")
 	// Leave answers once the kernel has unlisted the link, not after its
 	// RCU cleanup as the floor's delete does: against a floor deleting the
-	// same way, the ratio is the daemon's own cost.
-	un := measure(t, "endpoint cycle vs unlisted floor", endpoint, fl.endpointCycleUnlisted, 4, 40)
-	for _, c := range []int{1, 16} {
-		tb.row("driver", fmt.Sprintf("endpoint cycle c=%d ops/s, p50 (vs floor deleting as Leave)", c), ops(un[c].u)+", "+ms(un[c].u.pct(0.5)), ops(un[c].f)+", "+ms(un[c].f.pct(0.5)), fmt.Sprintf("%.2f", un[c].u.opsPerSec()/un[c].f.opsPerSec()), "", "")
+	// same way, the ratio is what the protocol and the daemon cost.
+	// Targets of issue 34: 0.70 at c=1, 1.10 at c=16. In turn with both,
+	// the bounds: that floor behind the protocol (serveProtocol), at c=1
+	// the most a remote driver can reach, and what of the cost is the
+	// daemon's own; at c=16 it is no bound (a driver may commit
+	// concurrent requests' records together, as underlay's store does;
+	// the floors commit each alone), the kernel's work alone is
+	// (kernelCycle: the link's add and delete, which every such driver
+	// makes, serialized in the kernel).
+	pf := fl.serveProtocol(t)
+	protocolFloor := func(w, i int) error {
+		return pf.endpointCycle(id("e", w, 0), id("c", w, i), &network.EndpointInterface{Address: fmt.Sprintf("198.18.%d.%d/24", w, 2+i%250)})
+	}
+	un := measureN(t, "endpoint cycle vs unlisted floor", []func(w, i int) error{endpoint, fl.endpointCycleUnlisted, protocolFloor, fl.kernelCycle}, 8, 40)
+	for _, lv := range []struct {
+		c      int
+		target float64
+	}{{1, 0.70}, {16, 1.10}} {
+		u, f, p, k := un[lv.c][0], un[lv.c][1], un[lv.c][2], un[lv.c][3]
+		r := u.opsPerSec() / f.opsPerSec()
+		tb.row("driver", fmt.Sprintf("endpoint cycle c=%d ops/s, p50 (vs floor deleting as Leave)", lv.c), ops(u)+", "+ms(u.pct(0.5)), ops(f)+", "+ms(f.pct(0.5)), fmt.Sprintf("%.2f", r), fmt.Sprintf(">= %.2f", lv.target), verdict(r >= lv.target))
+		if lv.c == 1 {
+			tb.row("driver", "bound: that floor behind the protocol, c=1 ops/s, p50 (vs the floor)", ops(p)+", "+ms(p.pct(0.5)), ops(f)+", "+ms(f.pct(0.5)), fmt.Sprintf("%.2f", p.opsPerSec()/f.opsPerSec()), "", "")
+			tb.row("driver", "endpoint cycle c=1 ops/s, p50 (vs that floor behind the protocol)", ops(u)+", "+ms(u.pct(0.5)), ops(p)+", "+ms(p.pct(0.5)), fmt.Sprintf("%.2f", u.opsPerSec()/p.opsPerSec()), "", "")
+		} else {
+			tb.row("driver", fmt.Sprintf("bound: the kernel's work alone (the link's add and delete), c=%d ops/s (vs the floor)", lv.c), ops(k), ops(f), fmt.Sprintf("%.2f", k.opsPerSec()/f.opsPerSec()), "", "")
+		}
 	}
 
 	nw := measure(t, "network cycle", networkCycle, fl.networkCycle, 6, 80)
@@ -111,11 +134,13 @@ func benchDriver(t *testing.T, tb *table) {
 
 // driverCalls speaks the remote driver protocol to one daemon over its
 // socket, in the shapes the sections time.
-type driverCalls struct{ d *itest.Daemon }
+type driverCalls struct {
+	post func(path string, body any) (int, []byte, error) // a daemon's Post, or the protocol floor's
+}
 
 // call posts req to /NetworkDriver.route; anything but 200 is an error.
 func (c driverCalls) call(route string, req any) error {
-	code, body, err := c.d.Post("/NetworkDriver."+route, req)
+	code, body, err := c.post("/NetworkDriver."+route, req)
 	if err != nil {
 		return err
 	}
@@ -172,33 +197,40 @@ type pair struct{ u, f result }
 // by the level, at least 4), after a warm-up of both.
 func measure(t *testing.T, name string, u, f func(w, i int) error, blocks, perBlock int) map[int]*pair {
 	out := map[int]*pair{}
-	run(1, 5, u)
-	run(1, 5, f)
+	for c, rs := range measureN(t, name, []func(w, i int) error{u, f}, blocks, perBlock) {
+		out[c] = &pair{u: rs[0], f: rs[1]}
+	}
+	return out
+}
+
+// measureN is measure for any number of series, taking turns in each block
+// (the first to go rotating block by block); each level's results in
+// series' order.
+func measureN(t *testing.T, name string, series []func(w, i int) error, blocks, perBlock int) map[int][]result {
+	out := map[int][]result{}
+	for _, s := range series {
+		run(1, 5, s)
+	}
 	n := 0
 	for b := 0; b < blocks; b++ {
 		for _, c := range levels {
 			if out[c] == nil {
-				out[c] = &pair{}
+				out[c] = make([]result, len(series))
 			}
 			per := max(perBlock/c, 4)
 			base := n
-			first, second := u, f
-			if b%2 == 1 { // alternate which goes first
-				first, second = f, u
+			for k := range series {
+				s := (b + k) % len(series)
+				out[c][s].add(run(c, per, func(w, i int) error { return series[s](w, base+i) }))
 			}
-			r1 := run(c, per, func(w, i int) error { return first(w, base+i) })
-			r2 := run(c, per, func(w, i int) error { return second(w, base+i) })
-			if b%2 == 1 {
-				r1, r2 = r2, r1
-			}
-			out[c].u.add(r1)
-			out[c].f.add(r2)
 			n += per
 		}
 	}
-	for c, p := range out {
-		if p.u.failures+p.f.failures > 0 {
-			t.Errorf("%s c=%d: %d underlay and %d floor operations failed", name, c, p.u.failures, p.f.failures)
+	for c, rs := range out {
+		for s, r := range rs {
+			if r.failures > 0 {
+				t.Errorf("%s c=%d: %d operations of series %d failed", name, c, r.failures, s)
+			}
 		}
 	}
 	return out

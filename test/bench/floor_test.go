@@ -3,12 +3,18 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/underlay-net/underlay/internal/itest"
 	"github.com/underlay-net/underlay/netlinkutil"
@@ -90,25 +96,133 @@ func (f *floor) endpointCycleUnlisted(w, i int) error {
 	})
 }
 
+// kernelCycle is endpointCycleUnlisted's kernel work alone: the macvlan's
+// add and its delete as Leave answers it, no record. No driver that makes
+// and deletes the link does less; at c=16, where the floor's commits could
+// be shared by concurrent requests, its throughput is the bound.
+func (f *floor) kernelCycle(w, i int) error {
+	l, err := f.addMacvlan(w, i, fmt.Sprintf("flk%03x%08x", w, i), 3)
+	if err != nil {
+		return err
+	}
+	return f.kernel.DeleteLink(context.Background(), kernel.Link{Name: l.Name, Index: l.Index})
+}
+
 // macvlanCycle is an endpoint cycle of worker w whose link is named
-// prefix+w+i, with a MAC of its own (tag, xored into its 4th byte, tells
-// the two floors' apart), and
+// prefix+w+i, with a MAC of its own (tag tells the floors' apart), and
 // deleted by del.
 func (f *floor) macvlanCycle(w, i int, prefix string, tag byte, del func(*netlink.Macvlan) error) error {
 	name := fmt.Sprintf("%s%03x%08x", prefix, w, i)
 	if err := f.commit(name); err != nil {
 		return err
 	}
-	mac := append(net.HardwareAddr{}, f.mac...)
-	mac[3], mac[4], mac[5] = mac[3]^tag, byte(w), byte(i)
-	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: f.parents[w], HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
-	if err := f.nl[w].LinkAdd(l); err != nil {
+	l, err := f.addMacvlan(w, i, name, tag)
+	if err != nil {
 		return err
 	}
 	if err := del(l); err != nil {
 		return err
 	}
 	return f.remove(name)
+}
+
+// addMacvlan adds worker w's macvlan name on its parent, its MAC the
+// floor's with tag xored into the 4th byte and w, i in the last two.
+func (f *floor) addMacvlan(w, i int, name string, tag byte) (*netlink.Macvlan, error) {
+	mac := append(net.HardwareAddr{}, f.mac...)
+	mac[3], mac[4], mac[5] = mac[3]^tag, byte(w), byte(i)
+	l := &netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: f.parents[w], HardwareAddr: mac}, Mode: netlink.MACVLAN_MODE_BRIDGE}
+	return l, f.nl[w].LinkAdd(l)
+}
+
+// serveProtocol puts endpointCycleUnlisted behind the remote driver
+// protocol: a driver with no work of its own, served by net/http on a unix
+// socket in this process. Each request's JSON is decoded and its one step
+// of the floor done: CreateEndpoint commits the record, Join adds the
+// macvlan (and answers its name, as a driver must), Leave deletes it as
+// Leave does, DeleteEndpoint deletes the record. At c=1 its cycle against
+// the floor's is the most any remote driver can reach in this bench (in
+// process, it is spared even a daemon's own scheduling), and underlay's
+// against it is the daemon's own cost. The endpoint IDs are the bench's
+// (id("c", w, i)): the worker w is read from them.
+func (f *floor) serveProtocol(t *testing.T) driverCalls {
+	var mu sync.Mutex
+	links := map[string]*netlink.Macvlan{} // endpoint ID -> its link, from Join to Leave
+	type ids struct{ NetworkID, EndpointID string }
+	mux := http.NewServeMux()
+	route := func(route string, step func(w, i int, name, ep string) (any, error)) {
+		mux.HandleFunc("/NetworkDriver."+route, func(rw http.ResponseWriter, r *http.Request) {
+			var req ids
+			err := json.NewDecoder(r.Body).Decode(&req)
+			var w, i uint64
+			if err == nil && len(req.EndpointID) >= 12 {
+				w, err = strconv.ParseUint(req.EndpointID[1:4], 16, 16)
+				if err == nil {
+					i, err = strconv.ParseUint(req.EndpointID[4:12], 16, 32)
+				}
+			} else if err == nil {
+				err = fmt.Errorf("endpoint ID %q is not the bench's", req.EndpointID)
+			}
+			var out any = struct{}{}
+			if err == nil {
+				out, err = step(int(w), int(i), "flp"+req.EndpointID[1:12], req.EndpointID)
+			}
+			rw.Header().Set("Content-Type", "application/vnd.docker.plugins.v1.1+json")
+			if err != nil {
+				rw.WriteHeader(http.StatusInternalServerError)
+				out = map[string]string{"Err": err.Error()}
+			}
+			_ = json.NewEncoder(rw).Encode(out)
+		})
+	}
+	none := struct{}{}
+	route("CreateEndpoint", func(_, _ int, name, _ string) (any, error) { return none, f.commit(name) })
+	route("Join", func(w, i int, name, ep string) (any, error) {
+		l, err := f.addMacvlan(w, i, name, 2)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		links[ep] = l
+		mu.Unlock()
+		return map[string]any{"InterfaceName": map[string]string{"SrcName": name, "DstPrefix": "eth"}}, nil
+	})
+	route("Leave", func(_, _ int, _, ep string) (any, error) {
+		mu.Lock()
+		l := links[ep]
+		delete(links, ep)
+		mu.Unlock()
+		if l == nil {
+			return nil, fmt.Errorf("endpoint %s has not joined", ep)
+		}
+		return none, f.kernel.DeleteLink(context.Background(), kernel.Link{Name: l.Name, Index: l.Index})
+	})
+	route("DeleteEndpoint", func(_, _ int, name, _ string) (any, error) { return none, f.remove(name) })
+
+	socket := filepath.Join(t.TempDir(), "floor.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}, Timeout: 2 * time.Minute}
+	return driverCalls{post: func(path string, body any) (int, []byte, error) {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		resp, err := client.Post("http://floor"+path, "application/vnd.docker.plugins.v1.1+json", bytes.NewReader(raw))
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, out, err
+	}}
 }
 
 // networkCycle: CreateNetwork's parent lookup and record, DeleteNetwork's

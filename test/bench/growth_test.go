@@ -59,7 +59,7 @@ func benchGrowthDriver(t *testing.T, tb *table) {
 		}
 		d := itest.StartDaemon(t, ns, itest.DaemonOptions{Args: []string{"--log-level", "warn"}})
 		d.MustCreateNetwork(itest.Net{ID: netID, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.1.0/24"}})
-		hosts[k] = host{links: links, dc: driverCalls{d}, fl: newFloor(t, ns)}
+		hosts[k] = host{links: links, dc: driverCalls{d.Post}, fl: newFloor(t, ns)}
 	}
 
 	endpoint := make([]func(i int) error, len(hosts))

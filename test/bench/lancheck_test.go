@@ -44,7 +44,7 @@ func benchLANCheck(t *testing.T, tb *table) {
 		}()
 	}
 	d = itest.StartDaemon(t, ns, itest.DaemonOptions{Args: args})
-	dc := driverCalls{d}
+	dc := driverCalls{d.Post}
 	var creates [2]result
 	var own [2]struct{ sum, count float64 }
 	const key = `underlay_request_duration_seconds%s{outcome="ok",route="NetworkDriver.CreateNetwork"}`

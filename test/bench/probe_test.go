@@ -52,7 +52,7 @@ func benchProbeFamily(t *testing.T, tb *table, v6 bool) {
 		d.MustCreateNetwork(itest.Net{ID: off, Opts: map[string]string{"parent": p0, "address_probe": "0"}, V4: []string{"198.18.60.0/24"}})
 		d.MustCreateNetwork(itest.Net{ID: on, Opts: map[string]string{"parent": p1, "address_probe": budget.String()}, V4: []string{"198.18.61.0/24"}})
 	}
-	dc := driverCalls{d}
+	dc := driverCalls{d.Post}
 	cycle := func(netID string, x int) func(w, i int) error {
 		return func(w, i int) error {
 			a4, a6 := addr(x, i)
