@@ -243,9 +243,9 @@ func isZombie(pid int) bool {
 	return i > 0 && strings.HasPrefix(s[i:], ") Z ")
 }
 
-// unmountUnder detaches every mount at or below the given directories,
-// deepest first.
-func unmountUnder(dirs ...string) error {
+// mountsUnder lists this process's mount points at or below the given
+// directories.
+func mountsUnder(dirs ...string) []string {
 	var points []string
 	for _, line := range strings.Split(readFile("/proc/self/mountinfo"), "\n") {
 		f := strings.Fields(line)
@@ -259,6 +259,13 @@ func unmountUnder(dirs ...string) error {
 			}
 		}
 	}
+	return points
+}
+
+// unmountUnder detaches every mount at or below the given directories,
+// deepest first.
+func unmountUnder(dirs ...string) error {
+	points := mountsUnder(dirs...)
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
 	var errs []error
 	for _, p := range points {
