@@ -17,10 +17,36 @@ import (
 	"github.com/underlay-net/underlay/store/record"
 )
 
-// fillState writes nets networks with epsPer endpoints each. perParent
-// networks share one parent name; the first perParent-1 are on vp0 (the
-// parent the latency probe uses), the rest on parents that need not exist.
-func fillState(t *testing.T, path string, nets, epsPer, perParent int) {
+// daemonConfig is the typed configuration the daemon keeps with a network
+// created with only a parent (default options): a daemon creates one, and
+// its record is read from the state file once the daemon has stopped.
+func daemonConfig(t *testing.T) record.NetworkConfig {
+	ns := itest.NewNetns(t)
+	ns.AddVeth("vp0", "vp0-peer", 1500)
+	d := itest.StartDaemon(t, ns, itest.DaemonOptions{Args: []string{"--log-level", "warn"}})
+	netID := id("s", 0, 0)
+	d.MustCreateNetwork(itest.Net{ID: netID, Opts: map[string]string{"parent": "vp0"}, V4: []string{"198.18.200.0/24"}})
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(d.State, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	n, err := store.ReadNetwork(db, netID)
+	if err != nil || n == nil || n.Config == (record.NetworkConfig{}) {
+		t.Fatalf("the daemon's record of network %s: %+v, %v", netID, n, err)
+	}
+	return n.Config
+}
+
+// fillState writes nets networks with epsPer endpoints each, their records
+// as a daemon writes them (cfg: daemonConfig), so that it has nothing to
+// rewrite at its start. perParent networks share one parent name; the
+// first perParent-1 are on vp0 (the parent the latency probe uses), the
+// rest on parents that need not exist.
+func fillState(t *testing.T, path string, nets, epsPer, perParent int, cfg record.NetworkConfig) {
 	db, err := store.Open(path, store.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +62,7 @@ func fillState(t *testing.T, path string, nets, epsPer, perParent int) {
 				}
 				a := i * 16 // a /28 per network in 10.0.0.0/8 (records only, never on a wire)
 				n := record.Network{ID: id("s", 0, i), Type: "macvlan", Parent: parent, Mode: "bridge",
-					IPv4: []record.Pool{{Subnet: fmt.Sprintf("10.%d.%d.%d/28", a>>16&255, a>>8&255, a&255)}}}
+					IPv4: []record.Pool{{Subnet: fmt.Sprintf("10.%d.%d.%d/28", a>>16&255, a>>8&255, a&255)}}, Config: cfg}
 				if err := tx.PutNetwork(n); err != nil {
 					return err
 				}
@@ -75,9 +101,10 @@ func benchScale(t *testing.T, tb *table) {
 		d   *itest.Daemon
 		dir string
 	}
+	cfg := daemonConfig(t)
 	mk := func(nets, epsPer int) setup {
 		dir := t.TempDir()
-		fillState(t, filepath.Join(dir, "underlay.db"), nets, epsPer, 10)
+		fillState(t, filepath.Join(dir, "underlay.db"), nets, epsPer, 10, cfg)
 		ns := itest.NewNetns(t)
 		ns.AddVeth("vp0", "vp0-peer", 1500)
 		return setup{ns: ns, dir: dir}
