@@ -98,8 +98,8 @@ func (f *floor) endpointCycleUnlisted(w, i int) error {
 
 // kernelCycle is endpointCycleUnlisted's kernel work alone: the macvlan's
 // add and its delete as Leave answers it, no record. No driver that makes
-// and deletes the link does less; at c=16, where the floor's commits could
-// be shared by concurrent requests, its throughput is the bound.
+// and deletes the link does less; at c=16 it shows how much of the floor's
+// rate its commits take (the floor has run as fast as it, or faster).
 func (f *floor) kernelCycle(w, i int) error {
 	l, err := f.addMacvlan(w, i, fmt.Sprintf("flk%03x%08x", w, i), 3)
 	if err != nil {
@@ -141,9 +141,10 @@ func (f *floor) addMacvlan(w, i int, name string, tag byte) (*netlink.Macvlan, e
 // of the floor done: CreateEndpoint commits the record, Join adds the
 // macvlan (and answers its name, as a driver must), Leave deletes it as
 // Leave does, DeleteEndpoint deletes the record. At c=1 its cycle against
-// the floor's is the most any remote driver can reach in this bench (in
-// process, it is spared even a daemon's own scheduling), and underlay's
-// against it is the daemon's own cost. The endpoint IDs are the bench's
+// the floor's is the most a remote driver that does each step within its
+// request can reach in this bench (in process, it is spared a daemon's own
+// scheduling, though its client and server share one Go runtime), and
+// underlay's against it is the daemon's own cost. The endpoint IDs are the bench's
 // (id("c", w, i)): the worker w is read from them.
 func (f *floor) serveProtocol(t *testing.T) driverCalls {
 	var mu sync.Mutex

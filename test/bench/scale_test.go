@@ -171,5 +171,5 @@ func benchScale(t *testing.T, tb *table) {
 	tb.row("scale", "CreateNetwork p50, 10k existing vs 10", ms(lb.pct(0.5)), ms(ls.pct(0.5)), fmt.Sprintf("%.2f", ratio), "<= 1.20", verdict(ratio <= 1.2))
 	fi, _ := os.Stat(big.d.State)
 	size := float64(fi.Size()) / 1e6
-	tb.row("scale", "state file size, 10k nets/100k eps", fmt.Sprintf("%.1f MB", size), "", "", "<= 20 MB", verdict(size <= 20))
+	tb.row("scale", "state file size, 10k nets/100k eps", fmt.Sprintf("%.2f MB", size), "", "", "<= 20 MB", verdict(size <= 20))
 }
