@@ -81,7 +81,7 @@ func TestAdvertisesEveryServerOnce(t *testing.T) {
 	if _, bound := a.binding(r.DUID, r.IAID); bound {
 		t.Error("the server binds an address to the client: Advertises must not")
 	}
-	if w.openEnds() != 0 {
+	if w.endsClosed() != 0 {
 		t.Error("the connection stays open after Advertises")
 	}
 }

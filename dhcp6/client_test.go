@@ -81,7 +81,7 @@ func TestAcquireRenewRebindRelease(t *testing.T) {
 	if _, err := c.Renew(ctxFor(t, 5*time.Second), rebound, r); !errors.Is(err, ErrNoBinding) {
 		t.Errorf("Renew after the Release: %v, want ErrNoBinding", err)
 	}
-	if n := w.openEnds(); n != 0 {
+	if n := w.endsClosed(); n != 0 {
 		t.Errorf("%d connections stay open after the calls", n)
 	}
 }

@@ -64,6 +64,17 @@ func (w *wire) openEnds() int {
 	return len(w.ends)
 }
 
+// endsClosed waits up to 5 s for every end to be closed (the client's
+// port closes its link in the background: rawlink.Link.CloseLater) and
+// returns how many stay open.
+func (w *wire) endsClosed() int {
+	deadline := time.Now().Add(5 * time.Second)
+	for w.openEnds() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return w.openEnds()
+}
+
 // sent returns the non-DHCPv6 frames clients wrote.
 func (w *wire) sent() [][]byte {
 	w.mu.Lock()

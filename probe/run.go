@@ -23,17 +23,16 @@ func sendAt(i int, budget time.Duration) time.Duration {
 // receives until budget has passed since the first send, and returns the
 // first *ConflictError conflict finds in a frame, nil at the end of
 // budget, or the error that ended it (ctx's, or the socket's). It closes
-// c.
+// c, without waiting for the kernel's close (CloseLater): a container's
+// start waits for the probe's budget and nothing more.
 func run(ctx context.Context, c conn, frame []byte, budget time.Duration, conflict func([]byte) *ConflictError) error {
 	if err := ctx.Err(); err != nil {
-		_ = c.Close()
+		c.CloseLater()
 		return fmt.Errorf("not started: %w", err)
 	}
 	closing := make(chan struct{})
 	found := make(chan error, 1) // the reader's only result
-	done := make(chan struct{})
 	go func() {
-		defer close(done)
 		buf := make([]byte, readBuffer)
 		for {
 			n, _, err := c.ReadFrom(buf)
@@ -53,9 +52,8 @@ func run(ctx context.Context, c conn, frame []byte, budget time.Duration, confli
 		}
 	}()
 	defer func() {
-		close(closing)
-		_ = c.Close()
-		<-done
+		close(closing) // the reader ends at the close, sending nothing more
+		c.CloseLater()
 	}()
 
 	start := time.Now()

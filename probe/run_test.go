@@ -19,6 +19,9 @@ type fakeConn struct {
 	readErr  chan error
 	writeErr error
 	onWrite  func(n int) // called after the n-th write (from 1)
+	// closeTakes is how long the close takes after CloseLater, as the
+	// kernel's does (an RCU grace period).
+	closeTakes time.Duration
 
 	mu     sync.Mutex
 	sent   []time.Duration
@@ -57,9 +60,21 @@ func (f *fakeConn) WriteTo(b []byte, _ net.Addr) (int, error) {
 	return len(b), nil
 }
 
-func (f *fakeConn) Close() error {
-	f.once.Do(func() { close(f.closed) })
-	return nil
+func (f *fakeConn) CloseLater() {
+	go func() {
+		time.Sleep(f.closeTakes)
+		f.once.Do(func() { close(f.closed) })
+	}()
+}
+
+// waitClosed fails t unless c is closed within a second.
+func (f *fakeConn) waitClosed(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.closed:
+	case <-time.After(time.Second):
+		t.Error("the socket is still open a second after the probe")
+	}
 }
 
 func (f *fakeConn) times() []time.Duration {
@@ -97,10 +112,32 @@ func TestRunNoAnswerTakesTheBudget(t *testing.T) {
 			t.Errorf("probe %d sent at %s, want %s", i+1, at, want)
 		}
 	}
+	c.waitClosed(t)
+}
+
+// TestRunDoesNotWaitForTheClose: the kernel's close of a packet socket
+// takes an RCU grace period; a probe's answer comes at the end of its
+// budget all the same, and the socket closes after it.
+func TestRunDoesNotWaitForTheClose(t *testing.T) {
+	c := newFakeConn()
+	c.closeTakes = 2 * time.Second
+	budget := 300 * time.Millisecond
+	start := time.Now()
+	if err := run(context.Background(), c, probeFrame, budget, arpCheck); err != nil {
+		t.Fatalf("no answer: %v, want nil", err)
+	}
+	if took := time.Since(start); took > budget+slack {
+		t.Errorf("took %s with a close of %s: the probe waited for it", took, c.closeTakes)
+	}
 	select {
 	case <-c.closed:
+		t.Fatal("closed before its close took its time: the fake is wrong")
 	default:
-		t.Error("the socket is still open")
+	}
+	select {
+	case <-c.closed:
+	case <-time.After(c.closeTakes + 2*time.Second):
+		t.Error("the socket never closed")
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 type conn interface {
 	ReadFrom(b []byte) (int, net.Addr, error)
 	WriteTo(b []byte, addr net.Addr) (int, error)
-	Close() error
+	// CloseLater leaves the socket's memberships at once and closes it
+	// in the background (rawlink.Link.CloseLater).
+	CloseLater()
 }
 
 // listen opens a SOCK_RAW packet socket for proto on parent, in the

@@ -39,7 +39,6 @@ type Port[K comparable, M any] struct {
 	demux  func(frame []byte) (K, M, bool)
 	refs   int           // guarded by Ports.mu
 	closed chan struct{} // closed before the link
-	done   chan struct{} // closed when the receive loop ends
 
 	mu      sync.Mutex
 	waiters map[K]chan M
@@ -65,7 +64,7 @@ func (ps *Ports[K, M]) Get(parent string) (*Port[K, M], error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Port[K, M]{link: l, demux: ps.demux, refs: 1, closed: make(chan struct{}), done: make(chan struct{}),
+	p := &Port[K, M]{link: l, demux: ps.demux, refs: 1, closed: make(chan struct{}),
 		waiters: map[K]chan M{}, owners: map[netip.Addr]*owner{}}
 	ps.ports[parent] = p
 	go p.receive()
@@ -109,8 +108,9 @@ func (ps *Ports[K, M]) Put(p *Port[K, M]) {
 	ps.mu.Unlock()
 	if last {
 		close(p.closed)
-		_ = p.link.Close()
-		<-p.done
+		// The receive loop ends at the close, which the last user does
+		// not wait for (CloseLater); it hands nothing on after closed.
+		p.link.CloseLater()
 	}
 }
 
@@ -125,12 +125,16 @@ func (ps *Ports[K, M]) Open() int {
 // answers Neighbour Solicitations for the claimed addresses, until the
 // link closes. What demux does not take is dropped.
 func (p *Port[K, M]) receive() {
-	defer close(p.done)
 	buf := make([]byte, 65536)
 	for {
 		n, _, err := p.link.ReadFrom(buf)
+		select {
+		case <-p.closed: // given back: the socket is closing
+			return
+		default:
+		}
 		if err != nil {
-			// Closed, or e.g. ENETDOWN while the parent is down: wait.
+			// e.g. ENETDOWN while the parent is down: wait.
 			select {
 			case <-p.closed:
 				return
