@@ -140,6 +140,13 @@ func teardownAll(e *env) error {
 			waitGone(pid, 10*time.Second)
 		}
 	}
+	// The lock files of the legacy daemons' sockets (startLegacy removes
+	// each when it stops its daemon; a killed run does not).
+	if locks, err := filepath.Glob("/run/docker/plugins/underlay-e2e*.sock.lock"); err == nil {
+		for _, l := range locks {
+			_ = os.Remove(l)
+		}
+	}
 	// Plugin socket directories of plugins that were not removed.
 	if ents, err := os.ReadDir(filepath.Join(dataDir, "root", "plugins")); err == nil {
 		for _, ent := range ents {

@@ -362,6 +362,9 @@ func (e *env) startLegacy(t *testing.T, name string) (sock string, stop func()) 
 	stop = func() {
 		once.Do(func() {
 			stopProcess(cmd, exited, 30*time.Second)
+			// The daemon leaves its socket's lock file (a file nobody
+			// holds locks nothing); the name is the suite's.
+			_ = os.Remove(sock + ".lock")
 			if t.Failed() {
 				t.Logf("%s log:\n%s", name, itest.TailLines(readFile(logPath), 60))
 			}
