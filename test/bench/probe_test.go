@@ -23,8 +23,8 @@ import (
 // with address_probe=0, in alternating blocks, on veth parents whose LAN
 // holds no host answering (the probe runs its whole budget): IPv4 (ARP
 // probes) and IPv6 (Neighbour Solicitations from ::, the probe DHCPv6
-// offers get too). Target: the added time is the budget, and at most 50 ms
-// more.
+// offers get too). Target: the added time is the budget, and at most 10 ms
+// more (issue 34; 50 ms before it).
 func benchProbe(t *testing.T, tb *table) {
 	benchProbeFamily(t, tb, false)
 	benchProbeFamily(t, tb, true)
@@ -79,7 +79,7 @@ func benchProbeFamily(t *testing.T, tb *table, v6 bool) {
 	}
 	added := withProbe.pct(0.5) - without.pct(0.5)
 	tb.row("probe", fmt.Sprintf("%s endpoint cycle p50, address_probe=%s vs 0 (c=1)", fam, budget), ms(withProbe.pct(0.5)), ms(without.pct(0.5)),
-		"+"+ms(added), fmt.Sprintf("<= +%s + 50 ms", ms(budget)), verdict(added <= budget+50*time.Millisecond))
+		"+"+ms(added), fmt.Sprintf("<= +%s + 10 ms", ms(budget)), verdict(added <= budget+10*time.Millisecond))
 	tb.row("probe", fam+" endpoint cycle p99, with / without the probe", ms(withProbe.pct(0.99)), ms(without.pct(0.99)), "", "", "")
 }
 

@@ -74,11 +74,11 @@ func TestBenchDocker(t *testing.T) {
 	on, off := median(probeTimes[probeOpts[0]]), median(probeTimes[probeOpts[1]])
 	cost := on - off
 	v := "met"
-	if cost > 350*time.Millisecond {
+	if cost > 310*time.Millisecond { // its 300 ms budget and 10 ms (issue 34; 50 ms before it)
 		v = "MISSED"
 	}
 	rows = append(rows, strings.Join([]string{"docker", fmt.Sprintf("docker run --rm median of %d, address_probe=300ms vs 0 (cost)", probeRounds),
-		benchMs(on), benchMs(off), fmt.Sprintf("%+.1f ms", float64(cost.Microseconds())/1000), "<= +350 ms", v}, "\t"))
+		benchMs(on), benchMs(off), fmt.Sprintf("%+.1f ms", float64(cost.Microseconds())/1000), "<= +310 ms", v}, "\t"))
 	rows = append(rows, ratioRow("docker", fmt.Sprintf("docker run --rm median of %d, engine %s, repair plugin (reads each container's interface) vs the default plugin", probeRounds, engineLabel),
 		median(repairTimes[repair]), median(repairTimes[plugin]), 1.05))
 	rows = append(rows, benchConcurrentRun(t, e, map[string]string{drivers[0].name: "bench-run0", drivers[1].name: "bench-run1"}))
