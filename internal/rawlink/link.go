@@ -41,6 +41,9 @@ type Link struct {
 
 	mu      sync.Mutex
 	members []membership // joined and not left yet, for CloseLater
+
+	// later runs CloseLater's close: nil, in a goroutine (a test holds it).
+	later func(close func())
 }
 
 // membership is one that Join added.
@@ -150,7 +153,12 @@ func (l *Link) CloseLater() {
 	for i := len(members) - 1; i >= 0; i-- {
 		_ = l.member(false, members[i].kind, members[i].mac) // the close drops what this could not
 	}
-	go func() { _ = l.conn.Close() }()
+	shut := func() { _ = l.conn.Close() }
+	if l.later != nil {
+		l.later(shut)
+		return
+	}
+	go shut()
 }
 
 // Membership is a kind of address filter entry a socket holds on its

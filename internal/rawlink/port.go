@@ -242,6 +242,11 @@ func (p *Port[K, M]) answer(f []byte) bool {
 	p.mu.Lock()
 	o := p.owners[target]
 	p.mu.Unlock()
+	select {
+	case <-p.closed: // given back after the read: its claims are undone
+		return true
+	default:
+	}
 	if o != nil {
 		_ = p.link.Send(Advertisement(o.mac, in.SrcMAC, target, in.Src, NASolicited|NAOverride))
 	}

@@ -120,7 +120,11 @@ func TestPortDemux(t *testing.T) {
 	default:
 	}
 	ports.Put(a)
-	<-opened[0].closed
+	select { // closed in the background (CloseLater)
+	case <-opened[0].closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the port's link is still open 5 s after the last Put")
+	}
 	if ports.Open() != 0 {
 		t.Fatalf("%d ports open after the last Put", ports.Open())
 	}

@@ -141,8 +141,9 @@ func teardownAll(e *env) error {
 		}
 	}
 	// The lock files of the legacy daemons' sockets (startLegacy removes
-	// each when it stops its daemon; a killed run does not).
-	if locks, err := filepath.Glob("/run/docker/plugins/underlay-e2e*.sock.lock"); err == nil {
+	// each when it stops its daemon; a killed run does not), unless a
+	// process of the suite survived: it may hold one.
+	if locks, err := filepath.Glob("/run/docker/plugins/underlay-e2e*.sock.lock"); err == nil && len(ourProcesses()) == 0 {
 		for _, l := range locks {
 			_ = os.Remove(l)
 		}
