@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/underlay-net/underlay/driver/internal/config"
 	"github.com/underlay-net/underlay/internal/dockerid"
@@ -16,44 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The watcher's filter: a repair pass for changes of owned links and for
-// deletions underlay did not make, none for endpoint links or underlay's
-// own deletions; while waiting for a base, only links that may be one.
-func TestRelevantLinkEvents(t *testing.T) {
-	f := newFixture(t)
-	mark := f.d.mark
-	vlan := kernel.Link{Name: "eth0.10", Index: 40, Kind: kernel.KindVLAN, Alias: mark}
-	ep := kernel.Link{Name: config.EndpointLinkName(epA), Index: 41, Kind: "macvlan", Alias: mark}
-	shim := kernel.Link{Name: config.ShimName(netA), Index: 42, Kind: "macvlan", Alias: mark}
-	user := kernel.Link{Name: "user0", Index: 43, Kind: "device"}
-	f.d.deleting.Add(44, time.Now())
-	for _, tc := range []struct {
-		name    string
-		ev      netlinkutil.LinkEvent
-		waiting bool
-		want    bool
-	}{
-		{"an owned VLAN deleted by someone", netlinkutil.LinkEvent{Deleted: true, Link: vlan}, false, true},
-		{"an owned link underlay deleted itself", netlinkutil.LinkEvent{Deleted: true, Link: kernel.Link{Name: "eth0.11", Index: 44, Kind: kernel.KindVLAN, Alias: mark}}, false, false},
-		{"an endpoint link deleted", netlinkutil.LinkEvent{Deleted: true, Link: ep}, false, false},
-		{"an owned VLAN set down or renamed", netlinkutil.LinkEvent{Link: func() kernel.Link { l := vlan; l.Down = true; return l }()}, false, true},
-		{"a host link's address removed", netlinkutil.LinkEvent{AddrRemoved: true, Link: shim}, false, true},
-		{"an address removed from a user's link", netlinkutil.LinkEvent{AddrRemoved: true, Link: user}, true, false},
-		{"a user's link deleted", netlinkutil.LinkEvent{Deleted: true, Link: user}, true, false},
-		{"a new user link while waiting for a base", netlinkutil.LinkEvent{Link: user}, true, true},
-		{"a new user link when not waiting", netlinkutil.LinkEvent{Link: user}, false, false},
-		{"an endpoint link made while waiting for a base", netlinkutil.LinkEvent{Link: func() kernel.Link { l := ep; l.Alias = ""; return l }()}, true, false},
-	} {
-		if got := f.d.reconcile.Relevant(tc.ev, tc.waiting); got != tc.want {
-			t.Errorf("%s: relevant %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	// The index is claimed once: a second deletion of that index is news.
-	if !f.d.reconcile.Relevant(netlinkutil.LinkEvent{Deleted: true, Link: kernel.Link{Name: "eth0.11", Index: 44, Kind: kernel.KindVLAN, Alias: mark}}, false) {
-		t.Error("a claimed self-deletion hid a later one")
-	}
-}
-
 // underlay's own deletion of an owned link (DeleteNetwork) is remembered
 // for the watcher; an operator's is not.
 func TestOwnDeletionsAreRemembered(t *testing.T) {
@@ -61,8 +22,14 @@ func TestOwnDeletionsAreRemembered(t *testing.T) {
 	f.mustCreate(netReq{ID: netA, Opts: map[string]string{"parent": "eth0.10"}, V4: []string{"198.18.1.0/24,198.18.1.1/24"}})
 	l, _ := f.k.Link("eth0.10")
 	f.del(netA)
-	if !f.d.deleting.Claim(l.Index) {
-		t.Fatal("DeleteNetwork's deletion of its VLAN was not remembered")
+	// The watcher's question at the announcement of that deletion, asked
+	// of the driver's own executor: no repair pass, once.
+	ev := netlinkutil.LinkEvent{Deleted: true, Link: kernel.Link{Name: "eth0.10", Index: l.Index, Kind: kernel.KindVLAN, Alias: f.d.mark}}
+	if f.d.reconcile.Relevant(ev, false) {
+		t.Fatal("DeleteNetwork's deletion of its VLAN was not remembered: its announcement makes a repair pass")
+	}
+	if !f.d.reconcile.Relevant(ev, false) {
+		t.Error("the remembered deletion hid a later one of the same index")
 	}
 }
 
