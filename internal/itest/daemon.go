@@ -70,9 +70,7 @@ func NewDaemon(t testing.TB, ns *Netns, o DaemonOptions) *Daemon {
 	}
 	d := &Daemon{t: t, ns: ns, bin: Binary(t), dir: dir, args: o.Args, env: o.Env,
 		Socket: socket, State: filepath.Join(dir, "underlay.db"), LogPath: filepath.Join(dir, "underlay.log")}
-	d.client = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", d.Socket)
-	}}, Timeout: 120 * time.Second}
+	d.client = UnixClient(func() string { return d.Socket }, 120*time.Second)
 	t.Cleanup(func() {
 		d.Kill()
 		if t.Failed() {
@@ -209,6 +207,21 @@ func (d *Daemon) Restart() {
 // Post sends one protocol request; body is marshalled unless it is a
 // []byte or a string, sent as is.
 func (d *Daemon) Post(path string, body any) (int, []byte, error) {
+	return PostPlugin(d.client, path, body)
+}
+
+// UnixClient is an HTTP client whose every connection is to the unix
+// socket at socket(), read at each dial.
+func UnixClient(socket func() string, timeout time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket())
+	}}, Timeout: timeout}
+}
+
+// PostPlugin sends one plugin protocol request to path on c (a
+// UnixClient); body is marshalled unless it is a []byte or a string, sent
+// as is. It returns the answer's status and body.
+func PostPlugin(c *http.Client, path string, body any) (int, []byte, error) {
 	var raw []byte
 	switch b := body.(type) {
 	case nil:
@@ -222,7 +235,7 @@ func (d *Daemon) Post(path string, body any) (int, []byte, error) {
 			return 0, nil, err
 		}
 	}
-	resp, err := d.client.Post("http://underlay"+path, "application/vnd.docker.plugins.v1.1+json", bytes.NewReader(raw))
+	resp, err := c.Post("http://underlay"+path, "application/vnd.docker.plugins.v1.1+json", bytes.NewReader(raw))
 	if err != nil {
 		return 0, nil, err
 	}

@@ -44,9 +44,13 @@ func benchDriver(t *testing.T, tb *table) {
 	}
 	dc := driverCalls{d.Post}
 	call := dc.call
-	endpoint := func(w, i int) error {
-		return dc.endpointCycle(id("e", w, 0), id("c", w, i), &network.EndpointInterface{Address: fmt.Sprintf("198.18.%d.%d/24", w, 2+i%250)})
+	// endpointOn is worker w's endpoint cycle i through c.
+	endpointOn := func(c driverCalls) func(w, i int) error {
+		return func(w, i int) error {
+			return c.endpointCycle(id("e", w, 0), id("c", w, i), &network.EndpointInterface{Address: fmt.Sprintf("198.18.%d.%d/24", w, 2+i%250)})
+		}
 	}
+	endpoint := endpointOn(dc)
 	networkCycle := func(w, i int) error {
 		_, err := dc.networkCycle(id("n", w, i), fmt.Sprintf("vp%d", w), fmt.Sprintf("198.19.%d.%d/30", w, (i%64)*4))
 		return err
@@ -93,10 +97,7 @@ func benchDriver(t *testing.T, tb *table) {
 	// as underlay's store does; the floors commit each alone), the
 	// kernel's work alone (kernelCycle: the link's add and delete, no
 	// record) for reference.
-	pf := fl.serveProtocol(t)
-	protocolFloor := func(w, i int) error {
-		return pf.endpointCycle(id("e", w, 0), id("c", w, i), &network.EndpointInterface{Address: fmt.Sprintf("198.18.%d.%d/24", w, 2+i%250)})
-	}
+	protocolFloor := endpointOn(fl.serveProtocol(t))
 	un := measureN(t, "endpoint cycle vs unlisted floor", []func(w, i int) error{endpoint, fl.endpointCycleUnlisted, protocolFloor, fl.kernelCycle}, 8, 40)
 	for _, lv := range []struct {
 		c      int

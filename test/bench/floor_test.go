@@ -3,11 +3,9 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -208,22 +206,8 @@ func (f *floor) serveProtocol(t *testing.T) driverCalls {
 	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}, Timeout: 2 * time.Minute}
-	return driverCalls{post: func(path string, body any) (int, []byte, error) {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		resp, err := client.Post("http://floor"+path, "application/vnd.docker.plugins.v1.1+json", bytes.NewReader(raw))
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		out, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, out, err
-	}}
+	client := itest.UnixClient(func() string { return socket }, 2*time.Minute)
+	return driverCalls{post: func(path string, body any) (int, []byte, error) { return itest.PostPlugin(client, path, body) }}
 }
 
 // networkCycle: CreateNetwork's parent lookup and record, DeleteNetwork's
